@@ -1,0 +1,10 @@
+//! # specdec-algorithms
+//!
+//! Speculative-decoding algorithms behind small traits: drafters propose token trees with their
+//! draft distributions, verifiers accept a path losslessly (or say they are lossy), speculation
+//! policies choose the next budget. The exact proof machinery checks every lossless composition
+//! against the target distribution by enumeration.
+
+pub mod error;
+
+pub use error::{AlgorithmError, Result};

@@ -1,0 +1,9 @@
+//! # specdec-models
+//!
+//! The models speculative decoding runs: the `LanguageModel` abstraction, toy conditional
+//! probability tables for exact tests, GGUF loading, tokenizers, and the Llama/Qwen2 runner with
+//! tensor-parallel sharding.
+
+pub mod error;
+
+pub use error::{ModelError, Result};
