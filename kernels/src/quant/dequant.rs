@@ -148,41 +148,105 @@ pub(crate) fn block_q6_k(b: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Dequantises whole blocks without checking sizes: `bytes` holds exactly
-/// `out.len() / ty.block_len()` blocks. Callers check with [`QuantType::row_bytes`].
+/// One block format at compile time, so kernels can be monomorphised per type (the block
+/// dequantiser inlines into each SIMD variant of the caller).
+pub(crate) trait BlockFormat {
+    /// Elements per block.
+    const LEN: usize;
+    /// Bytes per block.
+    const BYTES: usize;
+    /// Dequantises one block: `b.len() == BYTES`, `out.len() == LEN`.
+    fn dequant(b: &[u8], out: &mut [f32]);
+}
+
+macro_rules! block_format {
+    ($name:ident, $len:expr, $bytes:expr, $f:expr) => {
+        #[doc = concat!("The ", stringify!($name), " block format.")]
+        pub(crate) struct $name;
+        impl BlockFormat for $name {
+            const LEN: usize = $len;
+            const BYTES: usize = $bytes;
+            #[inline(always)]
+            fn dequant(b: &[u8], out: &mut [f32]) {
+                ($f)(b, out)
+            }
+        }
+    };
+}
+
+block_format!(FmtF32, 1, 4, |b: &[u8], o: &mut [f32]| o[0] =
+    f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+block_format!(FmtF16, 1, 2, |b: &[u8], o: &mut [f32]| o[0] =
+    f16_to_f32(le_u16(b, 0)));
+block_format!(FmtBF16, 1, 2, |b: &[u8], o: &mut [f32]| o[0] =
+    bf16_to_f32(le_u16(b, 0)));
+block_format!(FmtQ8_0, 32, 34, block_q8_0);
+block_format!(FmtQ4_0, 32, 18, block_q4_0);
+block_format!(FmtQ4_1, 32, 20, block_q4_1);
+block_format!(FmtQ5_0, 32, 22, block_q5_0);
+block_format!(FmtQ4K, 256, 144, block_q4_k);
+block_format!(FmtQ5K, 256, 176, block_q5_k);
+block_format!(FmtQ6K, 256, 210, block_q6_k);
+
+/// Evaluates `$body` with `$F` bound to the [`BlockFormat`] type of the [`QuantType`] `$ty`.
+macro_rules! with_block_format {
+    ($ty:expr, $F:ident => $body:expr) => {{
+        use $crate::quant::dequant::*;
+        match $ty {
+            QuantType::F32 => {
+                type $F = FmtF32;
+                $body
+            }
+            QuantType::F16 => {
+                type $F = FmtF16;
+                $body
+            }
+            QuantType::BF16 => {
+                type $F = FmtBF16;
+                $body
+            }
+            QuantType::Q8_0 => {
+                type $F = FmtQ8_0;
+                $body
+            }
+            QuantType::Q4_0 => {
+                type $F = FmtQ4_0;
+                $body
+            }
+            QuantType::Q4_1 => {
+                type $F = FmtQ4_1;
+                $body
+            }
+            QuantType::Q5_0 => {
+                type $F = FmtQ5_0;
+                $body
+            }
+            QuantType::Q4_K => {
+                type $F = FmtQ4K;
+                $body
+            }
+            QuantType::Q5_K => {
+                type $F = FmtQ5K;
+                $body
+            }
+            QuantType::Q6_K => {
+                type $F = FmtQ6K;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_block_format;
+
+/// Dequantises whole blocks of format `F` without checking sizes: `bytes` holds exactly
+/// `out.len() / F::LEN` blocks.
 #[inline(always)]
-pub(crate) fn dequantize_unchecked(ty: QuantType, bytes: &[u8], out: &mut [f32]) {
-    let (bl, bb) = (ty.block_len(), ty.block_bytes());
-    match ty {
-        QuantType::F32 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        }
-        QuantType::F16 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
-            }
-        }
-        QuantType::BF16 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
-            }
-        }
-        _ => {
-            let block_fn: fn(&[u8], &mut [f32]) = match ty {
-                QuantType::Q8_0 => block_q8_0,
-                QuantType::Q4_0 => block_q4_0,
-                QuantType::Q4_1 => block_q4_1,
-                QuantType::Q5_0 => block_q5_0,
-                QuantType::Q4_K => block_q4_k,
-                QuantType::Q5_K => block_q5_k,
-                _ => block_q6_k,
-            };
-            for (o, b) in out.chunks_exact_mut(bl).zip(bytes.chunks_exact(bb)) {
-                block_fn(b, o);
-            }
-        }
+pub(crate) fn dequantize_blocks<F: BlockFormat>(bytes: &[u8], out: &mut [f32]) {
+    for (o, b) in out
+        .chunks_exact_mut(F::LEN)
+        .zip(bytes.chunks_exact(F::BYTES))
+    {
+        F::dequant(b, o);
     }
 }
 
@@ -201,7 +265,7 @@ pub fn dequantize_row(ty: QuantType, bytes: &[u8], out: &mut [f32]) -> Result<()
             actual: bytes.len(),
         });
     }
-    dequantize_unchecked(ty, bytes, out);
+    with_block_format!(ty, F => dequantize_blocks::<F>(bytes, out));
     Ok(())
 }
 

@@ -220,3 +220,11 @@ fn bad_lengths_are_refused() {
         }
     ));
 }
+
+#[test]
+fn block_format_constants_match_quant_type() {
+    for ty in QuantType::ALL {
+        let (len, bytes) = super::dequant::with_block_format!(ty, F => (<F as super::dequant::BlockFormat>::LEN, <F as super::dequant::BlockFormat>::BYTES));
+        assert_eq!((len, bytes), (ty.block_len(), ty.block_bytes()), "{ty}");
+    }
+}
