@@ -14,6 +14,7 @@
 //! Nothing in this crate depends on any other specdec crate.
 
 pub mod error;
+pub mod ops;
 pub mod quant;
 pub mod tree;
 

@@ -190,49 +190,18 @@ block_format!(FmtQ6K, 256, 210, block_q6_k);
 
 /// Evaluates `$body` with `$F` bound to the [`BlockFormat`] type of the [`QuantType`] `$ty`.
 macro_rules! with_block_format {
-    ($ty:expr, $F:ident => $body:expr) => {{
+    ($ty:expr, $F:ident => $body:expr) => {
+        $crate::quant::dequant::with_block_format!(@arms $ty, $F, $body;
+            F32 FmtF32, F16 FmtF16, BF16 FmtBF16, Q8_0 FmtQ8_0, Q4_0 FmtQ4_0, Q4_1 FmtQ4_1,
+            Q5_0 FmtQ5_0, Q4_K FmtQ4K, Q5_K FmtQ5K, Q6_K FmtQ6K)
+    };
+    (@arms $ty:expr, $F:ident, $body:expr; $($variant:ident $format:ident),*) => {{
         use $crate::quant::dequant::*;
         match $ty {
-            QuantType::F32 => {
-                type $F = FmtF32;
+            $(QuantType::$variant => {
+                type $F = $format;
                 $body
-            }
-            QuantType::F16 => {
-                type $F = FmtF16;
-                $body
-            }
-            QuantType::BF16 => {
-                type $F = FmtBF16;
-                $body
-            }
-            QuantType::Q8_0 => {
-                type $F = FmtQ8_0;
-                $body
-            }
-            QuantType::Q4_0 => {
-                type $F = FmtQ4_0;
-                $body
-            }
-            QuantType::Q4_1 => {
-                type $F = FmtQ4_1;
-                $body
-            }
-            QuantType::Q5_0 => {
-                type $F = FmtQ5_0;
-                $body
-            }
-            QuantType::Q4_K => {
-                type $F = FmtQ4K;
-                $body
-            }
-            QuantType::Q5_K => {
-                type $F = FmtQ5K;
-                $body
-            }
-            QuantType::Q6_K => {
-                type $F = FmtQ6K;
-                $body
-            }
+            })*
         }
     }};
 }

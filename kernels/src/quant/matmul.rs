@@ -237,37 +237,28 @@ fn run_rows<F: BlockFormat>(
     }
 }
 
-/// The generic kernel compiled for AVX-512.
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL, AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-unsafe fn rows_avx512<F: BlockFormat>(
-    w: &QuantMatrix<'_>,
-    x: &[f32],
-    n_tokens: usize,
-    first_row: usize,
-    out: &mut [f32],
-) {
-    rows_generic::<F>(w, x, n_tokens, first_row, out)
+/// Defines `$name`, the generic row kernel compiled with the target features `$features`.
+macro_rules! rows_with_features {
+    ($name:ident, $features:literal) => {
+        #[doc = concat!("The generic row kernel compiled for `", $features, "`.")]
+        ///
+        /// # Safety
+        /// The CPU must support every feature named above.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<F: BlockFormat>(
+            w: &QuantMatrix<'_>,
+            x: &[f32],
+            n_tokens: usize,
+            first_row: usize,
+            out: &mut [f32],
+        ) {
+            rows_generic::<F>(w, x, n_tokens, first_row, out)
+        }
+    };
 }
-
-/// The generic kernel compiled for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2<F: BlockFormat>(
-    w: &QuantMatrix<'_>,
-    x: &[f32],
-    n_tokens: usize,
-    first_row: usize,
-    out: &mut [f32],
-) {
-    rows_generic::<F>(w, x, n_tokens, first_row, out)
-}
+rows_with_features!(rows_avx512, "avx512f,avx512bw,avx512vl,avx2,fma");
+rows_with_features!(rows_avx2, "avx2,fma");
 
 #[inline(always)]
 fn rows_generic<F: BlockFormat>(
