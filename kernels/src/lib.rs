@@ -13,7 +13,9 @@
 //!
 //! Nothing in this crate depends on any other specdec crate.
 
+pub mod attention;
 pub mod error;
+pub mod kv;
 pub mod tree;
 
 pub use error::{KernelError, Result};

@@ -1,0 +1,1 @@
+//! Tree attention over the paged KV cache (placeholder until the CPU kernel lands).
