@@ -5,5 +5,7 @@
 //! tensor-parallel sharding.
 
 pub mod error;
+pub mod gguf;
+pub mod registry;
 
 pub use error::{ModelError, Result};
