@@ -14,6 +14,7 @@
 //! Nothing in this crate depends on any other specdec crate.
 
 pub mod error;
+pub mod sampling;
 pub mod tree;
 
 pub use error::{KernelError, Result};
