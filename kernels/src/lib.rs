@@ -16,6 +16,7 @@
 pub mod error;
 pub mod sampling;
 pub mod tree;
+pub mod verification;
 
 pub use error::{KernelError, Result};
 pub use tree::TreeTopology;

@@ -109,7 +109,7 @@ macro_rules! float_prob {
 
         impl KernelFloat for $t {
             fn fixed_point(self) -> u64 {
-                if !(self > 0.0) {
+                if self.is_nan() || self <= 0.0 {
                     0
                 } else if self >= 1.0 {
                     FIXED_POINT_ONE

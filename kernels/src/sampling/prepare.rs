@@ -104,7 +104,10 @@ pub fn check_distribution<N: Prob>(what: &str, probs: &[N]) -> Result<()> {
     if probs.is_empty() {
         return Err(bad("it is empty".to_string()));
     }
-    if let Some(i) = probs.iter().position(|p| !(*p >= N::zero())) {
+    if let Some(i) = probs
+        .iter()
+        .position(|p| p.partial_cmp(&N::zero()).is_none_or(|o| o.is_lt()))
+    {
         return Err(bad(format!("entry {i} is {:?}, not >= 0", probs[i])));
     }
     if !N::total(probs).is_positive() {

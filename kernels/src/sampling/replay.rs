@@ -55,7 +55,7 @@ impl<S: UniformSource> Replay<S> {
 
 /// The accept rule on a raw word (see the module docs).
 pub fn accept_from_word<F: KernelFloat>(word: u64, p_target: F, q_draft: F) -> bool {
-    if !(q_draft > F::zero()) {
+    if !q_draft.is_positive() {
         return false;
     }
     let u = F::from_u24((word >> 40) as u32);
