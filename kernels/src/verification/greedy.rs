@@ -5,26 +5,13 @@
 //! correction, or the bonus at a leaf). No random decisions. Equals greedy decoding of the
 //! target for every draft tree.
 
-use super::input::{Verdict, VerifyInput};
+use super::input::{walk_tree, Verdict, VerifyInput};
 use crate::sampling::{argmax, Prob};
 
 /// Greedy verification of one sequence (input already validated).
 pub fn verify_greedy<N: Prob>(input: &VerifyInput<'_, N>) -> Verdict {
-    let topology = input.tree.topology();
-    let mut node = 0;
-    let mut path = Vec::new();
-    loop {
+    walk_tree(|node| {
         let best = argmax(&input.target_probs[node]) as u32;
-        match topology
-            .children(node)
-            .iter()
-            .find(|&&c| input.tree.token(c) == best)
-        {
-            Some(&child) => {
-                path.push(child);
-                node = child;
-            }
-            None => return Verdict::new(path, best),
-        }
-    }
+        input.tree.child_with_token(node, best).ok_or(best)
+    })
 }

@@ -88,6 +88,33 @@ pub struct Verdict {
     pub next_token: u32,
 }
 
+/// Walks down a tree from the root: `step(node)` returns `Ok(child)` to accept `child` and
+/// continue there, or `Err(token)` to stop with `token` as the next token.
+pub fn walk_tree(mut step: impl FnMut(usize) -> std::result::Result<usize, u32>) -> Verdict {
+    let mut node = 0;
+    let mut path = Vec::new();
+    loop {
+        match step(node) {
+            Ok(child) => {
+                path.push(child);
+                node = child;
+            }
+            Err(next_token) => return Verdict::new(path, next_token),
+        }
+    }
+}
+
+impl<N> DraftTree<N> {
+    /// The first child of `node` (lowest index) carrying `token`.
+    pub fn child_with_token(&self, node: usize, token: u32) -> Option<usize> {
+        self.topology()
+            .children(node)
+            .iter()
+            .copied()
+            .find(|&c| self.token(c) == token)
+    }
+}
+
 impl Verdict {
     /// A verdict from an accepted path and the next token.
     pub fn new(accepted_path: Vec<usize>, next_token: u32) -> Self {

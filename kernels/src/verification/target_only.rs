@@ -5,7 +5,7 @@
 //! is the bonus). The draft distribution is never used, so this is lossless for every tree,
 //! however it was drawn; it is the right verifier when drafts were not sampled from `q`.
 
-use super::input::{Verdict, VerifyInput};
+use super::input::{walk_tree, Verdict, VerifyInput};
 use crate::sampling::{sample_bonus, Decisions, Prob, Purpose};
 
 /// Target-only verification of one sequence (input already validated).
@@ -13,22 +13,9 @@ pub fn verify_target_only<N: Prob, D: Decisions<N> + ?Sized>(
     input: &VerifyInput<'_, N>,
     decisions: &mut D,
 ) -> Verdict {
-    let topology = input.tree.topology();
-    let mut node = 0;
-    let mut path = Vec::new();
-    loop {
+    walk_tree(|node| {
         let p = &input.target_probs[node];
         let y = sample_bonus(decisions, input.key(node, Purpose::Sample), p) as u32;
-        match topology
-            .children(node)
-            .iter()
-            .find(|&&c| input.tree.token(c) == y)
-        {
-            Some(&child) => {
-                path.push(child);
-                node = child;
-            }
-            None => return Verdict::new(path, y),
-        }
-    }
+        input.tree.child_with_token(node, y).ok_or(y)
+    })
 }

@@ -6,7 +6,7 @@
 //! [`Purpose::Sample`]). The emitted distribution differs from the target's in general; the proof
 //! machinery shows it (a negative control).
 
-use super::input::{Verdict, VerifyInput};
+use super::input::{walk_tree, Verdict, VerifyInput};
 use crate::sampling::{sample_bonus, Decisions, Prob, Purpose};
 
 /// The acceptance threshold `min(epsilon, delta * exp(−H(p)))` for a target row.
@@ -27,25 +27,16 @@ pub fn verify_typical<N: Prob, D: Decisions<N> + ?Sized>(
     epsilon: f64,
     delta: f64,
 ) -> Verdict {
-    let topology = input.tree.topology();
-    let mut node = 0;
-    let mut path = Vec::new();
-    loop {
+    walk_tree(|node| {
         let p = &input.target_probs[node];
         let threshold = typical_threshold(p, epsilon, delta);
-        match topology
+        let typical = input
+            .tree
+            .topology()
             .children(node)
             .iter()
-            .find(|&&c| p[input.tree.token(c) as usize].to_f64() > threshold)
-        {
-            Some(&child) => {
-                path.push(child);
-                node = child;
-            }
-            None => {
-                let next = sample_bonus(decisions, input.key(node, Purpose::Sample), p);
-                return Verdict::new(path, next as u32);
-            }
-        }
-    }
+            .copied()
+            .find(|&c| p[input.tree.token(c) as usize].to_f64() > threshold);
+        typical.ok_or_else(|| sample_bonus(decisions, input.key(node, Purpose::Sample), p) as u32)
+    })
 }
