@@ -6,5 +6,6 @@
 //! against the target distribution by enumeration.
 
 pub mod error;
+pub mod verify;
 
 pub use error::{AlgorithmError, Result};
