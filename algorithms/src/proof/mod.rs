@@ -15,3 +15,7 @@ pub use distribution::Distribution;
 pub use drafters::ToyDrafter;
 pub use enumerate::{enumerate, Enumerator};
 pub use sd_loop::{target_distribution, Round, SpecLoop};
+pub mod controls;
+pub use controls::{BrokenChain, ChainFlaw};
+pub mod stats;
+pub use stats::{detectable_tv, g_test, g_test_samples, GTest};
