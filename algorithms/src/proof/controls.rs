@@ -3,7 +3,7 @@
 //! A checker that cannot fail proves nothing. Each [`ChainFlaw`] is one plausible mistake in
 //! chain speculative sampling; [`BrokenChain`] is the chain verifier with that mistake, declared
 //! lossless for i.i.d. chains so that the pairing rule lets it through. The proof machinery must
-//! show each one changes the output distribution (see `standard_controls` in [`super::matrix`]).
+//! show each one changes the output distribution (see [`super::matrix::standard_cases`]).
 //! (Dropping the bonus token is wasteful but not lossy, so it is not a control.)
 
 use crate::error::Result;
@@ -19,8 +19,14 @@ pub enum ChainFlaw {
     NoResidual,
     /// The residual with its arguments swapped: `max(0, q − p)`.
     SwappedResidual,
-    /// Drafts treated as one-hot (as if deterministic) while they were sampled from `q`:
-    /// accept with probability `p(x)`, residual `max(0, p − onehot(x))`.
+    /// Half-converted to deterministic drafts: accept with probability `p(x)` (as if `q` were
+    /// one-hot at the draft) but take the residual from the true `q`, `max(0, p − q)`.
+    OneHotAcceptance,
+    /// Drafts treated as one-hot (as if deterministic) while they were sampled from `q`: accept
+    /// with probability `p(x)`, residual `max(0, p − onehot(x))`. **Not a flaw after all**: this
+    /// is target-only sampling in disguise (`P(y) = q(y)p(y) + Σ_{x≠y} q(x)(1 − p(x))
+    /// p(y)/(1 − p(x)) = p(y)`), and the enumeration shows it lossless. Kept as a lossless row,
+    /// not a control.
     OneHotDrafts,
     /// The bonus token drawn from the draft distribution `q` at the leaf instead of `p`.
     BonusFromDraft,
@@ -28,19 +34,27 @@ pub enum ChainFlaw {
 
 impl ChainFlaw {
     /// All flaws.
-    pub const ALL: [ChainFlaw; 4] = [
+    pub const ALL: [ChainFlaw; 5] = [
         ChainFlaw::NoResidual,
         ChainFlaw::SwappedResidual,
+        ChainFlaw::OneHotAcceptance,
         ChainFlaw::OneHotDrafts,
         ChainFlaw::BonusFromDraft,
     ];
+
+    /// True for the variants that really change the distribution (all but
+    /// [`ChainFlaw::OneHotDrafts`]).
+    pub fn is_lossy(self) -> bool {
+        self != ChainFlaw::OneHotDrafts
+    }
 
     /// A short name for tables.
     pub fn name(self) -> &'static str {
         match self {
             ChainFlaw::NoResidual => "broken: no residual",
             ChainFlaw::SwappedResidual => "broken: residual q-p",
-            ChainFlaw::OneHotDrafts => "broken: one-hot drafts",
+            ChainFlaw::OneHotAcceptance => "broken: one-hot accept",
+            ChainFlaw::OneHotDrafts => "one-hot q on sampled drafts",
             ChainFlaw::BonusFromDraft => "broken: bonus from q",
         }
     }
@@ -101,8 +115,15 @@ impl<N: Prob> Verifier<N> for BrokenChain {
             let one_hot: Vec<N> = (0..p.len())
                 .map(|t| if t == x { N::one() } else { N::zero() })
                 .collect();
-            let proposal = if flaw == ChainFlaw::OneHotDrafts { &one_hot[..] } else { q };
-            if decisions.accept(input.key(child, Purpose::Accept), &p[x], &proposal[x]) {
+            let proposal = if flaw == ChainFlaw::OneHotDrafts {
+                &one_hot[..]
+            } else {
+                q
+            };
+            let one_hot_accept =
+                matches!(flaw, ChainFlaw::OneHotDrafts | ChainFlaw::OneHotAcceptance);
+            let accept_q = if one_hot_accept { &one_hot[x] } else { &q[x] };
+            if decisions.accept(input.key(child, Purpose::Accept), &p[x], accept_q) {
                 return Ok(child);
             }
             let weights = match flaw {

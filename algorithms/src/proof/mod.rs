@@ -19,3 +19,5 @@ pub mod controls;
 pub use controls::{BrokenChain, ChainFlaw};
 pub mod stats;
 pub use stats::{detectable_tv, g_test, g_test_samples, GTest};
+pub mod matrix;
+pub use matrix::{prove, render_table, run_case, standard_cases, Expectation, ProofCase, ProofRow};
