@@ -6,5 +6,7 @@
 //! against the target distribution by enumeration.
 
 pub mod error;
+pub mod proof;
+pub mod verify;
 
 pub use error::{AlgorithmError, Result};

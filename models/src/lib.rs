@@ -7,5 +7,6 @@
 pub mod error;
 pub mod gguf;
 pub mod registry;
+pub mod toy;
 
 pub use error::{ModelError, Result};
