@@ -6,5 +6,7 @@
 //! against the target distribution by enumeration.
 
 pub mod error;
+pub mod policy;
+pub mod trees;
 
 pub use error::{AlgorithmError, Result};
