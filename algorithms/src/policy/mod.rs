@@ -11,7 +11,9 @@
 //! **τ** (mean accepted length) = accepted drafts + 1 per target pass. Per-position conditional
 //! acceptance α̂ is tracked with censoring handled by [`AcceptanceStats`].
 //!
-//! Policies here: [`FixedPolicy`] (more follow).
+//! Policies here: [`FixedPolicy`], [`AimdPolicy`], [`PidPolicy`], [`CostModelPolicy`], and the
+//! [`DisableGate`] wrapper that turns speculation off when α̂ falls below a threshold and probes
+//! again periodically.
 //!
 //! # Adding a policy
 //!
@@ -47,14 +49,24 @@
 //! assert_eq!(policy.next_budget(), Budget::Chain(2));
 //! ```
 
+mod aimd;
+mod cost;
+mod cost_model;
 mod fixed;
+mod gate;
 mod outcome;
+mod pid;
 mod stats;
 #[cfg(test)]
 pub(crate) mod test_rng;
 
+pub use aimd::AimdPolicy;
+pub use cost::{expected_tokens, expected_tokens_constant, CostCurve, CostModel};
+pub use cost_model::{CostModelPolicy, TreeSearch};
 pub use fixed::FixedPolicy;
+pub use gate::{DisableGate, Prober};
 pub use outcome::{Budget, DepthTrial, StepOutcome};
+pub use pid::PidPolicy;
 pub use stats::AcceptanceStats;
 
 /// Chooses the speculation budget of one sequence, step by step, from what it observes.

@@ -21,7 +21,6 @@ impl SplitMix {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    #[allow(dead_code)]
     /// Accepted drafts of a chain of `k` with constant conditional acceptance `alpha`.
     pub(crate) fn chain_accepted(&mut self, k: usize, alpha: f64) -> usize {
         (0..k).take_while(|_| self.uniform() < alpha).count()
