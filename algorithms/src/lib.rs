@@ -5,6 +5,7 @@
 //! policies choose the next budget. The exact proof machinery checks every lossless composition
 //! against the target distribution by enumeration.
 
+pub mod drafters;
 pub mod error;
 pub mod policy;
 pub mod trees;
