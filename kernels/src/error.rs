@@ -25,6 +25,34 @@ pub enum KernelError {
         /// The size given.
         actual: usize,
     },
+    /// A parameter is out of its documented range.
+    #[error("invalid parameter {name}: {reason}")]
+    InvalidParameter {
+        /// The parameter's name.
+        name: String,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// A probability distribution (or logits vector) cannot be used.
+    #[error("invalid distribution ({what}): {reason}")]
+    InvalidDistribution {
+        /// Which distribution.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A temperature other than 0 or 1/k was asked of an exact (rational) number type.
+    #[error("temperature {temperature} is not 0 or 1/k: exact rationals cannot represent p^(1/T)")]
+    InexactTemperature {
+        /// The temperature asked for, as written.
+        temperature: String,
+    },
+    /// A draft tree and its inputs do not fit together.
+    #[error("invalid draft tree: {reason}")]
+    InvalidDraftTree {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// `Result` with [`KernelError`].

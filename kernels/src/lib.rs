@@ -14,7 +14,9 @@
 //! Nothing in this crate depends on any other specdec crate.
 
 pub mod error;
+pub mod sampling;
 pub mod tree;
+pub mod verification;
 
 pub use error::{KernelError, Result};
 pub use tree::TreeTopology;
