@@ -8,7 +8,12 @@
 //! matches get the lower ranks). Everything is deterministic: the draft tokens are not sampled,
 //! so they pair with verifiers for deterministic drafts (greedy, target-only).
 
+use specdec_kernels::sampling::{Decisions, Prob};
+use specdec_kernels::verification::{DraftKind, DraftTree};
+
+use crate::drafters::{DraftRequest, Drafter};
 use crate::error::{ensure_param, Result};
+use crate::policy::Budget;
 use crate::trees::TreeShape;
 
 /// Matching parameters.
@@ -270,5 +275,79 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+/// The n-gram / prompt-lookup drafter: deterministic drafts from the context itself
+/// ([`DraftKind::Deterministic`], no `q`; pair it with greedy or target-only verification).
+///
+/// Budget: [`Budget::Chain`]`(k)` proposes the best match's continuation (≤ `k` tokens);
+/// [`Budget::TreeNodes`]`(n)` merges several matches into a trie of ≤ `n` nodes and depth
+/// ≤ `max_depth`; [`Budget::Tree`] uses the shape's node count and depth (not its exact shape).
+/// With no match the tree is the root only (the step becomes plain decoding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NgramDrafter {
+    config: NgramConfig,
+    max_depth: usize,
+}
+
+impl NgramDrafter {
+    /// A drafter with matching parameters `config` and tree depth limit `max_depth`.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] for a bad config or `max_depth = 0`.
+    pub fn new(config: NgramConfig, max_depth: usize) -> Result<Self> {
+        config.validate()?;
+        ensure_param(max_depth >= 1, "max_depth", "must be at least 1")?;
+        Ok(Self { config, max_depth })
+    }
+
+    /// The deterministic token tree for `context` under `budget`.
+    pub fn token_tree(&self, context: &[u32], budget: &Budget) -> TokenTree {
+        match budget {
+            Budget::Plain => ngram_tree(context, &self.config, 0, 0),
+            Budget::Chain(k) => {
+                let chain = ngram_chain(context, &self.config, *k);
+                let mut tokens = vec![context.last().copied().unwrap_or(0)];
+                tokens.extend(&chain);
+                TokenTree {
+                    shape: TreeShape::chain(chain.len()),
+                    tokens,
+                }
+            }
+            Budget::TreeNodes(n) => ngram_tree(context, &self.config, *n, self.max_depth),
+            Budget::Tree(shape) => {
+                ngram_tree(context, &self.config, shape.drafts(), shape.max_depth())
+            }
+        }
+    }
+}
+
+impl<N: Prob> Drafter<N> for NgramDrafter {
+    fn name(&self) -> String {
+        format!(
+            "ngram(n∈[{},{}], {} matches)",
+            self.config.min_n, self.config.max_n, self.config.max_matches
+        )
+    }
+
+    fn kind(&self) -> DraftKind {
+        DraftKind::Deterministic
+    }
+
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        _decisions: &mut dyn Decisions<N>,
+    ) -> Result<DraftTree<N>> {
+        request.root()?;
+        let TokenTree { shape, tokens } = self.token_tree(request.context, request.budget);
+        let probs = vec![None; tokens.len()];
+        Ok(DraftTree::new(
+            shape.topology().clone(),
+            tokens,
+            probs,
+            DraftKind::Deterministic,
+        )?)
     }
 }
