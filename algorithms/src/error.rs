@@ -31,6 +31,36 @@ pub enum AlgorithmError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A verifier was paired with a draft kind it does not declare (the pairing rule).
+    #[error(
+        "verifier {verifier} is not lossless for {kind} draft trees (it declares: {declared}); \
+         pair it with a drafter of a declared kind, or choose a verifier for {kind} trees"
+    )]
+    MismatchedPair {
+        /// The verifier's name.
+        verifier: String,
+        /// The draft kind asked for.
+        kind: specdec_kernels::verification::DraftKind,
+        /// The kinds the verifier declares, comma-separated.
+        declared: String,
+    },
+    /// A draft tree of another kind than the paired one was handed to a verifier.
+    #[error("verifier {verifier} is paired with {expected} drafts but got a {found} tree")]
+    DraftKindMismatch {
+        /// The verifier's name.
+        verifier: String,
+        /// The kind it was paired with.
+        expected: specdec_kernels::verification::DraftKind,
+        /// The tree's kind.
+        found: specdec_kernels::verification::DraftKind,
+    },
+    /// The exact enumeration could not run the code (e.g. it asked for a raw uniform, or the
+    /// branch count exceeded the limit).
+    #[error("enumeration failed: {reason}")]
+    Enumeration {
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// `Result` with [`AlgorithmError`].

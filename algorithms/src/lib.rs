@@ -8,6 +8,8 @@
 pub mod drafters;
 pub mod error;
 pub mod policy;
+pub mod proof;
 pub mod trees;
+pub mod verify;
 
 pub use error::{AlgorithmError, Result};

@@ -17,6 +17,12 @@ pub enum ModelError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A toy probability table is malformed.
+    #[error("invalid toy model: {reason}")]
+    InvalidToyModel {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// `Result` with [`ModelError`].

@@ -5,5 +5,6 @@
 //! tensor-parallel sharding.
 
 pub mod error;
+pub mod toy;
 
 pub use error::{ModelError, Result};
