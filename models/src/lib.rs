@@ -5,5 +5,8 @@
 //! tensor-parallel sharding.
 
 pub mod error;
+pub mod llama;
+pub mod model;
 
 pub use error::{ModelError, Result};
+pub use model::{LanguageModel, Logits, SeqId, SequenceStep};
