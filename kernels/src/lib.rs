@@ -13,7 +13,11 @@
 //!
 //! Nothing in this crate depends on any other specdec crate.
 
+pub mod attention;
 pub mod error;
+pub mod ops;
+pub mod quant;
+pub mod kv;
 pub mod tree;
 
 pub use error::{KernelError, Result};
