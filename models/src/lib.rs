@@ -7,6 +7,7 @@
 pub mod error;
 pub mod llama;
 pub mod model;
+pub mod shard;
 
 pub use error::{ModelError, Result};
 pub use model::{LanguageModel, Logits, SeqId, SequenceStep};

@@ -1,5 +1,7 @@
 //! Hyper-parameters of a Llama-family model, read from GGUF metadata.
 
+pub use specdec_kernels::ops::RopeLayout;
+
 use crate::error::{ModelError, Result};
 
 /// The architectures the runner implements (GGUF `general.architecture`).
@@ -41,15 +43,6 @@ impl Architecture {
             Self::Qwen2 => RopeLayout::HalfSplit,
         }
     }
-}
-
-/// Which dimensions of a head RoPE rotates together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeLayout {
-    /// Pairs `(2i, 2i + 1)` (llama.cpp "normal"; GGUF llama weights are permuted for it).
-    Interleaved,
-    /// Pairs `(i, i + head_dim / 2)` (llama.cpp "NEOX"; Hugging Face's `rotate_half`).
-    HalfSplit,
 }
 
 /// The shape and constants of a Llama-family decoder.

@@ -4,15 +4,9 @@ use specdec_kernels::TreeTopology;
 
 use crate::error::{ModelError, Result};
 
-/// Identifies one sequence (one request's token stream) inside a model's KV cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SeqId(pub u64);
-
-impl std::fmt::Display for SeqId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "seq#{}", self.0)
-    }
-}
+/// Identifies one sequence (one request's token stream) inside a model's KV cache; the KV
+/// cache's own id type, handed out by [`crate::LanguageModel::new_sequence`].
+pub use specdec_kernels::kv::SeqId;
 
 /// The new tokens of one sequence in one forward: `tokens[i]` is node `i` of `tree`.
 ///
