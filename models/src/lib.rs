@@ -5,8 +5,10 @@
 //! tensor-parallel sharding.
 
 pub mod error;
+pub mod gguf;
 pub mod llama;
 pub mod model;
+pub mod registry;
 pub mod shard;
 
 pub use error::{ModelError, Result};

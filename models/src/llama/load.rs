@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use specdec_kernels::quant::dequantize_row_to_vec;
+use specdec_kernels::quant::{dequantize_row_to_vec, QuantType};
 
 use super::config::{Architecture, LlamaConfig};
 use super::weights::{LayerWeights, ModelWeights, WeightMatrix};
@@ -79,7 +79,8 @@ fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
             reason: format!("expected {len} values, found {}", t.info.n_elements()),
         });
     }
-    Ok(dequantize_row_to_vec(t.quant_type(), t.data, len)?)
+    let ty = QuantType::from_ggml_id(t.quant_type().ggml_id())?;
+    Ok(dequantize_row_to_vec(ty, t.data, len)?)
 }
 
 /// The weights of the decoder `config` describes, from `file`. Matrices stay in the file's

@@ -59,8 +59,10 @@ impl WeightMatrix {
                 })
             }
         };
+        // Through the GGML id, so this works whichever `QuantType` the reader names.
+        let ty = QuantType::from_ggml_id(info.quant_type.ggml_id())?;
         let matrix = Self {
-            ty: info.quant_type,
+            ty,
             rows,
             cols,
             storage: Storage::File {
