@@ -7,5 +7,6 @@
 pub mod error;
 pub mod gguf;
 pub mod registry;
+pub mod tokenizer;
 
 pub use error::{ModelError, Result};

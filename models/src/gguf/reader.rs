@@ -206,7 +206,7 @@ impl GgufFile {
             raw.push((start, name, shape, type_id, offset));
         }
         let data_offset = cur.pos.next_multiple_of(alignment);
-        if data_offset > bytes.len() {
+        if !raw.is_empty() && data_offset > bytes.len() {
             return Err(cur.error_here(format!(
                 "file ends at byte {} inside the padding before the tensor data",
                 bytes.len()
