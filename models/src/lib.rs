@@ -8,5 +8,6 @@ pub mod error;
 pub mod gguf;
 pub mod registry;
 pub mod tokenizer;
+pub mod toy;
 
 pub use error::{ModelError, Result};

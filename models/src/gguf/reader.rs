@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 
-use super::quant_shim::QuantType;
 use memmap2::Mmap;
+use specdec_kernels::quant::QuantType;
 
 use super::metadata::Metadata;
 use super::value::{Array, Value, ValueType};
