@@ -257,3 +257,53 @@ fn tiny_tokenizer_and_its_errors() {
         matches!(e, ModelError::MissingMetadata { ref key, .. } if key == "tokenizer.ggml.tokens")
     );
 }
+
+/// The reference fixture (scripts/reference-logits.py): transformers' tokenizer, built from the
+/// same GGUF files, gave these ids; ours must agree, and our chat template must render the
+/// same ChatML text.
+#[test]
+fn ids_and_chat_text_match_the_transformers_reference() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/reference_logits.json")).unwrap();
+    let models = fixture["models"].as_object().unwrap();
+    assert_eq!(models.len(), 2);
+    for (name, tokenizer) in [("smollm2-135m", smollm2()), ("qwen2.5-coder-0.5b", qwen())] {
+        let prompts = models[name]["prompts"].as_array().unwrap();
+        assert_eq!(prompts.len(), 4, "{name}");
+        for p in prompts {
+            let text = p["text"].as_str().unwrap();
+            let ids: Vec<u32> = p["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect();
+            // the fixture itself is consistent: one position per input token, top-k sorted
+            let positions = p["positions"].as_array().unwrap();
+            assert_eq!(positions.len(), ids.len());
+            for pos in positions {
+                let top: Vec<f64> = pos["top_logits"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect();
+                assert!(top.windows(2).all(|w| w[0] >= w[1]));
+                assert!(pos["logsumexp"].as_f64().unwrap() >= top[0]);
+            }
+            let Some(t) = tokenizer else { continue };
+            assert_eq!(t.encode(text).unwrap(), ids, "{name} {}", p["name"]);
+            if p["name"] == "chat_capital" {
+                let rendered = t
+                    .apply_chat_template(
+                        &[ChatMessage::user("What is the capital of France?")],
+                        true,
+                    )
+                    .unwrap();
+                assert_eq!(rendered, text, "{name}");
+                let greedy = p["greedy_text"].as_str().unwrap();
+                assert!(greedy.contains("Paris"), "{name}: {greedy}");
+            }
+        }
+    }
+}
