@@ -307,3 +307,11 @@ fn ids_and_chat_text_match_the_transformers_reference() {
         }
     }
 }
+
+#[test]
+fn tokenizer_and_file_can_be_shared_across_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Tokenizer>();
+    shared::<ChatTemplate>();
+    shared::<GgufFile>();
+}
