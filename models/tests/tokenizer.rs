@@ -315,3 +315,24 @@ fn tokenizer_and_file_can_be_shared_across_threads() {
     shared::<ChatTemplate>();
     shared::<GgufFile>();
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+    /// Any text round-trips through SmolLM2's tokenizer (no normalizer) exactly, and through
+    /// Qwen's up to NFC (exactly for ASCII); encoding the decoded text is stable.
+    #[test]
+    fn arbitrary_text_round_trips(text in "(\\PC|[ \t\n]){0,48}", ascii in "[ -~\t\n]{0,48}") {
+        if let Some(t) = smollm2() {
+            for s in [&text, &ascii] {
+                proptest::prop_assert_eq!(&t.decode(&t.encode(s).unwrap()).unwrap(), s);
+            }
+        }
+        if let Some(t) = qwen() {
+            proptest::prop_assert_eq!(&t.decode(&t.encode(&ascii).unwrap()).unwrap(), &ascii);
+            let once = t.decode(&t.encode(&text).unwrap()).unwrap();
+            let twice = t.decode(&t.encode(&once).unwrap()).unwrap();
+            proptest::prop_assert_eq!(once, twice);
+        }
+    }
+}
