@@ -6,8 +6,12 @@
 
 pub mod error;
 pub mod gguf;
+pub mod llama;
+pub mod model;
 pub mod registry;
 pub mod tokenizer;
 pub mod toy;
+pub mod shard;
 
 pub use error::{ModelError, Result};
+pub use model::{LanguageModel, Logits, SeqId, SequenceStep};
