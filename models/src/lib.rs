@@ -9,9 +9,9 @@ pub mod gguf;
 pub mod llama;
 pub mod model;
 pub mod registry;
+pub mod shard;
 pub mod tokenizer;
 pub mod toy;
-pub mod shard;
 
 pub use error::{ModelError, Result};
 pub use model::{LanguageModel, Logits, SeqId, SequenceStep};
