@@ -1,13 +1,14 @@
 //! The two inner loops of attention — a dot product and `acc += p * v` — written so their result
-//! does not depend on the instruction set: eight fixed lanes, a fixed pairwise lane reduction,
-//! and no fused multiply-add. The AVX2 build of the same code (chosen at run time) is therefore
+//! does not depend on the instruction set: 32 fixed lanes (four independent 8-wide accumulators,
+//! so the adds pipeline), a fixed pairwise lane reduction, and no fused multiply-add. The AVX2 build of the same code (chosen at run time) is therefore
 //! bit-identical to the portable one; it is only faster.
 
 /// Lanes of the fixed-order reduction.
-const LANES: usize = 8;
+const LANES: usize = 32;
 
-/// `sum_d a[d] * b[d]` with lane `l` accumulating `d ≡ l (mod 8)` in increasing `d`, then lanes
-/// combined as `((0+4)+(2+6)) + ((1+5)+(3+7))`. `a` and `b` have equal length.
+/// `sum_d a[d] * b[d]` with lane `l` accumulating `d ≡ l (mod 32)` in increasing `d`, then lanes
+/// combined pairwise: `lane[l] += lane[l + 16]`, then `+ lane[l + 8]`, `+ lane[l + 4]`,
+/// `+ lane[l + 2]`, `+ lane[l + 1]`, leaving the sum in lane 0. `a` and `b` have equal length.
 #[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
@@ -22,7 +23,14 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     for (l, (x, y)) in ra.iter().zip(rb).enumerate() {
         acc[l] += x * y;
     }
-    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    acc[0]
 }
 
 /// `acc[d] += p * v[d]` for every `d` (elementwise, so order-free).
