@@ -184,19 +184,27 @@ struct Context<'p, 'a> {
 
 fn run_task(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if simd::has_avx2() {
-        // SAFETY: the CPU supports AVX2 (checked just above at run time).
-        return unsafe { run_task_avx2(ctx, seq, task) };
+    if let Some(avx2) = simd::Avx2::detect() {
+        // SAFETY: `avx2` exists only if the CPU supports AVX2.
+        return unsafe { run_task_avx2(ctx, seq, task, avx2) };
     }
-    run_task_body(ctx, seq, task)
+    run_task_body(ctx, seq, task, simd::Portable)
 }
 
 /// The same code as [`run_task_body`], compiled for AVX2 (results are bit-identical: see
 /// [`simd`]).
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn run_task_avx2(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
-    run_task_body(ctx, seq, task)
+unsafe fn run_task_avx2(
+    ctx: &Context<'_, '_>,
+    seq: &AttentionSeq<'_>,
+    task: &Task,
+    avx2: simd::Avx2,
+) -> Vec<f32> {
+    run_task_body(ctx, seq, task, avx2)
 }
 
 /// Running online-softmax state of one query row.
@@ -209,8 +217,9 @@ struct RowState<'o> {
 impl RowState<'_> {
     /// Adds one chunk of keys (in logical order) to the state of query `q`.
     #[inline(always)]
-    fn absorb(
+    fn absorb<D: simd::Dot>(
         &mut self,
+        kernel: D,
         q: &[f32],
         keys: &[&[f32]],
         values: &[&[f32]],
@@ -220,7 +229,7 @@ impl RowState<'_> {
         let scores = &mut scores[..keys.len()];
         let mut chunk_max = f32::NEG_INFINITY;
         for (s, k) in scores.iter_mut().zip(keys) {
-            *s = simd::dot(q, k) * scale;
+            *s = kernel.dot(q, k) * scale;
             chunk_max = chunk_max.max(*s);
         }
         let new_max = self.max.max(chunk_max);
@@ -241,7 +250,12 @@ impl RowState<'_> {
 }
 
 #[inline(always)]
-fn run_task_body(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
+fn run_task_body<D: simd::Dot>(
+    ctx: &Context<'_, '_>,
+    seq: &AttentionSeq<'_>,
+    task: &Task,
+    kernel: D,
+) -> Vec<f32> {
     let pages = ctx.pages;
     let layout = pages.layout();
     let (dim, bs) = (layout.head_dim(), layout.block_size());
@@ -281,7 +295,7 @@ fn run_task_body(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> 
             values.push(row_at(pos, KvPart::Value));
         }
         for (r, state) in task.rows.clone().zip(states.iter_mut()) {
-            state.absorb(query(r), &keys, &values, scale, &mut scores);
+            state.absorb(kernel, query(r), &keys, &values, scale, &mut scores);
         }
     }
 
@@ -316,7 +330,7 @@ fn run_task_body(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> 
                 keys.push(row_at(pos, KvPart::Key));
                 values.push(row_at(pos, KvPart::Value));
             }
-            state.absorb(query(r), &keys, &values, scale, &mut scores);
+            state.absorb(kernel, query(r), &keys, &values, scale, &mut scores);
         }
     }
 
