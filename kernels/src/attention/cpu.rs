@@ -11,7 +11,8 @@
 //! Query `(node i, head h)` reduces over the **logical key sequence**
 //! `prefix 0..prefix_len, then the root-to-i path by depth`, numbered `0..prefix_len + depth(i) + 1`
 //! and split into chunks at multiples of [`KEY_CHUNK`]. Per chunk: scores `dot(q, k) * scale`, chunk
-//! maximum, one rescale of the running `(max, sum, acc)` state, then keys added in order. That
+//! maximum, one rescale of the running `(max, sum, acc)` state, then weights `exp(s - max)` (a fixed polynomial, `simd::exp_nonpositive`) added
+//! to `sum` and `weight · v` to `acc`, keys in order. That
 //! sequence of operations depends only on the query, its visible keys and their logical order —
 //! never on the block size, the physical blocks, the rest of the tree or the batch. So a token's
 //! output is bit-identical alone (its path committed as prefix), in a chain, in a tree or in a batch.
@@ -235,17 +236,19 @@ impl RowState<'_> {
         let new_max = self.max.max(chunk_max);
         if new_max > self.max {
             if self.max != f32::NEG_INFINITY {
-                let alpha = (self.max - new_max).exp();
+                let alpha = simd::exp_nonpositive(self.max - new_max);
                 self.sum *= alpha;
                 simd::scale(self.acc, alpha);
             }
             self.max = new_max;
         }
-        for (s, v) in scores.iter().zip(values) {
-            let p = (s - new_max).exp();
-            self.sum += p;
-            simd::axpy(self.acc, p, v);
+        for s in scores.iter_mut() {
+            *s = simd::exp_nonpositive(*s - new_max);
         }
+        for p in scores.iter() {
+            self.sum += p;
+        }
+        simd::accumulate(self.acc, scores, values);
     }
 }
 
