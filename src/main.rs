@@ -17,6 +17,9 @@ enum Command {
     /// Prove the verifiers exact: enumerate every verifier x tree kind (and the negative
     /// controls) on seeded toy models and print the total-variation table.
     Prove,
+    /// Benchmark a GGUF model end to end (tokens/s, verify-cost curve, memory) or split its
+    /// forward into kernels; see scripts/bench-vs-llamacpp.sh for the llama.cpp baseline.
+    Bench(specdec::harness::bench::cli::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -26,6 +29,7 @@ fn main() -> anyhow::Result<()> {
             println!("specdec {}", env!("CARGO_PKG_VERSION"));
         }
         Command::Prove => prove()?,
+        Command::Bench(args) => args.run()?,
     }
     Ok(())
 }

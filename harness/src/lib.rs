@@ -3,6 +3,7 @@
 //! The engine loop that runs speculative decoding end to end, its metrics, experiment configs and
 //! reports.
 //!
+//! - [`bench`]: `specdec bench`, end-to-end model and kernel benchmarks;
 //! - [`config`]: experiment configs (TOML), validated, unknown keys refused;
 //! - [`metrics`]: per-step / per-request records and per-configuration aggregates;
 //! - [`report`]: JSONL, CSV, markdown and SVG outputs with provenance;
@@ -10,6 +11,7 @@
 //! - [`runner`]: runs an experiment on a [`runner::Backend`] with a progress bar;
 //! - [`repro`]: paper reproductions that need no models.
 
+pub mod bench;
 pub mod config;
 pub mod engine;
 pub mod error;
