@@ -95,3 +95,95 @@ build_llamacpp() {
 
 build_llamacpp
 [ $BUILD_ONLY = 0 ] || exit 0
+
+# ---- measure -------------------------------------------------------------------------------
+command -v python3 >/dev/null || die "python3 is needed to read the JSON results"
+if [ ! -x /usr/bin/time ] || ! /usr/bin/time -v true >/dev/null 2>&1; then
+    apt_install time || log "GNU time unavailable: llama.cpp peak memory will read n/a"
+fi
+log "building specdec (release)"
+cargo build --release -p specdec --quiet || die "cargo build -p specdec failed"
+SPECDEC=${SPECDEC_BIN:-$CARGO_TARGET_DIR/release/specdec}
+KS=1,2,4,8,16
+DEPTH=64
+DEPTH_ARGS=(-d $DEPTH)
+"$BIN_DIR/llama-bench" --help 2>&1 | grep -q -- '--n-depth' \
+    || { DEPTH_ARGS=(); DEPTH=0; log "this llama-bench has no -d: K costs from an empty context"; }
+mkdir -p "$OUT_DIR"
+ROWS=()
+for model in "${MODELS[@]}"; do
+    gguf=$(python3 - "$model" <<'PY'
+import os, sys, tomllib
+name = sys.argv[1]
+if os.path.exists(name):
+    print(os.path.abspath(name)); sys.exit()
+for e in tomllib.load(open("models/registry.toml", "rb"))["entry"]:
+    if name in (e["name"], e["fetch"]):
+        cache = os.path.expanduser(os.environ.get("SPECDEC_CACHE") or "~/.cache/specdec")
+        print(os.path.join(cache, e["file"])); sys.exit()
+sys.exit(f"unknown model {name}")
+PY
+) || die "cannot resolve model $model"
+    [ -f "$gguf" ] || die "$gguf missing: run scripts/fetch-models.sh first"
+    tag=$(basename "$gguf" .gguf)
+    log "$model: llama.cpp pp/tg ($THREADS threads, $REPS reps)"
+    /usr/bin/time -v -o "$OUT_DIR/$tag.llamacpp.time" \
+        "$BIN_DIR/llama-bench" -m "$gguf" -p 64 -n 64 -t "$THREADS" -r "$REPS" -o json \
+        >"$OUT_DIR/$tag.llamacpp.pptg.json" 2>"$OUT_DIR/$tag.llamacpp.pptg.log" \
+        || die "llama-bench failed on $gguf; see $OUT_DIR/$tag.llamacpp.pptg.log"
+    log "$model: llama.cpp K = $KS after $DEPTH tokens"
+    "$BIN_DIR/llama-bench" -m "$gguf" -p "$KS" -n 0 "${DEPTH_ARGS[@]}" -t "$THREADS" -r "$REPS" -o json \
+        >"$OUT_DIR/$tag.llamacpp.k.json" 2>"$OUT_DIR/$tag.llamacpp.k.log" \
+        || die "llama-bench (K curve) failed on $gguf; see $OUT_DIR/$tag.llamacpp.k.log"
+    log "$model: specdec"
+    RAYON_NUM_THREADS=$THREADS "$SPECDEC" bench model "$gguf" --prompt-tokens 64 --decode-tokens 64 \
+        --verify-prefix "$DEPTH" --ks "$KS" --reps "$REPS" --json "$OUT_DIR/$tag.specdec.json" \
+        >"$OUT_DIR/$tag.specdec.txt" || die "specdec bench failed on $gguf"
+    ROWS+=("$model=$tag")
+done
+
+python3 - "$OUT_DIR" "$THREADS" "$DEPTH" "${ROWS[@]}" <<'PY' | tee "$OUT_DIR/table.md"
+import json, os, statistics, sys
+out, threads, depth, rows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+KS = [2, 4, 8, 16]
+
+def llama(tag):
+    tests = json.load(open(f"{out}/{tag}.llamacpp.pptg.json"))
+    med_ts = lambda t: statistics.median(t["samples_ts"]) if t.get("samples_ts") else t["avg_ts"]
+    pp = next(med_ts(t) for t in tests if t["n_prompt"] == 64 and t["n_gen"] == 0)
+    tg = next(med_ts(t) for t in tests if t["n_gen"] == 64 and t["n_prompt"] == 0)
+    peak = None
+    for line in open(f"{out}/{tag}.llamacpp.time"):
+        if "Maximum resident set size" in line:
+            peak = int(line.split(":")[1]) / 1024
+    ktests = json.load(open(f"{out}/{tag}.llamacpp.k.json"))
+    med_ns = {t["n_prompt"]: statistics.median(t["samples_ns"]) if t.get("samples_ns") else t["avg_ns"]
+              for t in ktests if t["n_gen"] == 0}
+    cost = {k: med_ns[k] / med_ns[1] for k in KS if k in med_ns and 1 in med_ns}
+    return pp, tg, peak, cost
+
+def specdec(tag):
+    r = json.load(open(f"{out}/{tag}.specdec.json"))
+    res = r["result"]
+    cost = {v["k"]: v["relative"] for v in res["verify"]}
+    peak = r["peak_rss_bytes"] / 2**20 if r.get("peak_rss_bytes") else None
+    return res["prompt_tokens_per_s"], res["decode_tokens_per_s"], peak, cost
+
+fmt = lambda v, p=1: "n/a" if v is None else f"{v:.{p}f}"
+ratio = lambda a, b: None if a is None or b is None or b == 0 else a / b
+print(f"Threads {threads}; pp = one forward of 64 tokens, decode = 64 tokens one per forward; "
+      f"cost(K) = one forward of K tokens after {depth} tokens, / cost(1); medians.")
+print()
+print("| model | engine | pp tok/s | decode tok/s | peak MiB | " + " | ".join(f"K={k}" for k in KS) + " |")
+print("|---|---|---:|---:|---:|" + "---:|" * len(KS))
+for row in rows:
+    model, tag = row.split("=", 1)
+    l, s = llama(tag), specdec(tag)
+    for name, m in (("llama.cpp", l), ("specdec", s)):
+        print(f"| {model} | {name} | {fmt(m[0])} | {fmt(m[1])} | {fmt(m[2], 0)} | "
+              + " | ".join(fmt(m[3].get(k), 2) for k in KS) + " |")
+    print(f"| {model} | specdec/llama.cpp | {fmt(ratio(s[0], l[0]), 2)} | {fmt(ratio(s[1], l[1]), 2)} | "
+          f"{fmt(ratio(s[2], l[2]), 2)} | "
+          + " | ".join(fmt(ratio(s[3].get(k), l[3].get(k)), 2) for k in KS) + " |")
+PY
+log "results in $OUT_DIR"
