@@ -9,7 +9,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use specdec_kernels::TreeTopology;
 use specdec_models::gguf::GgufFile;
 use specdec_models::llama::{LlamaModel, LlamaOptions};
@@ -71,5 +71,10 @@ fn forward_k(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, forward_k);
+// `criterion_group!` defines an undocumented public function.
+#[allow(missing_docs)]
+mod group {
+    criterion::criterion_group!(benches, super::forward_k);
+}
+use group::benches;
 criterion_main!(benches);
