@@ -107,10 +107,7 @@ fn qwen_05b_two_ranks_match_one() {
         return;
     };
     let mut single = load(&file);
-    let config = single.config().clone();
-    let weights = specdec_models::llama::read_weights(&file, &config).unwrap();
-    let special = specdec_models::llama::read_special_tokens(&file);
-    let mut sharded = ShardedModel::new(&config, &weights, &special, OPTIONS, 2).unwrap();
+    let mut sharded = ShardedModel::from_gguf(&file, OPTIONS, 2).unwrap();
     eprintln!(
         "qwen 0.5b plans: {:?}",
         sharded.ranks().iter().map(|r| r.plan()).collect::<Vec<_>>()

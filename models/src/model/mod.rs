@@ -46,10 +46,11 @@ pub trait LanguageModel: Send {
     fn new_sequence(&mut self) -> Result<SeqId>;
 
     /// Opens a new sequence sharing the committed tokens of `seq` (copy on write where the cache
-    /// pages are shared). Speculative entries of `seq` are not copied.
+    /// pages are shared).
     ///
     /// # Errors
-    /// When `seq` is unknown or the cache is full.
+    /// When `seq` is unknown, has uncommitted speculative entries (commit or `rewind(seq, 0)`
+    /// first), or the cache is full.
     fn fork(&mut self, seq: SeqId) -> Result<SeqId>;
 
     /// Closes `seq`, freeing its cache entries.
