@@ -15,10 +15,12 @@
 
 pub mod attention;
 pub mod error;
+pub mod kv;
 pub mod ops;
 pub mod quant;
-pub mod kv;
+pub mod sampling;
 pub mod tree;
+pub mod verification;
 
 pub use error::{KernelError, Result};
 pub use tree::TreeTopology;

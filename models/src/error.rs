@@ -88,6 +88,12 @@ pub enum ModelError {
     /// Rendering the chat template failed.
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    /// A toy probability table is malformed.
+    #[error("invalid toy model: {reason}")]
+    InvalidToyModel {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// `Result` with [`ModelError`].
