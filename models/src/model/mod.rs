@@ -73,7 +73,8 @@ pub trait LanguageModel: Send {
     ///
     /// # Errors
     /// Unknown or repeated sequence ids, token ids outside the vocabulary, a token/tree length
-    /// mismatch, a context overflow or a full KV cache. On error no sequence has changed.
+    /// mismatch, a context overflow or a full KV cache. On error no committed token has changed
+    /// (uncommitted speculative entries of the batch's sequences may have been discarded).
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>>;
 
     /// Keeps the new tokens on `path` of the last forward of `seq` as committed tokens, in path
