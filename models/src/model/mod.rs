@@ -2,7 +2,7 @@
 //!
 //! A model owns the KV cache of its sequences. One call to [`LanguageModel::forward`] takes a
 //! ragged batch of [`SequenceStep`]s — for each sequence, its new tokens and their shape (a
-//! [`TreeTopology`]: a chain for a prefill chunk or plain decoding, a tree for verifying a draft
+//! [`TreeTopology`](specdec_kernels::TreeTopology): a chain for a prefill chunk or plain decoding, a tree for verifying a draft
 //! tree) — and returns f32 logits `[n_new, vocab]` per sequence. The K/V of the new tokens are
 //! written to the cache as **speculative** entries: they are visible to later forwards of the same
 //! sequence only once [`LanguageModel::commit`] has kept a root-to-node path of them. New token
