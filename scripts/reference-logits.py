@@ -1,129 +1,154 @@
 #!/usr/bin/env python3
-"""Reference logits for the runner's tests, from an independent implementation.
+"""Reference logits for specdec's model tests, from an outside implementation.
 
-Reads a GGUF file with the `gguf` package (llama.cpp's own Python reader and dequantiser),
-dequantises every weight to float32, and runs the Llama / Qwen2 decoder in numpy with float64
-activations (RMSNorm, RoPE — interleaved pairs for llama-arch GGUF, half-split for qwen2 —, GQA
-causal attention, SwiGLU, tied or separate head). Writes, for each prompt (token ids), the top-k
-ids and logits at every position as JSON: the fixture models/tests/fixtures/reference_logits.json.
+    python3 scripts/reference-logits.py [--models smollm2-135m,qwen2.5-coder-0.5b]
+                                        [--out models/tests/fixtures/reference_logits.json]
 
-Usage (in a venv with `pip install numpy gguf`):
-  scripts/reference-logits.py OUT.json MODEL.gguf NAME [MODEL.gguf NAME ...]
-Prompts are fixed below (ids from specdec's tokenizer; the text is recorded for readers).
-No network: the GGUF files come from scripts/fetch-models.sh.
+Loads each GGUF file from the specdec cache (scripts/fetch-models.sh fetches them) with
+Hugging Face transformers, which dequantises every tensor to float32 and runs the model in
+PyTorch on the CPU, and writes a small JSON fixture: for a few prompts, the input ids (from the
+transformers tokenizer built from the same GGUF), the top-k next-token logits and the log-sum-exp
+of the logits at every position, and a short greedy continuation.
+
+The first run creates a virtual environment outside the repository
+(${SPECDEC_CACHE:-~/.cache/specdec}/venv-reference, about 6 GB: the PyPI torch wheel pulls its
+CUDA libraries even though only the CPU is used; about 3 minutes to install here) and re-runs
+itself inside it.
 """
+import argparse
+import gzip
 import json
+import os
+import subprocess
 import sys
+import time
 
-import numpy as np
-from gguf import GGUFReader
-from gguf.quants import dequantize
-
-PROMPTS = {
-    "smollm2-135m": [
-        ("def fibonacci(n):", [1604, 3987, 46477, 24, 94, 727]),
-        ("The capital of France is", [504, 3575, 282, 4649, 314]),
-        ("for i in range(10):\n    print(", [1710, 2056, 281, 1845, 24, 33, 32, 727, 472, 1628, 24]),
-    ],
-    "qwen2.5-coder-0.5b": [
-        ("def fibonacci(n):", [750, 75698, 1445, 1648]),
-        ("The capital of France is", [785, 6722, 315, 9625, 374]),
-        ("for i in range(10):\n    print(", [1958, 600, 304, 2088, 7, 16, 15, 982, 262, 1173, 7]),
-    ],
-}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.expanduser(os.environ.get("SPECDEC_CACHE") or "~/.cache/specdec")
+VENV = os.path.join(CACHE, "venv-reference")
+PACKAGES = ["torch==2.15.0", "transformers==5.24.0", "gguf==0.19.0", "accelerate", "numpy"]
 TOP_K = 5
+GREEDY_TOKENS = 12
 
 
-def field(reader, key, default=None):
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    return f.parts[f.data[0]].tolist()[0]
+def ensure_venv():
+    """Re-executes this script inside the reference venv, creating it on first use."""
+    py = os.path.join(VENV, "bin", "python")
+    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
+        return
+    if not os.path.exists(py):
+        print(f"== creating {VENV} and installing {' '.join(PACKAGES)}", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", *PACKAGES], check=True)
+    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
 
 
-class Model:
-    def __init__(self, path):
-        r = GGUFReader(path)
-        arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
-        self.arch = arch
-        self.n_layers = field(r, f"{arch}.block_count")
-        self.hidden = field(r, f"{arch}.embedding_length")
-        self.n_heads = field(r, f"{arch}.attention.head_count")
-        self.n_kv = field(r, f"{arch}.attention.head_count_kv")
-        self.head_dim = field(r, f"{arch}.attention.key_length", self.hidden // self.n_heads)
-        self.eps = field(r, f"{arch}.attention.layer_norm_rms_epsilon")
-        self.base = field(r, f"{arch}.rope.freq_base", 10000.0)
-        self.t = {}
-        for t in r.tensors:
-            w = dequantize(t.data, t.tensor_type).astype(np.float32)
-            shape = [int(d) for d in reversed(t.shape)]  # rows-major: [rows, cols]
-            self.t[t.name] = w.reshape(shape)
-        if "output.weight" not in self.t:
-            self.t["output.weight"] = self.t["token_embd.weight"]
+def registry():
+    import tomllib
 
-    def rms(self, x, w):
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+    with open(os.path.join(REPO, "models", "registry.toml"), "rb") as f:
+        return {e["name"]: e for e in tomllib.load(f)["entry"]}
 
-    def rope(self, x, n):
-        d = self.head_dim
-        half = d // 2
-        inv = self.base ** (-np.arange(half, dtype=np.float64) * 2 / d)
-        ang = np.arange(n, dtype=np.float64)[:, None] * inv[None, :]  # [n, half]
-        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-        x = x.copy()
-        if self.arch == "llama":
-            a, b = x[..., 0::2].copy(), x[..., 1::2].copy()
-            x[..., 0::2], x[..., 1::2] = a * cos - b * sin, a * sin + b * cos
-        else:
-            a, b = x[..., :half].copy(), x[..., half:].copy()
-            x[..., :half], x[..., half:] = a * cos - b * sin, a * sin + b * cos
-        return x
 
-    def logits(self, ids):
-        n, d, hd = len(ids), self.hidden, self.head_dim
-        g = self.n_heads // self.n_kv
-        x = self.t["token_embd.weight"][ids].astype(np.float64)
-        mask = np.triu(np.full((n, n), -np.inf), 1)
-        for l in range(self.n_layers):
-            p = lambda s: self.t[f"blk.{l}.{s}"]
-            h = self.rms(x, p("attn_norm.weight"))
-            q, k, v = (h @ p(f"attn_{s}.weight").T for s in "qkv")
-            if self.arch == "qwen2":
-                q, k, v = q + p("attn_q.bias"), k + p("attn_k.bias"), v + p("attn_v.bias")
-            q = self.rope(q.reshape(n, self.n_heads, hd), n)
-            k = self.rope(k.reshape(n, self.n_kv, hd), n)
-            v = v.reshape(n, self.n_kv, hd)
-            out = np.empty((n, self.n_heads, hd))
-            for head in range(self.n_heads):
-                s = q[:, head] @ k[:, head // g].T / np.sqrt(hd) + mask
-                s = np.exp(s - s.max(axis=-1, keepdims=True))
-                out[:, head] = (s / s.sum(axis=-1, keepdims=True)) @ v[:, head // g]
-            x = x + out.reshape(n, -1) @ p("attn_output.weight").T
-            h = self.rms(x, p("ffn_norm.weight"))
-            gate, up = h @ p("ffn_gate.weight").T, h @ p("ffn_up.weight").T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ p("ffn_down.weight").T
-        return self.rms(x, self.t["output_norm.weight"]) @ self.t["output.weight"].T
+def prompts(tokenizer):
+    """The prompts: (name, text). The chat prompt is rendered by the file's own template."""
+    with open(os.path.join(CACHE, "HumanEval.jsonl"), "rb") as f:
+        first = json.loads(f.readline())
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    return [
+        ("fibonacci", "def fibonacci(n):"),
+        ("chat_capital", chat),
+        ("humaneval_0", first["prompt"]),
+        ("digits_and_prose", "The quick brown fox jumps over the lazy dog 1234567890 times.\n"),
+    ]
+
+
+def compact_json(value, indent=0):
+    """JSON with objects and lists of objects indented, and every list of scalars or flat
+    object on one line: one position per line, small diffs."""
+    pad = " " * indent
+    flat = lambda v: not isinstance(v, (dict, list)) or (
+        isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v))
+    if isinstance(value, dict) and not all(flat(v) for v in value.values()):
+        items = [f"{pad} {json.dumps(k)}: {compact_json(v, indent + 1).lstrip()}" for k, v in value.items()]
+        return pad + "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and not flat(value):
+        return pad + "[\n" + ",\n".join(compact_json(v, indent + 1) for v in value) + "\n" + pad + "]"
+    return pad + json.dumps(value, ensure_ascii=False)
 
 
 def main():
-    out_path, pairs = sys.argv[1], sys.argv[2:]
-    fixture = {"top_k": TOP_K, "models": {}}
-    for path, name in zip(pairs[0::2], pairs[1::2]):
-        model = Model(path)
-        prompts = []
-        for text, ids in PROMPTS[name]:
-            logits = model.logits(ids)
-            rows = []
-            for pos in range(len(ids)):
-                top = np.argsort(-logits[pos], kind="stable")[:TOP_K]
-                rows.append({"ids": [int(i) for i in top],
-                             "logits": [round(float(logits[pos, i]), 5) for i in top]})
-            prompts.append({"text": text, "ids": ids, "top": rows})
-            print(f"{name} {text!r}: next {rows[-1]}", file=sys.stderr)
-        fixture["models"][name] = prompts
-    with open(out_path, "w") as f:
-        json.dump(fixture, f, indent=1)
-        f.write("\n")
+    ensure_venv()
+    os.environ["TQDM_DISABLE"] = "1"  # quiet the GGUF dequantisation progress bars
+    import numpy
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="smollm2-135m,qwen2.5-coder-0.5b")
+    ap.add_argument("--out", default=os.path.join(REPO, "models/tests/fixtures/reference_logits.json"))
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    transformers.utils.logging.disable_progress_bar()
+    reg = registry()
+    out = {
+        "generator": "scripts/reference-logits.py",
+        "reference": f"transformers {transformers.__version__} (GGUF dequantised to float32), "
+        f"torch {torch.__version__} on the CPU",
+        "top_k": TOP_K,
+        "note": "per prompt: input ids (no BOS; transformers' tokenizer from the GGUF), and for "
+        "every position p the top-k logits predicting token p+1 and the log-sum-exp of all "
+        "logits at p; greedy_ids continue the prompt greedily",
+        "models": {},
+    }
+    for name in args.models.split(","):
+        entry = reg[name]
+        path = os.path.join(CACHE, entry["file"])
+        if not os.path.exists(path):
+            sys.exit(f"{path} is missing: run scripts/fetch-models.sh {entry['fetch']}")
+        t0 = time.time()
+        tok = AutoTokenizer.from_pretrained(CACHE, gguf_file=entry["file"])
+        model = AutoModelForCausalLM.from_pretrained(CACHE, gguf_file=entry["file"], dtype=torch.float32)
+        model.eval()
+        print(f"== {name}: loaded in {time.time() - t0:.1f} s", flush=True)
+        result = {"file": entry["file"], "sha256": entry["sha256"], "prompts": []}
+        for pname, text in prompts(tok):
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = model(torch.tensor([ids])).logits[0].double()
+                lse = torch.logsumexp(logits, dim=-1)
+                top = torch.topk(logits, TOP_K, dim=-1)
+                greedy = model.generate(
+                    torch.tensor([ids]), max_new_tokens=GREEDY_TOKENS, do_sample=False,
+                    pad_token_id=tok.eos_token_id,
+                )[0, len(ids):].tolist()
+            positions = [
+                {
+                    "top_ids": top.indices[p].tolist(),
+                    "top_logits": [round(v, 4) for v in top.values[p].tolist()],
+                    "logsumexp": round(lse[p].item(), 4),
+                }
+                for p in range(len(ids))
+            ]
+            result["prompts"].append({
+                "name": pname, "text": text, "ids": ids, "positions": positions,
+                "greedy_ids": greedy, "greedy_text": tok.decode(greedy),
+            })
+            last = positions[-1]
+            print(f"   {pname}: {len(ids)} tokens, last top ids {last['top_ids']} logits "
+                  f"{last['top_logits']}; greedy {tok.decode(greedy)!r}", flush=True)
+        out["models"][name] = result
+        print(f"== {name}: done in {time.time() - t0:.1f} s", flush=True)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(compact_json(out) + "\n")
+    print(f"== wrote {args.out} ({os.path.getsize(args.out)} bytes)")
 
 
 if __name__ == "__main__":
