@@ -181,7 +181,7 @@ fn all_accepted(pair: &ToyPair, params: &SamplingParams, context: &[u32], i: usi
         if both.is_positive() {
             let mut longer = context.to_vec();
             longer.push(x as u32);
-            total = total + both * all_accepted(pair, params, &longer, i - 1);
+            total += both * all_accepted(pair, params, &longer, i - 1);
         }
     }
     total
