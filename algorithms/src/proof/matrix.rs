@@ -241,6 +241,34 @@ pub fn standard_cases() -> Result<Vec<ProofCase>> {
             lossless,
         )?);
     }
+    // The largest cases: four tokens, a 2x2 tree (6 drafts) and a chain of 4.
+    cases.push(case(
+        method(VerifyMethod::MultiRoundIid),
+        tree(DraftKind::Iid),
+        t(1.0),
+        5,
+        4,
+        1,
+        lossless,
+    )?);
+    cases.push(case(
+        method(VerifyMethod::RecursiveRejection),
+        tree(DraftKind::WithoutReplacement),
+        t(1.0),
+        5,
+        4,
+        1,
+        lossless,
+    )?);
+    cases.push(case(
+        method(VerifyMethod::ChainRejection),
+        ToyDrafter::Chain { k: 4 },
+        t(1.0),
+        5,
+        4,
+        1,
+        lossless,
+    )?);
     for kind in DraftKind::ALL {
         cases.push(case(
             method(VerifyMethod::TargetOnly),
