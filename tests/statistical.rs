@@ -31,7 +31,10 @@ fn spec_loop<N: Prob + 'static>(
 }
 
 /// Samples `SAMPLES` outputs with production decisions (one sequence id per sample).
-fn sample(spec: &SpecLoop<f64>, seed: u64) -> Vec<Vec<u32>> {
+fn sample<N: Prob>(spec: &SpecLoop<N>, seed: u64) -> Vec<Vec<u32>>
+where
+    Replay<specdec::kernels::sampling::CounterRng>: specdec::kernels::sampling::Decisions<N>,
+{
     let mut decisions = Replay::production(seed);
     (0..SAMPLES)
         .map(|sequence| spec.generate(sequence, &mut decisions).unwrap())
@@ -71,6 +74,24 @@ fn production_sampling_matches_the_exact_distribution() {
         );
         assert!(test.detectable_tv < 0.05, "{test}");
     }
+}
+
+/// The kernels' own number type: the whole loop in `f32` (fixed-point sums, 24-bit accept
+/// uniforms) against the exact distribution.
+#[test]
+fn production_sampling_in_f32_matches_the_exact_distribution() {
+    let method = VerifyMethod::MultiRoundIid;
+    let drafter = ToyDrafter::Tree {
+        widths: vec![2, 1],
+        kind: DraftKind::Iid,
+    };
+    let exact = spec_loop::<BigRational>(Arc::new(method), drafter.clone())
+        .exact_distribution()
+        .unwrap();
+    let samples = sample(&spec_loop::<f32>(Arc::new(method), drafter.clone()), 9);
+    let test = g_test_samples(&samples, &exact, ALPHA);
+    println!("f32 {} / {}: {test}", method.name(), drafter.describe());
+    assert!(test.passed(), "{test}");
 }
 
 #[test]
