@@ -238,3 +238,71 @@ fn one() -> BigRational {
 fn zero() -> BigRational {
     <BigRational as Prob>::zero()
 }
+
+/// A batch's sequences do not influence each other: enumerating the batch verification of two
+/// sequences gives exactly the product of their separate verdict distributions.
+#[test]
+fn batch_verification_is_the_product_of_its_sequences() {
+    use specdec::algorithms::proof::enumerate;
+    use specdec::kernels::verification::{verify_batch, DraftTree, VerifyInput};
+    use specdec::kernels::TreeTopology;
+    let r = |a: i64, b: i64| specdec::kernels::sampling::ratio(a, b);
+    let q = vec![r(1, 2), r(1, 3), r(1, 6)];
+    let chain = |tokens: Vec<u32>| {
+        let n = tokens.len();
+        DraftTree::new(
+            TreeTopology::chain(n),
+            tokens,
+            vec![Some(q.clone()); n],
+            DraftKind::Iid,
+        )
+        .unwrap()
+    };
+    let (a, b) = (chain(vec![0, 1, 0]), chain(vec![2, 2]));
+    let pa = vec![
+        vec![r(1, 4), r(1, 4), r(1, 2)],
+        vec![r(1, 3), r(1, 3), r(1, 3)],
+        vec![r(0, 1), r(1, 2), r(1, 2)],
+    ];
+    let pb = vec![
+        vec![r(1, 8), r(5, 8), r(1, 4)],
+        vec![r(1, 2), r(0, 1), r(1, 2)],
+    ];
+    let inputs = [
+        VerifyInput {
+            sequence: 1,
+            step: 0,
+            tree: &a,
+            target_probs: &pa,
+        },
+        VerifyInput {
+            sequence: 2,
+            step: 0,
+            tree: &b,
+            target_probs: &pb,
+        },
+    ];
+    let joint = enumerate(|e| Ok(verify_batch(VerifyMethod::ChainRejection, &inputs, e)?)).unwrap();
+    let alone: Vec<_> = inputs
+        .iter()
+        .map(|input| {
+            enumerate(|e| {
+                Ok(
+                    verify_batch(VerifyMethod::ChainRejection, std::slice::from_ref(input), e)?[0]
+                        .clone(),
+                )
+            })
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(joint.total(), one());
+    for (x, px) in alone[0].iter() {
+        for (y, py) in alone[1].iter() {
+            assert_eq!(
+                joint.prob(&vec![x.clone(), y.clone()]),
+                px.clone() * py.clone()
+            );
+        }
+    }
+    assert_eq!(joint.len(), alone[0].len() * alone[1].len());
+}
