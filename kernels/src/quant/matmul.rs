@@ -131,6 +131,21 @@ impl SimdLevel {
         })
     }
 
+    /// `Ok` when this CPU can run kernels of this level.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidParameter`] naming the level otherwise.
+    pub fn ensure_available(self) -> Result<()> {
+        if self.is_available() {
+            Ok(())
+        } else {
+            Err(KernelError::InvalidParameter {
+                what: "simd level",
+                reason: format!("{self:?} is not supported by this CPU"),
+            })
+        }
+    }
+
     /// Whether this CPU can run kernels of this level.
     pub fn is_available(self) -> bool {
         match self {
@@ -179,33 +194,38 @@ pub fn quant_matmul_with(
 ) -> Result<()> {
     check_len("activations [n_tokens x cols]", n_tokens * w.cols, x.len())?;
     check_len("output [n_tokens x rows]", n_tokens * w.rows, out.len())?;
-    if !level.is_available() {
-        return Err(KernelError::InvalidParameter {
-            what: "simd level",
-            reason: format!("{level:?} is not supported by this CPU"),
-        });
-    }
+    level.ensure_available()?;
     if n_tokens == 0 || w.rows == 0 {
         return Ok(());
     }
-    // Row-major [rows x n_tokens] scratch so each task owns a contiguous slice; transposed after.
-    let mut by_row = vec![0.0f32; w.rows * n_tokens];
-    by_row
-        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
-        .enumerate()
-        .for_each(|(task, chunk)| {
-            let first_row = task * ROWS_PER_TASK;
-            with_block_format!(w.ty, F => run_rows::<F>(level, w, x, n_tokens, first_row, chunk));
-        });
-    for (r, vals) in by_row.chunks_exact(n_tokens).enumerate() {
-        for (t, &v) in vals.iter().enumerate() {
-            out[t * w.rows + r] = v;
-        }
-    }
+    par_over_rows(w.rows, n_tokens, out, |first_row, chunk| {
+        with_block_format!(w.ty, F => run_rows::<F>(level, w, x, n_tokens, first_row, chunk));
+    });
     Ok(())
 }
 
-fn check_len(what: &str, expected: usize, actual: usize) -> Result<()> {
+/// Runs `task(first_row, scratch)` in parallel over blocks of [`ROWS_PER_TASK`] output rows,
+/// `scratch` being those rows' outputs as `[rows_in_block × n_tokens]`, then transposes the
+/// results into `out` (`[n_tokens × rows]`). Each output element is written by one task only.
+pub(crate) fn par_over_rows(
+    rows: usize,
+    n_tokens: usize,
+    out: &mut [f32],
+    task: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let mut by_row = vec![0.0f32; rows * n_tokens];
+    by_row
+        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
+        .enumerate()
+        .for_each(|(i, chunk)| task(i * ROWS_PER_TASK, chunk));
+    for (r, vals) in by_row.chunks_exact(n_tokens).enumerate() {
+        for (t, &v) in vals.iter().enumerate() {
+            out[t * rows + r] = v;
+        }
+    }
+}
+
+pub(crate) fn check_len(what: &str, expected: usize, actual: usize) -> Result<()> {
     if expected != actual {
         return Err(KernelError::ShapeMismatch {
             what: what.to_string(),

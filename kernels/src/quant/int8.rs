@@ -1,0 +1,450 @@
+//! Fast quantised matrix product with 8-bit activations (the approach llama.cpp takes), for the
+//! k-quant weight types Q4_K and Q6_K.
+//!
+//! **Activations** ([`Q8Activations`]): each token's row is cut into blocks of 256; a block with
+//! `amax = max |x|` gets the scale `d = amax / 127` and quants `q = round(x · (127 / amax))`
+//! (f32 arithmetic, rounding half away from zero, clamped to ±127; an all-zero block has
+//! `d = 0, q = 0`), plus the sums of its quants over each 16-element group. This loses precision
+//! against the exact f32 path ([`super::quant_matmul`]): each activation moves by at most
+//! `d / 2`, so a dot product moves by at most `Σ_blocks d_b / 2 · Σ_i |w_i|`. That is the
+//! difference between llama.cpp's logits and an f32 reference.
+//!
+//! **Integer core**: per 256-element super-block the weight quants meet the activation quants
+//! in exact 32-bit integer arithmetic (Q4_K: `isum = Σ_j sc_j Σ_{i∈j} q_i a_i` and
+//! `msum = Σ_j m_j Σ_{i∈j} a_i`; Q6_K: `isum = Σ_k sc_k Σ_{i∈k} (q_i − 32) a_i`). Integer sums do
+//! not depend on order, so the AVX2 and portable kernels produce the same integers.
+//!
+//! **Float accumulation order** (one token, one row): `acc = 0`, then for each super-block in
+//! order `acc = acc + ((d·da)·isum − (dmin·da)·msum)` (Q4_K) or `acc = acc + (d·da)·isum`
+//! (Q6_K), every product and difference rounded to f32 (no fused multiply-add), `d`/`dmin` the
+//! block's f16 scales and `da` the activation block's scale. The result depends only on the
+//! token's activations and the weight row: batch-invariant, thread-split-invariant and
+//! bit-identical on every [`SimdLevel`].
+
+use super::dequant::{k_scale_min, le_f16};
+use super::matmul::{check_len, par_over_rows, QuantMatrix, SimdLevel};
+use super::types::QuantType;
+use crate::error::{KernelError, Result};
+
+/// Elements per activation block.
+pub const Q8_BLOCK: usize = 256;
+/// Elements per activation group sum.
+const GROUP: usize = 16;
+/// Tokens sharing one pass over a weight super-block.
+const TOKEN_GROUP: usize = 4;
+
+/// Whether [`quant_matmul_int8`] accepts weights of this type (Q4_K and Q6_K).
+pub fn int8_supported(ty: QuantType) -> bool {
+    matches!(ty, QuantType::Q4_K | QuantType::Q6_K)
+}
+
+/// A batch of activation rows quantised to 8 bits in blocks of [`Q8_BLOCK`] (see the module
+/// docs). Quantise once and reuse for every matrix that reads the same input (Q/K/V, gate/up).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Q8Activations {
+    n_tokens: usize,
+    cols: usize,
+    scales: Vec<f32>,
+    quants: Vec<i8>,
+    group_sums: Vec<i32>,
+}
+
+impl Q8Activations {
+    /// Quantises `x` (`[n_tokens × cols]`, row-major).
+    ///
+    /// # Errors
+    /// [`KernelError::NotBlockAligned`] when `cols` is not a multiple of 256;
+    /// [`KernelError::ShapeMismatch`] when `x.len() != n_tokens * cols`;
+    /// [`KernelError::InvalidParameter`] naming the first non-finite activation.
+    pub fn quantize(x: &[f32], n_tokens: usize, cols: usize) -> Result<Self> {
+        if cols % Q8_BLOCK != 0 {
+            return Err(KernelError::NotBlockAligned {
+                quant: "Q8 activations",
+                len: cols,
+                block_len: Q8_BLOCK,
+            });
+        }
+        check_len("activations [n_tokens x cols]", n_tokens * cols, x.len())?;
+        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+            return Err(KernelError::InvalidParameter {
+                what: "activation",
+                reason: format!("element {i} (token {}) is {}", i / cols.max(1), x[i]),
+            });
+        }
+        let mut scales = Vec::with_capacity(x.len() / Q8_BLOCK);
+        let mut quants = vec![0i8; x.len()];
+        let mut group_sums = Vec::with_capacity(x.len() / GROUP);
+        for (xb, qb) in x
+            .chunks_exact(Q8_BLOCK)
+            .zip(quants.chunks_exact_mut(Q8_BLOCK))
+        {
+            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            if amax > 0.0 {
+                let inv = 127.0 / amax;
+                for (q, &v) in qb.iter_mut().zip(xb) {
+                    *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
+                }
+            }
+            scales.push(amax / 127.0);
+            group_sums.extend(
+                qb.chunks_exact(GROUP)
+                    .map(|g| g.iter().map(|&q| i32::from(q)).sum::<i32>()),
+            );
+        }
+        Ok(Self {
+            n_tokens,
+            cols,
+            scales,
+            quants,
+            group_sums,
+        })
+    }
+
+    /// Number of tokens (rows).
+    pub fn n_tokens(&self) -> usize {
+        self.n_tokens
+    }
+    /// Elements per token.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// The dequantised activations `d · q` (`[n_tokens × cols]`), for error analysis.
+    pub fn dequantize(&self) -> Vec<f32> {
+        self.quants
+            .chunks_exact(Q8_BLOCK)
+            .zip(&self.scales)
+            .flat_map(|(qb, &d)| qb.iter().map(move |&q| d * f32::from(q)))
+            .collect()
+    }
+
+    #[inline(always)]
+    fn block_index(&self, token: usize, block: usize) -> usize {
+        token * (self.cols / Q8_BLOCK) + block
+    }
+    #[inline(always)]
+    fn block_quants(&self, token: usize, block: usize) -> &[i8] {
+        let b = self.block_index(token, block);
+        &self.quants[b * Q8_BLOCK..(b + 1) * Q8_BLOCK]
+    }
+    #[inline(always)]
+    fn block_sums(&self, token: usize, block: usize) -> &[i32] {
+        let b = self.block_index(token, block);
+        let per = Q8_BLOCK / GROUP;
+        &self.group_sums[b * per..(b + 1) * per]
+    }
+}
+
+/// `out = x · Wᵀ` with 8-bit activations: `acts` holds `[n_tokens × w.cols()]`, `out` is
+/// `[n_tokens × w.rows()]`, on the CPU's best [`SimdLevel`]. See the module docs for the exact
+/// arithmetic.
+///
+/// # Errors
+/// [`KernelError::UnsupportedQuantType`] when `!int8_supported(w.quant_type())`;
+/// [`KernelError::ShapeMismatch`] when `acts.cols() != w.cols()` or `out` has the wrong length.
+pub fn quant_matmul_int8(w: &QuantMatrix<'_>, acts: &Q8Activations, out: &mut [f32]) -> Result<()> {
+    quant_matmul_int8_with(w, acts, out, SimdLevel::detect())
+}
+
+/// [`quant_matmul_int8`] with an explicit [`SimdLevel`] (AVX-512 runs the AVX2 kernel).
+///
+/// # Errors
+/// As [`quant_matmul_int8`], and [`KernelError::InvalidParameter`] when `level` is not
+/// available on this CPU.
+pub fn quant_matmul_int8_with(
+    w: &QuantMatrix<'_>,
+    acts: &Q8Activations,
+    out: &mut [f32],
+    level: SimdLevel,
+) -> Result<()> {
+    let ty = w.quant_type();
+    if !int8_supported(ty) {
+        return Err(KernelError::UnsupportedQuantType {
+            id: ty.ggml_id(),
+            name: ty.name(),
+        });
+    }
+    check_len("activation columns", w.cols(), acts.cols)?;
+    check_len(
+        "output [n_tokens x rows]",
+        acts.n_tokens * w.rows(),
+        out.len(),
+    )?;
+    level.ensure_available()?;
+    if acts.n_tokens == 0 || w.rows() == 0 {
+        return Ok(());
+    }
+    par_over_rows(
+        w.rows(),
+        acts.n_tokens,
+        out,
+        |first_row, chunk| match level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 | SimdLevel::Avx512 => {
+                // SAFETY: `level.ensure_available()` succeeded, and both levels include AVX2.
+                unsafe { avx2::rows(w, acts, first_row, chunk) }
+            }
+            _ => rows_generic::<false>(w, acts, first_row, chunk),
+        },
+    );
+    Ok(())
+}
+
+/// Rows `first_row ..` into `out` (`[rows × n_tokens]`); `AVX2` selects the integer kernels
+/// (only `true` inside [`avx2::rows`]).
+#[inline(always)]
+fn rows_generic<const AVX2: bool>(
+    w: &QuantMatrix<'_>,
+    acts: &Q8Activations,
+    first_row: usize,
+    out: &mut [f32],
+) {
+    let n = acts.n_tokens;
+    for (i, out_row) in out.chunks_exact_mut(n).enumerate() {
+        let row = w.row(first_row + i);
+        let mut t = 0;
+        while t + TOKEN_GROUP <= n {
+            let sums = row_dot::<AVX2, TOKEN_GROUP>(w.quant_type(), row, acts, t);
+            out_row[t..t + TOKEN_GROUP].copy_from_slice(&sums);
+            t += TOKEN_GROUP;
+        }
+        while t < n {
+            out_row[t] = row_dot::<AVX2, 1>(w.quant_type(), row, acts, t)[0];
+            t += 1;
+        }
+    }
+}
+
+/// Dot products of one weight row with tokens `t0 .. t0 + G`.
+#[inline(always)]
+fn row_dot<const AVX2: bool, const G: usize>(
+    ty: QuantType,
+    row: &[u8],
+    acts: &Q8Activations,
+    t0: usize,
+) -> [f32; G] {
+    let mut acc = [0.0f32; G];
+    for (sb, block) in row.chunks_exact(ty.block_bytes()).enumerate() {
+        let a: [&[i8]; G] = std::array::from_fn(|g| acts.block_quants(t0 + g, sb));
+        if ty == QuantType::Q4_K {
+            let (d, dmin) = (le_f16(block, 0), le_f16(block, 2));
+            let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+            for j in 0..8 {
+                (sc[j], m[j]) = k_scale_min(j, &block[4..16]);
+            }
+            let isums = if AVX2 {
+                // SAFETY: `AVX2` is only true inside `avx2::rows`, reached after the check.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    avx2::q4k_dots::<G>(&block[16..144], &sc, a)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                q4k_dots_scalar::<G>(&block[16..144], &sc, a)
+            } else {
+                q4k_dots_scalar::<G>(&block[16..144], &sc, a)
+            };
+            for g in 0..G {
+                let da = acts.scales[acts.block_index(t0 + g, sb)];
+                let s = acts.block_sums(t0 + g, sb);
+                let msum: i32 = (0..8)
+                    .map(|j| i32::from(m[j]) * (s[2 * j] + s[2 * j + 1]))
+                    .sum();
+                acc[g] += (d * da) * isums[g] as f32 - (dmin * da) * msum as f32;
+            }
+        } else {
+            let d = le_f16(block, 208);
+            let isums = if AVX2 {
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    avx2::q6k_dots::<G>(block, a)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                q6k_dots_scalar::<G>(block, a)
+            } else {
+                q6k_dots_scalar::<G>(block, a)
+            };
+            for g in 0..G {
+                let da = acts.scales[acts.block_index(t0 + g, sb)];
+                let s = acts.block_sums(t0 + g, sb);
+                let offset: i32 = (0..16)
+                    .map(|k| i32::from(block[192 + k] as i8) * s[k])
+                    .sum();
+                let isum = isums[g] - 32 * offset;
+                acc[g] += (d * da) * isum as f32;
+            }
+        }
+    }
+    acc
+}
+
+/// Q4_K integer core: `Σ_j sc_j Σ_{i∈j} q_i a_i` per token (`qs` = the 128 quant bytes).
+#[inline(always)]
+fn q4k_dots_scalar<const G: usize>(qs: &[u8], sc: &[u8; 8], a: [&[i8]; G]) -> [i32; G] {
+    a.map(|a| {
+        let mut total = 0i32;
+        for c in 0..4 {
+            let (mut lo, mut hi) = (0i32, 0i32);
+            for l in 0..32 {
+                lo += i32::from(qs[32 * c + l] & 15) * i32::from(a[64 * c + l]);
+                hi += i32::from(qs[32 * c + l] >> 4) * i32::from(a[64 * c + 32 + l]);
+            }
+            total += i32::from(sc[2 * c]) * lo + i32::from(sc[2 * c + 1]) * hi;
+        }
+        total
+    })
+}
+
+/// Q6_K integer core without the −32 offset: `Σ_k sc_k Σ_{i∈k} q_i a_i` with the unsigned
+/// 6-bit `q_i` (`b` = the whole 210-byte block).
+#[inline(always)]
+fn q6k_dots_scalar<const G: usize>(b: &[u8], a: [&[i8]; G]) -> [i32; G] {
+    a.map(|a| {
+        let mut total = 0i32;
+        for h in 0..2 {
+            let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
+            let mut part = [0i32; 8];
+            for l in 0..32 {
+                let q = [
+                    (ql[l] & 15) | ((qh[l] & 3) << 4),
+                    (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4),
+                    (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                    (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
+                ];
+                for (i, &qi) in q.iter().enumerate() {
+                    part[2 * i + l / 16] += i32::from(qi) * i32::from(a[128 * h + 32 * i + l]);
+                }
+            }
+            for (k, p) in part.iter().enumerate() {
+                total += i32::from(b[192 + 8 * h + k] as i8) * p;
+            }
+        }
+        total
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! The AVX2 integer kernels (`vpmaddubsw` u8×i8 pair sums, `vpmaddwd` by the sub-block
+    //! scale), giving exactly the scalar kernels' integers.
+
+    use super::{rows_generic, Q8Activations, QuantMatrix};
+    use std::arch::x86_64::*;
+
+    /// [`rows_generic`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn rows(
+        w: &QuantMatrix<'_>,
+        acts: &Q8Activations,
+        first_row: usize,
+        out: &mut [f32],
+    ) {
+        rows_generic::<true>(w, acts, first_row, out)
+    }
+
+    /// Loads 32 bytes from `s[at..at + 32]` (bounds checked).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load<T>(s: &[T], at: usize) -> __m256i {
+        let bytes = &s[at..at + 32 / size_of::<T>()];
+        // SAFETY: `bytes` spans exactly 32 readable bytes; unaligned loads are allowed.
+        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hsum(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+
+    /// As `q4k_dots_scalar`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q4k_dots<const G: usize>(
+        qs: &[u8],
+        sc: &[u8; 8],
+        a: [&[i8]; G],
+    ) -> [i32; G] {
+        let mask = _mm256_set1_epi8(15);
+        let mut acc = [_mm256_setzero_si256(); G];
+        for c in 0..4 {
+            let q4 = load(qs, 32 * c);
+            let lo = _mm256_and_si256(q4, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), mask);
+            let s_lo = _mm256_set1_epi16(i16::from(sc[2 * c]));
+            let s_hi = _mm256_set1_epi16(i16::from(sc[2 * c + 1]));
+            for g in 0..G {
+                let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load(a[g], 64 * c)), s_lo);
+                let p_hi =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load(a[g], 64 * c + 32)), s_hi);
+                acc[g] = _mm256_add_epi32(acc[g], _mm256_add_epi32(p_lo, p_hi));
+            }
+        }
+        let mut sums = [0i32; G];
+        for (s, &v) in sums.iter_mut().zip(&acc) {
+            *s = hsum(v);
+        }
+        sums
+    }
+
+    /// As `q6k_dots_scalar`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q6k_dots<const G: usize>(b: &[u8], a: [&[i8]; G]) -> [i32; G] {
+        let m4 = _mm256_set1_epi8(15);
+        let m30 = _mm256_set1_epi8(0x30);
+        let mut acc = [_mm256_setzero_si256(); G];
+        for h in 0..2 {
+            let ql0 = load(b, 64 * h);
+            let ql1 = load(b, 64 * h + 32);
+            let qh = load(b, 128 + 32 * h);
+            // the four 32-element runs of this half, as unsigned 6-bit values
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                    _mm256_and_si256(qh, m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                ),
+            ];
+            for (i, &qi) in q.iter().enumerate() {
+                let k = 192 + 8 * h + 2 * i;
+                // low 128 bits hold elements 0..16 (scale k), high 128 bits 16..32 (scale k+1)
+                let scale = _mm256_set_m128i(
+                    _mm_set1_epi16(i16::from(b[k + 1] as i8)),
+                    _mm_set1_epi16(i16::from(b[k] as i8)),
+                );
+                for g in 0..G {
+                    let p = _mm256_maddubs_epi16(qi, load(a[g], 128 * h + 32 * i));
+                    acc[g] = _mm256_add_epi32(acc[g], _mm256_madd_epi16(p, scale));
+                }
+            }
+        }
+        let mut sums = [0i32; G];
+        for (s, &v) in sums.iter_mut().zip(&acc) {
+            *s = hsum(v);
+        }
+        sums
+    }
+}
