@@ -4,7 +4,7 @@
 use super::dequant::dequantize_row_to_vec;
 use super::int8::{int8_supported, quant_matmul_int8, quant_matmul_int8_with, Q8Activations};
 use super::matmul::{QuantMatrix, SimdLevel};
-use super::testutil::{random_row, TestRng};
+use super::testutil::{assert_rows_bit_identical, available_levels, random_row, TestRng};
 use super::types::QuantType;
 use crate::error::KernelError;
 
@@ -113,10 +113,7 @@ fn stays_within_the_activation_quantisation_bound_of_the_f32_path() {
 
 #[test]
 fn scalar_and_simd_are_bit_identical_and_batch_invariant() {
-    let levels: Vec<SimdLevel> = [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512]
-        .into_iter()
-        .filter(|l| l.is_available())
-        .collect();
+    let levels = available_levels();
     for ty in TYPES {
         let (rows, cols) = (18, 512);
         let (data, x) = setup(ty, rows, cols, 16, 33);
@@ -134,15 +131,8 @@ fn scalar_and_simd_are_bit_identical_and_batch_invariant() {
             for &level in &levels {
                 let mut out = vec![0.0; n * rows];
                 quant_matmul_int8_with(&w, &a, &mut out, level).unwrap();
-                for (t, want) in alone.iter().enumerate().take(n) {
-                    let got = &out[t * rows..(t + 1) * rows];
-                    assert!(
-                        got.iter()
-                            .zip(want)
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{ty} {level:?}: token {t} in a batch of {n} differs from alone/portable"
-                    );
-                }
+                let what = format!("{ty} {level:?} in a batch of {n} vs alone/portable");
+                assert_rows_bit_identical(&out, &alone, rows, &what);
             }
         }
     }
