@@ -12,7 +12,7 @@
 //! **Integer core**: per 256-element super-block the weight quants meet the activation quants
 //! in exact 32-bit integer arithmetic (Q4_K: `isum = Σ_j sc_j Σ_{i∈j} q_i a_i` and
 //! `msum = Σ_j m_j Σ_{i∈j} a_i`; Q6_K: `isum = Σ_k sc_k Σ_{i∈k} (q_i − 32) a_i`). Integer sums do
-//! not depend on order, so the AVX2 and portable kernels produce the same integers.
+//! not depend on order, so the AVX-512, AVX2 and portable kernels produce the same integers.
 //!
 //! **Float accumulation order** (one token, one row): `acc = 0`, then for each super-block in
 //! order `acc = acc + ((d·da)·isum − (dmin·da)·msum)` (Q4_K) or `acc = acc + (d·da)·isum`
@@ -145,7 +145,7 @@ pub fn quant_matmul_int8(w: &QuantMatrix<'_>, acts: &Q8Activations, out: &mut [f
     quant_matmul_int8_with(w, acts, out, SimdLevel::detect())
 }
 
-/// [`quant_matmul_int8`] with an explicit [`SimdLevel`] (AVX-512 runs the AVX2 kernel).
+/// [`quant_matmul_int8`] with an explicit [`SimdLevel`].
 ///
 /// # Errors
 /// As [`quant_matmul_int8`], and [`KernelError::InvalidParameter`] when `level` is not
@@ -179,20 +179,33 @@ pub fn quant_matmul_int8_with(
         out,
         |first_row, chunk| match level {
             #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx2 | SimdLevel::Avx512 => {
-                // SAFETY: `level.ensure_available()` succeeded, and both levels include AVX2.
+            SimdLevel::Avx512 => {
+                // SAFETY: `level.ensure_available()` succeeded: AVX-512 F/BW/VL/VNNI are present.
+                unsafe { avx512::rows(w, acts, first_row, chunk) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => {
+                // SAFETY: `level.ensure_available()` succeeded: AVX2 is present.
                 unsafe { avx2::rows(w, acts, first_row, chunk) }
             }
-            _ => rows_generic::<false>(w, acts, first_row, chunk),
+            _ => rows_generic::<SCALAR>(w, acts, first_row, chunk),
         },
     );
     Ok(())
 }
 
-/// Rows `first_row ..` into `out` (`[rows × n_tokens]`); `AVX2` selects the integer kernels
-/// (only `true` inside [`avx2::rows`]).
+/// Integer-kernel selector for [`rows_generic`].
+const SCALAR: u8 = 0;
+/// AVX2 kernels (only inside [`avx2::rows`]).
+#[cfg(target_arch = "x86_64")]
+const AVX2: u8 = 1;
+/// AVX-512 BW + VNNI kernels (only inside [`avx512::rows`]).
+#[cfg(target_arch = "x86_64")]
+const AVX512: u8 = 2;
+
+/// Rows `first_row ..` into `out` (`[rows × n_tokens]`); `K` selects the integer kernels.
 #[inline(always)]
-fn rows_generic<const AVX2: bool>(
+fn rows_generic<const K: u8>(
     w: &QuantMatrix<'_>,
     acts: &Q8Activations,
     first_row: usize,
@@ -203,20 +216,20 @@ fn rows_generic<const AVX2: bool>(
         let row = w.row(first_row + i);
         let mut t = 0;
         while t + TOKEN_GROUP <= n {
-            let sums = row_dot::<AVX2, TOKEN_GROUP>(w.quant_type(), row, acts, t);
+            let sums = row_dot::<K, TOKEN_GROUP>(w.quant_type(), row, acts, t);
             out_row[t..t + TOKEN_GROUP].copy_from_slice(&sums);
             t += TOKEN_GROUP;
         }
         while t < n {
-            out_row[t] = row_dot::<AVX2, 1>(w.quant_type(), row, acts, t)[0];
+            out_row[t] = row_dot::<K, 1>(w.quant_type(), row, acts, t)[0];
             t += 1;
         }
     }
 }
 
-/// Dot products of one weight row with tokens `t0 .. t0 + G`.
+/// Dot products of one weight row with tokens `t0 .. t0 + G` (float order: module docs).
 #[inline(always)]
-fn row_dot<const AVX2: bool, const G: usize>(
+fn row_dot<const K: u8, const G: usize>(
     ty: QuantType,
     row: &[u8],
     acts: &Q8Activations,
@@ -225,62 +238,74 @@ fn row_dot<const AVX2: bool, const G: usize>(
     let mut acc = [0.0f32; G];
     for (sb, block) in row.chunks_exact(ty.block_bytes()).enumerate() {
         let a: [&[i8]; G] = std::array::from_fn(|g| acts.block_quants(t0 + g, sb));
+        let s: [&[i32]; G] = std::array::from_fn(|g| acts.block_sums(t0 + g, sb));
+        let da: [f32; G] = std::array::from_fn(|g| acts.scales[acts.block_index(t0 + g, sb)]);
         if ty == QuantType::Q4_K {
             let (d, dmin) = (le_f16(block, 0), le_f16(block, 2));
-            let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
-            for j in 0..8 {
-                (sc[j], m[j]) = k_scale_min(j, &block[4..16]);
-            }
-            let isums = if AVX2 {
-                // SAFETY: `AVX2` is only true inside `avx2::rows`, reached after the check.
+            let (isums, msums) = match K {
+                // SAFETY: K == AVX512 only inside `avx512::rows`, reached after the CPU check.
                 #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    avx2::q4k_dots::<G>(&block[16..144], &sc, a)
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                q4k_dots_scalar::<G>(&block[16..144], &sc, a)
-            } else {
-                q4k_dots_scalar::<G>(&block[16..144], &sc, a)
+                AVX512 => unsafe { avx512::q4k::<G>(block, a, s) },
+                // SAFETY: K == AVX2 only inside `avx2::rows`, reached after the CPU check.
+                #[cfg(target_arch = "x86_64")]
+                AVX2 => unsafe { avx2::q4k::<G>(block, a, s) },
+                _ => q4k_scalar::<G>(block, a, s),
             };
             for g in 0..G {
-                let da = acts.scales[acts.block_index(t0 + g, sb)];
-                let s = acts.block_sums(t0 + g, sb);
-                let msum: i32 = (0..8)
-                    .map(|j| i32::from(m[j]) * (s[2 * j] + s[2 * j + 1]))
-                    .sum();
-                acc[g] += (d * da) * isums[g] as f32 - (dmin * da) * msum as f32;
+                acc[g] += (d * da[g]) * isums[g] as f32 - (dmin * da[g]) * msums[g] as f32;
             }
         } else {
             let d = le_f16(block, 208);
-            let isums = if AVX2 {
+            let isums = match K {
                 // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    avx2::q6k_dots::<G>(block, a)
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                q6k_dots_scalar::<G>(block, a)
-            } else {
-                q6k_dots_scalar::<G>(block, a)
+                AVX512 => unsafe { avx512::q6k::<G>(block, a, s) },
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                AVX2 => unsafe { avx2::q6k::<G>(block, a, s) },
+                _ => q6k_scalar::<G>(block, a, s),
             };
             for g in 0..G {
-                let da = acts.scales[acts.block_index(t0 + g, sb)];
-                let s = acts.block_sums(t0 + g, sb);
-                let offset: i32 = (0..16)
-                    .map(|k| i32::from(block[192 + k] as i8) * s[k])
-                    .sum();
-                let isum = isums[g] - 32 * offset;
-                acc[g] += (d * da) * isum as f32;
+                acc[g] += (d * da[g]) * isums[g] as f32;
             }
         }
     }
     acc
 }
 
-/// Q4_K integer core: `Σ_j sc_j Σ_{i∈j} q_i a_i` per token (`qs` = the 128 quant bytes).
+/// The six-bit scales and mins of a Q4_K block.
 #[inline(always)]
-fn q4k_dots_scalar<const G: usize>(qs: &[u8], sc: &[u8; 8], a: [&[i8]; G]) -> [i32; G] {
-    a.map(|a| {
+fn q4k_scales_mins(block: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (sc[j], m[j]) = k_scale_min(j, &block[4..16]);
+    }
+    (sc, m)
+}
+
+/// `msum = Σ_j m_j Σ_{i∈j} a_i` from the 16-element group sums `s`.
+#[inline(always)]
+fn q4k_msum(m: &[u8; 8], s: &[i32]) -> i32 {
+    (0..8)
+        .map(|j| i32::from(m[j]) * (s[2 * j] + s[2 * j + 1]))
+        .sum()
+}
+
+/// The Q6_K offset term `32 · Σ_k sc_k Σ_{i∈k} a_i` from the group sums `s`.
+#[inline(always)]
+fn q6k_offset(block: &[u8], s: &[i32]) -> i32 {
+    32 * (0..16)
+        .map(|k| i32::from(block[192 + k] as i8) * s[k])
+        .sum::<i32>()
+}
+
+/// Q4_K integer core per token: `(isum, msum)` with `isum = Σ_j sc_j Σ_{i∈j} q_i a_i`
+/// (`block` = the 144-byte block, `a` the activation quants, `s` their group sums).
+#[inline(always)]
+fn q4k_scalar<const G: usize>(block: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> ([i32; G], [i32; G]) {
+    let (sc, m) = q4k_scales_mins(block);
+    let qs = &block[16..144];
+    let isums = a.map(|a| {
         let mut total = 0i32;
         for c in 0..4 {
             let (mut lo, mut hi) = (0i32, 0i32);
@@ -291,17 +316,20 @@ fn q4k_dots_scalar<const G: usize>(qs: &[u8], sc: &[u8; 8], a: [&[i8]; G]) -> [i
             total += i32::from(sc[2 * c]) * lo + i32::from(sc[2 * c + 1]) * hi;
         }
         total
-    })
+    });
+    (isums, s.map(|s| q4k_msum(&m, s)))
 }
 
-/// Q6_K integer core without the −32 offset: `Σ_k sc_k Σ_{i∈k} q_i a_i` with the unsigned
-/// 6-bit `q_i` (`b` = the whole 210-byte block).
+/// Q6_K integer core per token: `Σ_k sc_k Σ_{i∈k} (q_i − 32) a_i` (`block` = 210 bytes).
 #[inline(always)]
-fn q6k_dots_scalar<const G: usize>(b: &[u8], a: [&[i8]; G]) -> [i32; G] {
-    a.map(|a| {
+fn q6k_scalar<const G: usize>(block: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> [i32; G] {
+    let mut out = [0i32; G];
+    for g in 0..G {
+        let a = a[g];
         let mut total = 0i32;
         for h in 0..2 {
-            let (ql, qh) = (&b[64 * h..64 * h + 64], &b[128 + 32 * h..128 + 32 * h + 32]);
+            let ql = &block[64 * h..64 * h + 64];
+            let qh = &block[128 + 32 * h..128 + 32 * h + 32];
             let mut part = [0i32; 8];
             for l in 0..32 {
                 let q = [
@@ -315,11 +343,12 @@ fn q6k_dots_scalar<const G: usize>(b: &[u8], a: [&[i8]; G]) -> [i32; G] {
                 }
             }
             for (k, p) in part.iter().enumerate() {
-                total += i32::from(b[192 + 8 * h + k] as i8) * p;
+                total += i32::from(block[192 + 8 * h + k] as i8) * p;
             }
         }
-        total
-    })
+        out[g] = total - q6k_offset(block, s[g]);
+    }
+    out
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -327,7 +356,7 @@ mod avx2 {
     //! The AVX2 integer kernels (`vpmaddubsw` u8×i8 pair sums, `vpmaddwd` by the sub-block
     //! scale), giving exactly the scalar kernels' integers.
 
-    use super::{rows_generic, Q8Activations, QuantMatrix};
+    use super::{q4k_msum, q4k_scales_mins, q6k_offset, rows_generic, Q8Activations, QuantMatrix};
     use std::arch::x86_64::*;
 
     /// [`rows_generic`] compiled for AVX2.
@@ -341,7 +370,7 @@ mod avx2 {
         first_row: usize,
         out: &mut [f32],
     ) {
-        rows_generic::<true>(w, acts, first_row, out)
+        rows_generic::<{ super::AVX2 }>(w, acts, first_row, out)
     }
 
     /// Loads 32 bytes from `s[at..at + 32]` (bounds checked).
@@ -362,17 +391,19 @@ mod avx2 {
         _mm_cvtsi128_si32(s)
     }
 
-    /// As `q4k_dots_scalar`.
+    /// As `q4k_scalar`.
     ///
     /// # Safety
     /// The CPU must support AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn q4k_dots<const G: usize>(
-        qs: &[u8],
-        sc: &[u8; 8],
+    pub(super) unsafe fn q4k<const G: usize>(
+        block: &[u8],
         a: [&[i8]; G],
-    ) -> [i32; G] {
+        s: [&[i32]; G],
+    ) -> ([i32; G], [i32; G]) {
+        let (sc, m) = q4k_scales_mins(block);
+        let qs = &block[16..144];
         let mask = _mm256_set1_epi8(15);
         let mut acc = [_mm256_setzero_si256(); G];
         for c in 0..4 {
@@ -388,20 +419,20 @@ mod avx2 {
                 acc[g] = _mm256_add_epi32(acc[g], _mm256_add_epi32(p_lo, p_hi));
             }
         }
-        let mut sums = [0i32; G];
-        for (s, &v) in sums.iter_mut().zip(&acc) {
-            *s = hsum(v);
+        let mut isums = [0i32; G];
+        for (t, &v) in isums.iter_mut().zip(&acc) {
+            *t = hsum(v);
         }
-        sums
+        (isums, s.map(|s| q4k_msum(&m, s)))
     }
 
-    /// As `q6k_dots_scalar`.
+    /// As `q6k_scalar`.
     ///
     /// # Safety
     /// The CPU must support AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn q6k_dots<const G: usize>(b: &[u8], a: [&[i8]; G]) -> [i32; G] {
+    pub(super) unsafe fn q6k<const G: usize>(b: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> [i32; G] {
         let m4 = _mm256_set1_epi8(15);
         let m30 = _mm256_set1_epi8(0x30);
         let mut acc = [_mm256_setzero_si256(); G];
@@ -441,10 +472,200 @@ mod avx2 {
                 }
             }
         }
-        let mut sums = [0i32; G];
-        for (s, &v) in sums.iter_mut().zip(&acc) {
-            *s = hsum(v);
+        let mut isums = [0i32; G];
+        for g in 0..G {
+            isums[g] = hsum(acc[g]) - q6k_offset(b, s[g]);
         }
-        sums
+        isums
+    }
+}
+
+// The AVX-512 intrinsics are stable since Rust 1.89 (the workspace states 1.85; the toolchain
+// used here is 1.95). Raising `rust-version` is the workspace owner's call.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::incompatible_msrv)]
+mod avx512 {
+    //! The AVX-512 integer kernels: 64 weight quants per register (`vpmaddubsw` u8×i8 pair
+    //! sums, then `vpdpwssd` by the 16-bit sub-block scales), giving exactly the scalar
+    //! kernels' integers.
+
+    use super::{q4k_msum, q4k_scales_mins, q6k_offset, rows_generic, Q8Activations, QuantMatrix};
+    use std::arch::x86_64::*;
+
+    /// [`rows_generic`] compiled for AVX-512.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW, VL and VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+    pub(super) unsafe fn rows(
+        w: &QuantMatrix<'_>,
+        acts: &Q8Activations,
+        first_row: usize,
+        out: &mut [f32],
+    ) {
+        rows_generic::<{ super::AVX512 }>(w, acts, first_row, out)
+    }
+
+    /// Loads 64 bytes from `s[at..]` (bounds checked).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load512<T>(s: &[T], at: usize) -> __m512i {
+        let bytes = &s[at..at + 64 / size_of::<T>()];
+        // SAFETY: `bytes` spans exactly 64 readable bytes; unaligned loads are allowed.
+        unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
+    }
+
+    /// Loads 32 bytes from `s[at..]` (bounds checked).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load256(s: &[u8], at: usize) -> __m256i {
+        let bytes = &s[at..at + 32];
+        // SAFETY: `bytes` spans exactly 32 readable bytes; unaligned loads are allowed.
+        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+    }
+
+    /// `[lo | hi]` as one 512-bit register.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn join(lo: __m256i, hi: __m256i) -> __m512i {
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    }
+
+    /// Horizontal sums of `G` registers (integer sums: any order gives the same value).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    fn hsums<const G: usize>(v: [__m512i; G]) -> [i32; G] {
+        let mut out = [0i32; G];
+        if G == 4 {
+            let fold = |x: __m512i| {
+                let y =
+                    _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x));
+                _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
+            };
+            let x: [__m128i; G] = v.map(fold);
+            let h = _mm_hadd_epi32(_mm_hadd_epi32(x[0], x[1]), _mm_hadd_epi32(x[2], x[3]));
+            let mut four = [0i32; 4];
+            // SAFETY: `four` is 16 writable bytes; unaligned stores are allowed.
+            unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), h) };
+            out.copy_from_slice(&four[..G]);
+        } else {
+            for g in 0..G {
+                out[g] = _mm512_reduce_add_epi32(v[g]);
+            }
+        }
+        out
+    }
+
+    /// As `q4k_scalar`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW, VL and VNNI.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+    pub(super) unsafe fn q4k<const G: usize>(
+        block: &[u8],
+        a: [&[i8]; G],
+        s: [&[i32]; G],
+    ) -> ([i32; G], [i32; G]) {
+        let (sc, m) = q4k_scales_mins(block);
+        let mask = _mm256_set1_epi8(15);
+        let mut acc = [_mm512_setzero_si512(); G];
+        for c in 0..4 {
+            let q4 = load256(block, 16 + 32 * c);
+            // elements 64c .. 64c+32 (low nibbles) then 64c+32 .. 64c+64 (high nibbles)
+            let w = join(
+                _mm256_and_si256(q4, mask),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(q4), mask),
+            );
+            let scale = join(
+                _mm256_set1_epi16(i16::from(sc[2 * c])),
+                _mm256_set1_epi16(i16::from(sc[2 * c + 1])),
+            );
+            for g in 0..G {
+                let p = _mm512_maddubs_epi16(w, load512(a[g], 64 * c));
+                acc[g] = _mm512_dpwssd_epi32(acc[g], p, scale);
+            }
+        }
+        (hsums(acc), s.map(|s| q4k_msum(&m, s)))
+    }
+
+    /// As `q6k_scalar`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW, VL and VNNI.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+    pub(super) unsafe fn q6k<const G: usize>(b: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> [i32; G] {
+        let m4 = _mm512_set1_epi8(15);
+        let m30 = _mm512_set1_epi8(0x30);
+        // the 16 signed scales, each repeated over its 16 elements' pair-sum lanes (8 i16)
+        let sc128 = {
+            let bytes = &b[192..208];
+            // SAFETY: 16 readable bytes; unaligned loads are allowed.
+            unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
+        };
+        let sc_both = _mm256_broadcastsi128_si256(sc128);
+        let scale = |k0: i8| {
+            let idx = _mm256_setr_epi8(
+                k0,
+                k0,
+                k0,
+                k0,
+                k0,
+                k0,
+                k0,
+                k0,
+                k0 + 1,
+                k0 + 1,
+                k0 + 1,
+                k0 + 1,
+                k0 + 1,
+                k0 + 1,
+                k0 + 1,
+                k0 + 1,
+                k0 + 2,
+                k0 + 2,
+                k0 + 2,
+                k0 + 2,
+                k0 + 2,
+                k0 + 2,
+                k0 + 2,
+                k0 + 2,
+                k0 + 3,
+                k0 + 3,
+                k0 + 3,
+                k0 + 3,
+                k0 + 3,
+                k0 + 3,
+                k0 + 3,
+                k0 + 3,
+            );
+            _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc_both, idx))
+        };
+        let mut acc = [_mm512_setzero_si512(); G];
+        for h in 0..2 {
+            let ql = load512(b, 64 * h);
+            let qh = load256(b, 128 + 32 * h);
+            // [run 0 | run 1] and [run 2 | run 3] of this half, unsigned 6-bit values
+            let hi01 = join(_mm256_slli_epi16::<4>(qh), _mm256_slli_epi16::<2>(qh));
+            let hi23 = join(qh, _mm256_srli_epi16::<2>(qh));
+            let q01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hi01, m30));
+            let q23 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                _mm512_and_si512(hi23, m30),
+            );
+            let (s01, s23) = (scale(8 * h as i8), scale(8 * h as i8 + 4));
+            for g in 0..G {
+                let p01 = _mm512_maddubs_epi16(q01, load512(a[g], 128 * h));
+                let p23 = _mm512_maddubs_epi16(q23, load512(a[g], 128 * h + 64));
+                acc[g] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc[g], p01, s01), p23, s23);
+            }
+        }
+        let dots = hsums(acc);
+        let mut out = [0i32; G];
+        for g in 0..G {
+            out[g] = dots[g] - q6k_offset(b, s[g]);
+        }
+        out
     }
 }

@@ -115,7 +115,7 @@ pub enum SimdLevel {
     Portable,
     /// x86_64 AVX2 + FMA.
     Avx2,
-    /// x86_64 AVX-512 (F, BW, VL) + FMA.
+    /// x86_64 AVX-512 (F, BW, VL, VNNI) + AVX2 + FMA.
     Avx512,
 }
 
@@ -157,6 +157,7 @@ impl SimdLevel {
                 is_x86_feature_detected!("avx512f")
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
                     && is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("fma")
             }
