@@ -22,7 +22,7 @@
 //! bit-identical on every [`SimdLevel`].
 
 use super::dequant::{k_scale_min, le_f16};
-use super::matmul::{check_len, par_over_rows, QuantMatrix, SimdLevel};
+use super::matmul::{check_len, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
 use super::types::QuantType;
 use crate::error::{KernelError, Result};
 
@@ -30,8 +30,6 @@ use crate::error::{KernelError, Result};
 pub const Q8_BLOCK: usize = 256;
 /// Elements per activation group sum.
 const GROUP: usize = 16;
-/// Tokens sharing one pass over a weight super-block.
-const TOKEN_GROUP: usize = 4;
 
 /// Whether [`quant_matmul_int8`] accepts weights of this type (Q4_K and Q6_K).
 pub fn int8_supported(ty: QuantType) -> bool {
@@ -214,16 +212,10 @@ fn rows_generic<const K: u8>(
     let n = acts.n_tokens;
     for (i, out_row) in out.chunks_exact_mut(n).enumerate() {
         let row = w.row(first_row + i);
-        let mut t = 0;
-        while t + TOKEN_GROUP <= n {
-            let sums = row_dot::<K, TOKEN_GROUP>(w.quant_type(), row, acts, t);
-            out_row[t..t + TOKEN_GROUP].copy_from_slice(&sums);
-            t += TOKEN_GROUP;
-        }
-        while t < n {
-            out_row[t] = row_dot::<K, 1>(w.quant_type(), row, acts, t)[0];
-            t += 1;
-        }
+        for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
+            let sums = row_dot::<K, G>(w.quant_type(), row, acts, t);
+            out_row[t..t + G].copy_from_slice(&sums);
+        });
     }
 }
 
@@ -489,7 +481,7 @@ mod avx512 {
     //! sums, then `vpdpwssd` by the 16-bit sub-block scales), giving exactly the scalar
     //! kernels' integers.
 
-    use super::{q4k_msum, q4k_scales_mins, q6k_offset, rows_generic, Q8Activations, QuantMatrix};
+    use super::{q4k_scales_mins, rows_generic, Q8Activations, QuantMatrix};
     use std::arch::x86_64::*;
 
     /// [`rows_generic`] compiled for AVX-512.
@@ -536,22 +528,24 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx2")]
     fn hsums<const G: usize>(v: [__m512i; G]) -> [i32; G] {
         let mut out = [0i32; G];
-        if G == 4 {
-            let fold = |x: __m512i| {
-                let y =
-                    _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x));
-                _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
-            };
-            let x: [__m128i; G] = v.map(fold);
+        let fold = |x: __m512i| {
+            let y = _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x));
+            _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
+        };
+        let mut g = 0;
+        // four registers at a time: three `phaddd` give the four totals
+        while g + 4 <= G {
+            let x = [fold(v[g]), fold(v[g + 1]), fold(v[g + 2]), fold(v[g + 3])];
             let h = _mm_hadd_epi32(_mm_hadd_epi32(x[0], x[1]), _mm_hadd_epi32(x[2], x[3]));
             let mut four = [0i32; 4];
             // SAFETY: `four` is 16 writable bytes; unaligned stores are allowed.
             unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), h) };
-            out.copy_from_slice(&four[..G]);
-        } else {
-            for g in 0..G {
-                out[g] = _mm512_reduce_add_epi32(v[g]);
-            }
+            out[g..g + 4].copy_from_slice(&four);
+            g += 4;
+        }
+        while g < G {
+            out[g] = _mm512_reduce_add_epi32(v[g]);
+            g += 1;
         }
         out
     }
@@ -586,7 +580,17 @@ mod avx512 {
                 acc[g] = _mm512_dpwssd_epi32(acc[g], p, scale);
             }
         }
-        (hsums(acc), s.map(|s| q4k_msum(&m, s)))
+        // msum: each min times its two 16-element group sums
+        let mut m16 = [0i32; 16];
+        for (k, v) in m16.iter_mut().enumerate() {
+            *v = i32::from(m[k / 2]);
+        }
+        let m16 = load512(&m16, 0);
+        let mut mprod = [_mm512_setzero_si512(); G];
+        for g in 0..G {
+            mprod[g] = _mm512_mullo_epi32(load512(s[g], 0), m16);
+        }
+        (hsums(acc), hsums(mprod))
     }
 
     /// As `q6k_scalar`.
@@ -661,11 +665,12 @@ mod avx512 {
                 acc[g] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc[g], p01, s01), p23, s23);
             }
         }
-        let dots = hsums(acc);
-        let mut out = [0i32; G];
+        // the offset 32 · Σ_k sc_k · (group sum k), subtracted lane-wise before the reduction
+        let sc32 = _mm512_cvtepi8_epi32(sc128);
         for g in 0..G {
-            out[g] = dots[g] - q6k_offset(b, s[g]);
+            let off = _mm512_slli_epi32::<5>(_mm512_mullo_epi32(load512(s[g], 0), sc32));
+            acc[g] = _mm512_sub_epi32(acc[g], off);
         }
-        out
+        hsums(acc)
     }
 }

@@ -31,8 +31,30 @@ use crate::error::{KernelError, Result};
 pub const LANES: usize = 16;
 /// Elements dequantised at a time (a multiple of every block length).
 const CHUNK: usize = 256;
-/// Tokens sharing one pass over a dequantised chunk.
-const TOKEN_GROUP: usize = 4;
+
+/// Splits tokens `0..$n` into consecutive groups of the largest listed size (the list must be
+/// `1, 2, ..., max`), the last group taking the remainder, and evaluates `$body` for each group
+/// with `$t` its first token and `$G` its size as a `const` (so kernels monomorphise per size).
+/// How tokens are grouped never changes a token's arithmetic (see the module docs).
+macro_rules! for_token_groups {
+    ($n:expr, [$($size:literal),+], $t:ident, $G:ident => $body:expr) => {{
+        let n: usize = $n;
+        let max: usize = 0 $(.max($size))+;
+        let mut $t = 0;
+        while $t < n {
+            let group = (n - $t).min(max);
+            match group {
+                $($size => {
+                    const $G: usize = $size;
+                    $body
+                })+
+                _ => {}
+            }
+            $t += group;
+        }
+    }};
+}
+pub(crate) use for_token_groups;
 /// Output rows per parallel task.
 const ROWS_PER_TASK: usize = 16;
 
@@ -293,16 +315,10 @@ fn rows_generic<F: BlockFormat>(
     let mut buf = [0.0f32; CHUNK];
     for (i, out_row) in out.chunks_exact_mut(n_tokens).enumerate() {
         let row = w.row(first_row + i);
-        let mut t = 0;
-        while t + TOKEN_GROUP <= n_tokens {
-            let sums = row_dot::<F, TOKEN_GROUP>(row, cols, &x[t * cols..], &mut buf);
-            out_row[t..t + TOKEN_GROUP].copy_from_slice(&sums);
-            t += TOKEN_GROUP;
-        }
-        while t < n_tokens {
-            out_row[t] = row_dot::<F, 1>(row, cols, &x[t * cols..], &mut buf)[0];
-            t += 1;
-        }
+        for_token_groups!(n_tokens, [1, 2, 3, 4], t, G => {
+            let sums = row_dot::<F, G>(row, cols, &x[t * cols..], &mut buf);
+            out_row[t..t + G].copy_from_slice(&sums);
+        });
     }
 }
 
