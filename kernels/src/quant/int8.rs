@@ -21,7 +21,9 @@
 //! token's activations and the weight row: batch-invariant, thread-split-invariant and
 //! bit-identical on every [`SimdLevel`].
 
-use super::dequant::{k_scale_min, le_f16};
+#[cfg(test)]
+use super::dequant::k_scale_min;
+use super::dequant::le_f16;
 use super::matmul::{check_len, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
 use super::types::QuantType;
 use crate::error::{KernelError, Result};
@@ -265,14 +267,19 @@ fn row_dot<const K: u8, const G: usize>(
     acc
 }
 
-/// The six-bit scales and mins of a Q4_K block.
+/// The six-bit scales and mins of a Q4_K block, unpacked a 32-bit word at a time (the same
+/// values as [`k_scale_min`], without per-element branches).
 #[inline(always)]
 fn q4k_scales_mins(block: &[u8]) -> ([u8; 8], [u8; 8]) {
-    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
-    for j in 0..8 {
-        (sc[j], m[j]) = k_scale_min(j, &block[4..16]);
-    }
-    (sc, m)
+    let word =
+        |i: usize| u32::from_le_bytes([block[4 + i], block[5 + i], block[6 + i], block[7 + i]]);
+    let (w0, w1, w2) = (word(0), word(4), word(8));
+    let low6 = 0x3f3f_3f3f;
+    let (nib, top2) = (0x0f0f_0f0f, 0x3030_3030);
+    let sc_hi = (w2 & nib) | ((w0 >> 2) & top2);
+    let m_hi = ((w2 >> 4) & nib) | ((w1 >> 2) & top2);
+    let join = |lo: u32, hi: u32| (u64::from(lo) | (u64::from(hi) << 32)).to_le_bytes();
+    (join(w0 & low6, sc_hi), join(w1 & low6, m_hi))
 }
 
 /// `msum = Σ_j m_j Σ_{i∈j} a_i` from the 16-element group sums `s`.
@@ -341,6 +348,23 @@ fn q6k_scalar<const G: usize>(block: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> [i
         out[g] = total - q6k_offset(block, s[g]);
     }
     out
+}
+
+#[cfg(test)]
+#[test]
+fn word_wise_k_scales_match_the_definition() {
+    let mut rng = super::testutil::TestRng(41);
+    for _ in 0..200 {
+        let block: Vec<u8> = (0..16).map(|_| rng.next_u64() as u8).collect();
+        let (sc, m) = q4k_scales_mins(&block);
+        for j in 0..8 {
+            assert_eq!(
+                (sc[j], m[j]),
+                k_scale_min(j, &block[4..16]),
+                "sub-block {j}"
+            );
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -563,7 +587,8 @@ mod avx512 {
     ) -> ([i32; G], [i32; G]) {
         let (sc, m) = q4k_scales_mins(block);
         let mask = _mm256_set1_epi8(15);
-        let mut acc = [_mm512_setzero_si512(); G];
+        // two independent accumulator chains per token (even and odd c) hide the VNNI latency
+        let mut acc = [[_mm512_setzero_si512(); G]; 2];
         for c in 0..4 {
             let q4 = load256(block, 16 + 32 * c);
             // elements 64c .. 64c+32 (low nibbles) then 64c+32 .. 64c+64 (high nibbles)
@@ -577,20 +602,21 @@ mod avx512 {
             );
             for g in 0..G {
                 let p = _mm512_maddubs_epi16(w, load512(a[g], 64 * c));
-                acc[g] = _mm512_dpwssd_epi32(acc[g], p, scale);
+                acc[c % 2][g] = _mm512_dpwssd_epi32(acc[c % 2][g], p, scale);
             }
         }
         // msum: each min times its two 16-element group sums
-        let mut m16 = [0i32; 16];
-        for (k, v) in m16.iter_mut().enumerate() {
-            *v = i32::from(m[k / 2]);
-        }
-        let m16 = load512(&m16, 0);
+        let m8 = _mm_set_epi64x(0, i64::from_le_bytes(m));
+        let m16 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(m8, m8));
         let mut mprod = [_mm512_setzero_si512(); G];
         for g in 0..G {
             mprod[g] = _mm512_mullo_epi32(load512(s[g], 0), m16);
         }
-        (hsums(acc), hsums(mprod))
+        let mut isum = [_mm512_setzero_si512(); G];
+        for g in 0..G {
+            isum[g] = _mm512_add_epi32(acc[0][g], acc[1][g]);
+        }
+        (hsums(isum), hsums(mprod))
     }
 
     /// As `q6k_scalar`.
@@ -647,6 +673,7 @@ mod avx512 {
             _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc_both, idx))
         };
         let mut acc = [_mm512_setzero_si512(); G];
+        let mut acc23 = [_mm512_setzero_si512(); G];
         for h in 0..2 {
             let ql = load512(b, 64 * h);
             let qh = load256(b, 128 + 32 * h);
@@ -662,14 +689,15 @@ mod avx512 {
             for g in 0..G {
                 let p01 = _mm512_maddubs_epi16(q01, load512(a[g], 128 * h));
                 let p23 = _mm512_maddubs_epi16(q23, load512(a[g], 128 * h + 64));
-                acc[g] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc[g], p01, s01), p23, s23);
+                acc[g] = _mm512_dpwssd_epi32(acc[g], p01, s01);
+                acc23[g] = _mm512_dpwssd_epi32(acc23[g], p23, s23);
             }
         }
         // the offset 32 · Σ_k sc_k · (group sum k), subtracted lane-wise before the reduction
         let sc32 = _mm512_cvtepi8_epi32(sc128);
         for g in 0..G {
             let off = _mm512_slli_epi32::<5>(_mm512_mullo_epi32(load512(s[g], 0), sc32));
-            acc[g] = _mm512_sub_epi32(acc[g], off);
+            acc[g] = _mm512_sub_epi32(_mm512_add_epi32(acc[g], acc23[g]), off);
         }
         hsums(acc)
     }

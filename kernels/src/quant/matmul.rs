@@ -8,12 +8,14 @@
 //! **How.** Parallel (rayon) over blocks of output rows; each weight row is read once for all
 //! `n_tokens` (one sweep of the weights per call). A row is dequantised 256 elements at a time
 //! into an L1-resident buffer and immediately consumed by every token, tokens being processed
-//! four at a time so the dequantised weights stay in registers.
+//! up to four at a time so the dequantised weights stay in registers. Sixty-four lanes give
+//! four independent fused-multiply-add chains per token (AVX-512), so even one token is not
+//! bound by the FMA latency.
 //!
-//! **Fixed reduction order (batch invariance, path invariance).** Each output element has 16
-//! partial sums ("lanes"): element `c` of the row goes to lane `c % 16` as
+//! **Fixed reduction order (batch invariance, path invariance).** Each output element has 64
+//! partial sums ("lanes"): element `c` of the row goes to lane `c % 64` as
 //! `lane = fma(w[c], x[c], lane)`, for `c` in increasing order; at the end the lanes are folded
-//! pairwise (`l[k] += l[k + 8]`, then `+4`, `+2`, `+1`). The sequence of rounded operations for
+//! pairwise (`l[k] += l[k + 32]` for k < 32, then `+16`, `+8`, `+4`, `+2`, `+1`). The sequence of rounded operations for
 //! one output element depends only on that token's activations and the weight row, never on
 //! `n_tokens`, the token's position in the batch, the thread split or the SIMD level: all
 //! [`SimdLevel`]s give bit-identical results (they use the same fused multiply-adds and the
@@ -28,7 +30,7 @@ use super::types::QuantType;
 use crate::error::{KernelError, Result};
 
 /// Partial sums per output element (see the module docs).
-pub const LANES: usize = 16;
+pub const LANES: usize = 64;
 /// Elements dequantised at a time (a multiple of every block length).
 const CHUNK: usize = 256;
 
@@ -337,27 +339,26 @@ fn row_dot<F: BlockFormat, const G: usize>(
         let bytes = &row[c * chunk_bytes..c * chunk_bytes + len / F::LEN * F::BYTES];
         let wv = &mut buf[..len];
         dequantize_blocks::<F>(bytes, wv);
+        let xs: [&[f32]; G] = std::array::from_fn(|g| &x[g * cols + start..g * cols + start + len]);
         let full = len / LANES * LANES;
-        for v in (0..full).step_by(LANES) {
-            let wl: &[f32; LANES] = wv[v..v + LANES].try_into().expect("lane slice");
-            for (g, a) in acc.iter_mut().enumerate() {
-                let xo = g * cols + start + v;
-                let xl: &[f32; LANES] = x[xo..xo + LANES].try_into().expect("lane slice");
+        for (v, wl) in wv[..full].chunks_exact(LANES).enumerate() {
+            for (a, xg) in acc.iter_mut().zip(&xs) {
+                let xl = &xg[v * LANES..(v + 1) * LANES];
                 for k in 0..LANES {
                     a[k] = wl[k].mul_add(xl[k], a[k]);
                 }
             }
         }
         for e in full..len {
-            for (g, a) in acc.iter_mut().enumerate() {
-                a[e % LANES] = wv[e].mul_add(x[g * cols + start + e], a[e % LANES]);
+            for (a, xg) in acc.iter_mut().zip(&xs) {
+                a[e % LANES] = wv[e].mul_add(xg[e], a[e % LANES]);
             }
         }
     }
     acc.map(fold_lanes)
 }
 
-/// Folds the 16 lanes pairwise in the fixed order of the module docs.
+/// Folds the 64 lanes pairwise in the fixed order of the module docs.
 #[inline(always)]
 pub(crate) fn fold_lanes(mut l: [f32; LANES]) -> f32 {
     let mut width = LANES / 2;
