@@ -13,7 +13,11 @@
 //!
 //! Nothing in this crate depends on any other specdec crate.
 
+pub mod attention;
 pub mod error;
+pub mod kv;
+pub mod ops;
+pub mod quant;
 pub mod sampling;
 pub mod tree;
 pub mod verification;

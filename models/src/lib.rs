@@ -5,6 +5,12 @@
 //! tensor-parallel sharding.
 
 pub mod error;
+pub mod gguf;
+pub mod llama;
+pub mod model;
+pub mod registry;
 pub mod toy;
+pub mod shard;
 
 pub use error::{ModelError, Result};
+pub use model::{LanguageModel, Logits, SeqId, SequenceStep};

@@ -222,7 +222,7 @@ mod tests {
     use super::*;
     use crate::verify::Verifier;
     use specdec_kernels::sampling::BigRational;
-    use specdec_kernels::verification::{DraftKind, VerifyMethod};
+    use specdec_kernels::verification::VerifyMethod;
     use specdec_models::toy::ToyStyle;
     use std::sync::Arc;
 

@@ -85,11 +85,8 @@ impl SamplingParams {
     }
 }
 
-fn invalid(name: &str, reason: String) -> KernelError {
-    KernelError::InvalidParameter {
-        name: name.to_string(),
-        reason,
-    }
+fn invalid(name: &'static str, reason: String) -> KernelError {
+    KernelError::InvalidParameter { what: name, reason }
 }
 
 /// Checks that `probs` is a usable distribution: non-empty, entries `>= 0`, positive total.

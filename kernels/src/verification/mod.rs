@@ -29,7 +29,7 @@ pub mod target_only;
 pub mod typical;
 
 pub use draft_tree::{DraftKind, DraftTree};
-pub use input::{Verdict, VerifyInput};
+pub use input::{walk_tree, Verdict, VerifyInput};
 pub use multi_round::SiblingDraws;
 
 use crate::error::{KernelError, Result};

@@ -35,6 +35,15 @@ pub struct ToyStyle {
     pub max_weight: u32,
 }
 
+impl ToyStyle {
+    /// Rows with every entry positive (weights `1..=4`), no zeros, no one-hot rows.
+    pub const DENSE: ToyStyle = ToyStyle {
+        zero_percent: 0,
+        one_hot_percent: 0,
+        max_weight: 4,
+    };
+}
+
 impl Default for ToyStyle {
     fn default() -> Self {
         Self {
