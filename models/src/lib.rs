@@ -9,8 +9,8 @@ pub mod gguf;
 pub mod llama;
 pub mod model;
 pub mod registry;
-pub mod toy;
 pub mod shard;
+pub mod toy;
 
 pub use error::{ModelError, Result};
 pub use model::{LanguageModel, Logits, SeqId, SequenceStep};
