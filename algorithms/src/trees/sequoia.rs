@@ -150,24 +150,12 @@ impl SequoiaPlanner {
         let nodes = nodes.min(self.max_nodes);
         let depth = depth.min(self.max_depth);
         let mut paths: Vec<Vec<usize>> = Vec::new();
-        let mut stack: Vec<(Vec<usize>, usize, usize)> = vec![(Vec::new(), depth, nodes + 1)];
-        while let Some((path, d, m)) = stack.pop() {
-            if d == 0 {
-                continue;
-            }
-            let mut budget = m - 1;
-            for r in 0..self.weights.len() {
-                let s = self.choice[d][r][budget];
-                if s == 0 {
-                    break;
-                }
-                let mut child = path.clone();
-                child.push(r);
-                paths.push(child.clone());
-                stack.push((child, d - 1, s));
-                budget -= s;
-            }
-        }
+        self.walk(nodes, depth, Vec::new(), |path: &Vec<usize>, rank| {
+            let mut child = path.clone();
+            child.push(rank);
+            paths.push(child.clone());
+            child
+        });
         let shape =
             TreeShape::from_choices(&paths).expect("DP paths are prefix-closed and distinct");
         PlannedTree {
@@ -201,8 +189,22 @@ impl SequoiaPlanner {
     /// Draft nodes and depth of [`SequoiaPlanner::tree`]`(nodes, depth)`, without building it.
     pub fn size_and_depth(&self, nodes: usize, depth: usize) -> (usize, usize) {
         let (mut drafts, mut deepest) = (0, 0);
-        // (depth allowance, subtree nodes, depth of the subtree's root)
-        let mut stack = vec![(depth.min(self.max_depth), nodes.min(self.max_nodes) + 1, 0)];
+        self.walk(nodes, depth, 0usize, |&at, _rank| {
+            drafts += 1;
+            deepest = deepest.max(at + 1);
+            at + 1
+        });
+        (drafts, deepest)
+    }
+
+    /// Walks the optimal tree for `(nodes, depth)` parents first, calling `child(parent, rank)`
+    /// for every draft node; `child` returns the node's own value, passed on to its children.
+    fn walk<T>(&self, nodes: usize, depth: usize, root: T, mut child: impl FnMut(&T, usize) -> T) {
+        let mut stack = vec![(
+            depth.min(self.max_depth),
+            nodes.min(self.max_nodes) + 1,
+            root,
+        )];
         while let Some((d, m, at)) = stack.pop() {
             if d == 0 {
                 continue;
@@ -213,13 +215,10 @@ impl SequoiaPlanner {
                 if s == 0 {
                     break;
                 }
-                drafts += 1;
-                deepest = deepest.max(at + 1);
-                stack.push((d - 1, s, at + 1));
+                stack.push((d - 1, s, child(&at, r)));
                 budget -= s;
             }
         }
-        (drafts, deepest)
     }
 }
 
