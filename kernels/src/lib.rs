@@ -13,6 +13,7 @@
 //!
 //! Nothing in this crate depends on any other specdec crate.
 
+pub mod cuda;
 pub mod error;
 pub mod tree;
 
