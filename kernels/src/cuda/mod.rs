@@ -22,6 +22,11 @@
 //! - `SPECDEC_REQUIRE_GPU=1` turns "no GPU here" into a test failure ([`testing::gpu_for_test`]).
 
 pub mod context;
+// Launchers live beside their family's CPU code; until that family's `mod.rs` is in `main`
+// they are attached here by path (then this becomes a `pub mod cuda;` line in the family).
+#[path = "../kv/cuda.rs"]
+pub mod kv;
+
 pub mod nvrtc;
 pub mod probe;
 pub mod sources;

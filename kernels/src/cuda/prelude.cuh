@@ -83,3 +83,28 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   float t = (lane < nwarps) ? scratch[lane] : -SD_INF;
   return warp_max(t);
 }
+
+// Exclusive prefix sum of integer `v` over the threads of the block in thread order; `*total`
+// receives the block total. `warp_scratch` holds >= 32 values. Integer sums: order-independent.
+// Must be called by all threads of the block.
+template <typename T>
+__device__ __forceinline__ T block_exclusive_scan(T v, T* warp_scratch, T* total) {
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  T inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= (u32)o) inc += n;
+  }
+  __syncthreads();
+  if (lane == 31) warp_scratch[warp] = inc;
+  __syncthreads();
+  T before = 0, all = 0;
+  for (u32 w = 0; w < nwarps; ++w) {
+    const T s = warp_scratch[w];
+    if (w < warp) before += s;
+    all += s;
+  }
+  *total = all;
+  return before + inc - v;
+}

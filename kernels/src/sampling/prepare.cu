@@ -31,27 +31,6 @@ struct PrepSmem {
   u64 sel_mass;
 };
 
-// Inclusive-exclusive count scan in thread order (u32), returns the exclusive prefix.
-__device__ __forceinline__ u32 block_exclusive_u32(u32 v, PrepSmem& sm, u32* total) {
-  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  u32 inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u32 n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= (u32)o) inc += n;
-  }
-  __syncthreads();
-  if (lane == 31) sm.warp_u32[warp] = inc;
-  __syncthreads();
-  u32 before = 0, all = 0;
-  for (u32 w = 0; w < PB / 32; ++w) {
-    const u32 s = sm.warp_u32[w];
-    if (w < warp) before += s;
-    all += s;
-  }
-  *total = all;
-  return before + inc - v;
-}
 
 __device__ __forceinline__ u64 mass40(float p) { return p > 0.0f ? __float2ull_rz(__fmul_rn(p, 1099511627776.0f)) : 0; }
 __device__ __forceinline__ u64 fixed32(float p) {
@@ -117,7 +96,7 @@ __device__ void keep_threshold(float* row, u32 len, float threshold, u32 quota, 
     const float v = i < len ? row[i] : 0.0f;
     const u32 tie = (i < len && v == threshold) ? 1u : 0u;
     u32 tile_ties;
-    const u32 rank = seen + block_exclusive_u32(tie, sm, &tile_ties);
+    const u32 rank = seen + block_exclusive_scan<u32>(tie, sm.warp_u32, &tile_ties);
     if (i < len && (v < threshold || (tie && rank >= quota))) row[i] = 0.0f;
     seen += tile_ties;
   }

@@ -79,27 +79,6 @@ __device__ __forceinline__ u64 block_sum_u64(u64 v, Smem& sm) {
   return warp_sum_u64(t);
 }
 
-// Exclusive prefix over threads in index order; also returns the block total.
-__device__ __forceinline__ u64 block_exclusive_u64(u64 v, Smem& sm, u64* total) {
-  const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  u64 inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 n = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= (u32)o) inc += n;
-  }
-  __syncthreads();
-  if (lane == 31) sm.warp_u64[warp] = inc;
-  __syncthreads();
-  u64 before = 0, all = 0;
-  for (u32 w = 0; w < VB / 32; ++w) {
-    const u64 s = sm.warp_u64[w];
-    if (w < warp) before += s;
-    all += s;
-  }
-  *total = all;
-  return before + inc - v;
-}
 
 // Fixed-point total of a row (optionally of max(0, a - b)), flagging bad values.
 __device__ __forceinline__ u64 row_total(const float* a, const float* b, u32 len, bool vec, Smem& sm) {
@@ -136,7 +115,7 @@ __device__ __forceinline__ u32 row_search(const float* a, u32 len, bool vec, u64
 #pragma unroll
     for (int e = 0; e < 4; ++e) { w[e] = (i + e < len) ? sd_fixed(x[e]) : 0; mine += w[e]; }
     u64 tile_total;
-    u64 prefix = before_tile + block_exclusive_u64(mine, sm, &tile_total);
+    u64 prefix = before_tile + block_exclusive_scan<u64>(mine, sm.warp_u64, &tile_total);
     if (prefix <= target && target < prefix + mine) {
       u32 hit = 3;
 #pragma unroll
