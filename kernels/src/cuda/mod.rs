@@ -17,15 +17,15 @@
 //! alone compiles them. If `SPECDEC_CUDA_INCLUDE` is set (scripts/setup.d/20-nvrtc.sh sets it) it
 //! is passed as an include directory as well.
 //!
+//! # Launchers
+//! Each family's launchers are in its own `cuda.rs` (`kv::cuda`, `verification::cuda`, …), with
+//! the same contract as the CPU twin, checking every CUDA call's result.
+//!
 //! # Environment
 //! - `SPECDEC_DEVICE` = `cpu` | `cuda` | `cuda:N` chooses [`Device::from_env`]'s answer.
 //! - `SPECDEC_REQUIRE_GPU=1` turns "no GPU here" into a test failure ([`testing::gpu_for_test`]).
 
 pub mod context;
-// Launchers live beside their family's CPU code; until that family's `mod.rs` is in `main`
-// they are attached here by path (then this becomes a `pub mod cuda;` line in the family).
-#[path = "../kv/cuda.rs"]
-pub mod kv;
 
 pub mod nvrtc;
 pub mod probe;

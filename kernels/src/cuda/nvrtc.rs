@@ -69,9 +69,9 @@ pub fn full_source(source: &KernelSource) -> String {
 /// [`KernelError::Cuda`] when an NVRTC call fails otherwise.
 pub fn compile(source: &KernelSource, arch: &str) -> Result<CompiledKernel> {
     CudaLibraries::probe().require_nvrtc()?;
-    let text = CString::new(full_source(source)).map_err(|_| KernelError::InvalidArgument {
-        what: format!("kernel source {}", source.name),
-        reason: "contains a NUL byte".to_string(),
+    let text = CString::new(full_source(source)).map_err(|_| KernelError::InvalidParameter {
+        what: "kernel source",
+        reason: format!("{} contains a NUL byte", source.name),
     })?;
     let name = CString::new(source.name).expect("source names are plain file names");
     let mut options = vec![

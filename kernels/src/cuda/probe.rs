@@ -93,7 +93,7 @@ impl Device {
     /// Parses `cpu`, `cuda` (ordinal 0) or `cuda:N`.
     ///
     /// # Errors
-    /// [`KernelError::InvalidArgument`] for anything else.
+    /// [`KernelError::InvalidParameter`] for anything else.
     pub fn parse(text: &str) -> Result<Self> {
         let text = text.trim().to_ascii_lowercase();
         match text.as_str() {
@@ -103,8 +103,8 @@ impl Device {
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse::<usize>().ok())
                 .map(Device::Cuda)
-                .ok_or_else(|| KernelError::InvalidArgument {
-                    what: "device".to_string(),
+                .ok_or_else(|| KernelError::InvalidParameter {
+                    what: "device",
                     reason: format!("`{text}` is not cpu, cuda or cuda:N"),
                 }),
         }
@@ -113,7 +113,7 @@ impl Device {
     /// `SPECDEC_DEVICE` when set (see [`Device::parse`]), else [`Device::best_available`].
     ///
     /// # Errors
-    /// [`KernelError::InvalidArgument`] when the variable is set to something unparseable.
+    /// [`KernelError::InvalidParameter`] when the variable is set to something unparseable.
     pub fn from_env() -> Result<Self> {
         match std::env::var("SPECDEC_DEVICE") {
             Ok(text) if !text.trim().is_empty() => Self::parse(&text),

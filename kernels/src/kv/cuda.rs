@@ -40,14 +40,14 @@ impl KvShape {
             || self.head_dim == 0
             || self.block_size == 0
         {
-            return Err(KernelError::InvalidArgument {
-                what: "KV shape".into(),
+            return Err(KernelError::InvalidParameter {
+                what: "KV shape",
                 reason: format!("every dimension must be >= 1: {self:?}"),
             });
         }
         if self.head_dim > 1024 {
-            return Err(KernelError::InvalidArgument {
-                what: "head_dim".into(),
+            return Err(KernelError::InvalidParameter {
+                what: "head_dim",
                 reason: format!("{} > 1024", self.head_dim),
             });
         }
@@ -62,9 +62,9 @@ fn check_slots(slots: &[u32], pool_len: usize, shape: &KvShape) -> Result<()> {
         .enumerate()
         .find(|(_, &s)| s as usize >= capacity)
     {
-        return Err(KernelError::InvalidArgument {
-            what: format!("slot {i}"),
-            reason: format!("physical slot {s} is outside the pool's {capacity} slots"),
+        return Err(KernelError::InvalidParameter {
+            what: "slot",
+            reason: format!("entry {i}: physical slot {s} is outside the pool's {capacity} slots"),
         });
     }
     Ok(())
@@ -74,7 +74,7 @@ fn check_slots(slots: &[u32], pool_len: usize, shape: &KvShape) -> Result<()> {
 /// `[tokens, kv_heads, head_dim]` on the device) of `layer` into their physical `slots`.
 ///
 /// # Errors
-/// [`KernelError::ShapeMismatch`] / [`KernelError::InvalidArgument`] for inconsistent sizes or
+/// [`KernelError::ShapeMismatch`] / [`KernelError::InvalidParameter`] for inconsistent sizes or
 /// slots outside the pool; [`KernelError::Cuda`] when a CUDA call fails.
 pub fn append(
     gpu: &Gpu,
@@ -97,8 +97,8 @@ pub fn append(
         }
     }
     if layer >= shape.num_layers {
-        return Err(KernelError::InvalidArgument {
-            what: "layer".into(),
+        return Err(KernelError::InvalidParameter {
+            what: "layer",
             reason: format!("{layer} >= {}", shape.num_layers),
         });
     }
@@ -146,7 +146,7 @@ pub fn append(
 ///
 /// # Errors
 /// [`KernelError::ShapeMismatch`] when `src` and `dst` differ in length,
-/// [`KernelError::InvalidArgument`] for slots outside the pool or a destination written twice;
+/// [`KernelError::InvalidParameter`] for slots outside the pool or a destination written twice;
 /// [`KernelError::Cuda`] when a CUDA call fails.
 pub fn move_slots(
     gpu: &Gpu,
@@ -167,8 +167,8 @@ pub fn move_slots(
     check_slots(dst, pool.len(), shape)?;
     let mut seen = std::collections::HashSet::new();
     if let Some(d) = dst.iter().find(|d| !seen.insert(**d)) {
-        return Err(KernelError::InvalidArgument {
-            what: "move destinations".into(),
+        return Err(KernelError::InvalidParameter {
+            what: "move destinations",
             reason: format!("slot {d} is written twice"),
         });
     }
