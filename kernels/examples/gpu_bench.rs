@@ -12,8 +12,8 @@ use std::sync::Arc;
 use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig};
 use cudarc::driver::{sys::CUevent_flags, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
-use specdec_kernels::kv::cuda::{move_slots, KvShape};
 use specdec_kernels::cuda::{probe::cuda_device_count, sources, testing::gpu_required, Gpu};
+use specdec_kernels::kv::cuda::{move_slots, KvShape};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
