@@ -21,6 +21,7 @@
 //! fixed-point prefix sums over a 64-bit word), drawn with the keys listed in each method's docs,
 //! and normalisations divide by the fixed-point total ([`crate::sampling::Prob::total`]).
 
+pub mod cuda;
 pub mod draft_tree;
 pub mod greedy;
 pub mod input;
