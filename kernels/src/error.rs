@@ -25,26 +25,6 @@ pub enum KernelError {
         /// The size given.
         actual: usize,
     },
-    /// A probability distribution (or logits vector) cannot be used.
-    #[error("invalid distribution ({what}): {reason}")]
-    InvalidDistribution {
-        /// Which distribution.
-        what: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A temperature other than 0 or 1/k was asked of an exact (rational) number type.
-    #[error("temperature {temperature} is not 0 or 1/k: exact rationals cannot represent p^(1/T)")]
-    InexactTemperature {
-        /// The temperature asked for, as written.
-        temperature: String,
-    },
-    /// A draft tree and its inputs do not fit together.
-    #[error("invalid draft tree: {reason}")]
-    InvalidDraftTree {
-        /// What is wrong.
-        reason: String,
-    },
     /// A GGML tensor type id that this crate cannot read (unknown, or known but unsupported).
     #[error("unsupported GGML tensor type id {id} ({name})")]
     UnsupportedQuantType {
@@ -127,6 +107,26 @@ pub enum KernelError {
         /// Position in the accepted list of the first bad entry.
         entry: usize,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// A probability distribution (or logits vector) cannot be used.
+    #[error("invalid distribution ({what}): {reason}")]
+    InvalidDistribution {
+        /// Which distribution.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A temperature other than 0 or 1/k was asked of an exact (rational) number type.
+    #[error("temperature {temperature} is not 0 or 1/k: exact rationals cannot represent p^(1/T)")]
+    InexactTemperature {
+        /// The temperature asked for, as written.
+        temperature: String,
+    },
+    /// A draft tree and its inputs do not fit together.
+    #[error("invalid draft tree: {reason}")]
+    InvalidDraftTree {
+        /// What is wrong.
         reason: String,
     },
 }
