@@ -17,7 +17,8 @@
 #              tokens), peak RSS of the pp/tg run via `/usr/bin/time -v` (GNU time; installed with
 #              apt-get when missing, else reported as n/a);
 #   specdec:   `specdec bench model MODEL --prompt-tokens 64 --decode-tokens 64 --json FILE`
-#              with RAYON_NUM_THREADS=T (same measures, peak RSS from VmHWM).
+#              with RAYON_NUM_THREADS=T (same measures, peak RSS from VmHWM); built with cargo
+#              unless SPECDEC_BIN names a specdec binary to use.
 # and prints one side-by-side table plus the ratio specdec / llama.cpp.
 # Results (raw llama-bench JSON, specdec JSON, the table) go to ${OUT_DIR:-target/bench-vs-llamacpp}.
 set -euo pipefail
@@ -101,9 +102,17 @@ command -v python3 >/dev/null || die "python3 is needed to read the JSON results
 if [ ! -x /usr/bin/time ] || ! /usr/bin/time -v true >/dev/null 2>&1; then
     apt_install time || log "GNU time unavailable: llama.cpp peak memory will read n/a"
 fi
-log "building specdec (release)"
-cargo build --release -p specdec --quiet || die "cargo build -p specdec failed"
-SPECDEC=${SPECDEC_BIN:-$CARGO_TARGET_DIR/release/specdec}
+mkdir -p "$OUT_DIR"
+SPECDEC=$OUT_DIR/specdec
+if [ -n "${SPECDEC_BIN:-}" ]; then
+    cp "$SPECDEC_BIN" "$SPECDEC"
+else
+    log "building specdec (release)"
+    cargo build --release -p specdec --quiet || die "cargo build -p specdec failed"
+    # A private copy: a shared CARGO_TARGET_DIR may be rebuilt from another checkout meanwhile.
+    cp "$CARGO_TARGET_DIR/release/specdec" "$SPECDEC"
+fi
+"$SPECDEC" bench --help >/dev/null 2>&1 || die "$SPECDEC has no 'bench' subcommand (built from another checkout?)"
 KS=1,2,4,8,16
 DEPTH=64
 DEPTH_ARGS=(-d $DEPTH)
