@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
         --threads) THREADS=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --build-only) BUILD_ONLY=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "bench-vs-llamacpp: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) MODELS+=("$1"); shift ;;
     esac

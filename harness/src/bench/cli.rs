@@ -8,8 +8,8 @@ use specdec_models::gguf::GgufFile;
 use specdec_models::llama::{read_config, read_weights, LlamaModel, LlamaOptions};
 
 use super::kernels::bench_matmuls;
-use super::memory::peak_rss_bytes;
 use super::model::{bench_model, ModelBenchConfig};
+use super::process::{cpu_times, peak_rss_bytes};
 use super::stats::timed;
 use super::table::{render_model, render_split};
 use super::BenchReport;
@@ -98,7 +98,10 @@ impl BenchArgs {
             Ok((file, config, model))
         });
         let (file, config, mut model) = loaded?;
-        let result = bench_model(&mut model, &config)?;
+        let cpu_before = cpu_times();
+        let (result, bench_wall_s) = timed(|| bench_model(&mut model, &config));
+        let result = result?;
+        let cpu = cpu_before.zip(cpu_times()).map(|(b, a)| a.since(&b));
         let matmuls = if split {
             let weights = read_weights(&file, &read_config(&file)?)?;
             Some(bench_matmuls(&weights, &config.ks(), config.repeats)?)
@@ -111,6 +114,8 @@ impl BenchArgs {
             file_bytes,
             threads: rayon::current_num_threads(),
             load_s,
+            bench_wall_s,
+            cpu,
             peak_rss_bytes: peak_rss_bytes(),
             result,
             matmuls,

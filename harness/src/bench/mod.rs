@@ -4,7 +4,7 @@
 //!   K new tokens after a fixed prefix, relative to K = 1) over any [`specdec_models::LanguageModel`];
 //! - [`kernels`]: the quantised matmuls of one forward at a real model's shapes, per projection
 //!   group, to split a forward's time into matmuls and the rest;
-//! - [`memory`]: peak resident memory (VmHWM);
+//! - [`process`]: peak resident memory (VmHWM), CPU and run-queue wait time of the run;
 //! - [`table`]: plain-text tables; [`cli`]: the `specdec bench` subcommand.
 //!
 //! Threads are rayon's global pool (`RAYON_NUM_THREADS`). The llama.cpp baseline on the same
@@ -12,8 +12,8 @@
 
 pub mod cli;
 pub mod kernels;
-pub mod memory;
 pub mod model;
+pub mod process;
 pub mod stats;
 pub mod table;
 
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use kernels::{bench_matmuls, MatmulTiming};
 pub use model::{bench_model, ModelBenchConfig, ModelBenchResult, VerifyCost};
+pub use process::CpuTimes;
 
 /// One model's benchmark with its context: what `specdec bench model --json` writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,6 +38,11 @@ pub struct BenchReport {
     pub load_s: f64,
     /// Peak resident memory of the process at the end of the run, bytes (`None` off Linux).
     pub peak_rss_bytes: Option<u64>,
+    /// Wall time of the measurements (after loading), seconds.
+    pub bench_wall_s: f64,
+    /// CPU time and run-queue waiting of the process's threads during the measurements: on a
+    /// shared machine a large wait means the figures are slowed by other work.
+    pub cpu: Option<CpuTimes>,
     /// The measurements.
     pub result: ModelBenchResult,
     /// Matmul timings per projection group (`specdec bench kernels` only).

@@ -34,6 +34,13 @@ pub fn render_model(report: &BenchReport) -> String {
         .peak_rss_bytes
         .map_or("n/a".to_string(), |b| format!("{:.1}", b as f64 / MIB));
     let _ = writeln!(s, "  peak RSS (VmHWM)   {peak:>16} MiB");
+    if let Some(cpu) = report.cpu {
+        let _ = writeln!(
+            s,
+            "  CPU {:.1} s, waiting for a CPU {:.1} s, over {:.1} s wall (load from other work)",
+            cpu.on_cpu_s, cpu.runqueue_wait_s, report.bench_wall_s
+        );
+    }
     let _ = writeln!(
         s,
         "  verify cost after {} tokens (median of {}):",

@@ -168,6 +168,11 @@ fn report() -> BenchReport {
         file_bytes: 3 << 20,
         threads: 2,
         load_s: 0.5,
+        bench_wall_s: 4.0,
+        cpu: Some(CpuTimes {
+            on_cpu_s: 6.0,
+            runqueue_wait_s: 1.5,
+        }),
         peak_rss_bytes: Some(100 << 20),
         result,
         matmuls: None,
@@ -182,6 +187,10 @@ fn table_lists_every_k_and_the_memory() {
     assert!(text.contains("3.0 MiB file, 2 threads"), "{text}");
     assert!(text.contains("100.0 MiB"), "{text}");
     assert!(text.contains("pp6") && text.contains("tg4"), "{text}");
+    assert!(
+        text.contains("CPU 6.0 s, waiting for a CPU 1.5 s, over 4.0 s wall"),
+        "{text}"
+    );
     // Header + one line per K after the "verify cost" line.
     let after: Vec<&str> = text
         .lines()
