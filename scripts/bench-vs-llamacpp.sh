@@ -20,6 +20,9 @@
 #              with RAYON_NUM_THREADS=T (same measures, peak RSS from VmHWM); built with cargo
 #              unless SPECDEC_BIN names a specdec binary to use.
 # and prints one side-by-side table plus the ratio specdec / llama.cpp.
+# Run it on an idle machine: with more runnable threads than cores, llama.cpp's spinning thread
+# pool slows down far more than specdec's (see the CPU line of each specdec table and the
+# "Percent of CPU" of each *.llamacpp.time file), and the ratios stop meaning anything.
 # Results (raw llama-bench JSON, specdec JSON, the table) go to ${OUT_DIR:-target/bench-vs-llamacpp}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
         --threads) THREADS=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --build-only) BUILD_ONLY=1; shift ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "bench-vs-llamacpp: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) MODELS+=("$1"); shift ;;
     esac
