@@ -8,6 +8,7 @@ pub mod dequant;
 pub mod float16;
 pub mod int8;
 pub mod matmul;
+pub mod synthetic;
 pub mod types;
 
 #[cfg(test)]
@@ -23,4 +24,5 @@ pub use dequant::{dequantize_row, dequantize_row_to_vec};
 pub use float16::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int8::{int8_supported, quant_matmul_int8, quant_matmul_int8_with, Q8Activations};
 pub use matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
+pub use synthetic::synthetic_weights;
 pub use types::QuantType;
