@@ -2,7 +2,21 @@
 //!
 //! The engine loop that runs speculative decoding end to end, its metrics, experiment configs and
 //! reports.
+//!
+//! - [`config`]: experiment configs (TOML), validated, unknown keys refused;
+//! - [`metrics`]: per-step / per-request records and per-configuration aggregates;
+//! - [`report`]: JSONL, CSV, markdown and SVG outputs with provenance;
+//! - [`simulation`]: an injected acceptance process and cost model in place of models;
+//! - [`runner`]: runs an experiment on a [`runner::Backend`] with a progress bar;
+//! - [`repro`]: paper reproductions that need no models.
 
+pub mod config;
+pub mod engine;
 pub mod error;
+pub mod metrics;
+pub mod report;
+pub mod repro;
+pub mod runner;
+pub mod simulation;
 
 pub use error::{HarnessError, Result};

@@ -13,10 +13,15 @@
 //!
 //! Nothing in this crate depends on any other specdec crate.
 
+pub mod attention;
+pub mod cuda;
 pub mod error;
+pub mod kv;
 pub mod ops;
 pub mod quant;
+pub mod sampling;
 pub mod tree;
+pub mod verification;
 
 pub use error::{KernelError, Result};
 pub use tree::TreeTopology;

@@ -5,5 +5,13 @@
 //! tensor-parallel sharding.
 
 pub mod error;
+pub mod gguf;
+pub mod llama;
+pub mod model;
+pub mod registry;
+pub mod shard;
+pub mod tokenizer;
+pub mod toy;
 
 pub use error::{ModelError, Result};
+pub use model::{LanguageModel, Logits, SeqId, SequenceStep};

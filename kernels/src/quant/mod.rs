@@ -4,6 +4,7 @@
 //! Layouts are documented on [`QuantType`]; the arithmetic order of dequantisation on
 //! [`dequant`]. Both are the contract the CUDA port follows.
 
+pub mod cuda;
 pub mod dequant;
 pub mod float16;
 pub mod int8;

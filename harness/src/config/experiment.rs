@@ -1,0 +1,387 @@
+//! The top-level experiment config, its loading and validation.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{DrafterConfig, MethodConfig, ModelSource, ModelsConfig, PolicyConfig, PromptSet};
+use crate::error::{HarnessError, Result};
+use crate::simulation::SimulationConfig;
+
+/// A whole experiment: what to run and how. See the module docs for the TOML layout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentConfig {
+    /// Short name; the default results folder is `results/NAME`.
+    pub name: String,
+    /// Free text shown in the summary.
+    #[serde(default)]
+    pub description: String,
+    /// Target and draft models.
+    #[serde(default)]
+    pub models: ModelsConfig,
+    /// Which prompts to run.
+    pub prompts: PromptSet,
+    /// Sampling settings shared by every method.
+    #[serde(default)]
+    pub sampling: SamplingConfig,
+    /// Tokens to generate per prompt (≥ 1).
+    pub max_tokens: usize,
+    /// Requests in flight at once (≥ 1).
+    #[serde(default = "one")]
+    pub batch_size: usize,
+    /// What to do when no plain-decoding baseline is listed.
+    #[serde(default)]
+    pub baseline: BaselineRule,
+    /// Simulation mode: when present, an injected acceptance process and cost model replace the
+    /// models.
+    #[serde(default)]
+    pub simulation: Option<SimulationConfig>,
+    /// The method configurations to compare (the baseline among them after validation).
+    pub methods: Vec<MethodConfig>,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// What to do when the methods list holds no plain-decoding baseline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineRule {
+    /// Add a method named `baseline` (drafter `none`) at the front.
+    #[default]
+    Add,
+    /// Refuse the config.
+    Require,
+}
+
+/// The `[sampling]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingConfig {
+    /// Softmax temperature (≥ 0; 0 means greedy).
+    #[serde(default)]
+    pub temperature: f64,
+    /// Keep only the `top_k` most probable tokens (≥ 1) when set.
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling mass in (0, 1] when set.
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// Seed of every random draw of the run.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        SamplingConfig {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            seed: 0,
+        }
+    }
+}
+
+/// A loaded, validated config with where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The config, baseline included.
+    pub config: ExperimentConfig,
+    /// The file it was read from (`None` for inline text).
+    pub path: Option<PathBuf>,
+    /// Notes for the user (e.g. "added the baseline").
+    pub notes: Vec<String>,
+}
+
+impl LoadedConfig {
+    /// The folder relative paths resolve against (the config's folder, or `.`).
+    pub fn base_dir(&self) -> PathBuf {
+        self.path
+            .as_ref()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+}
+
+impl ExperimentConfig {
+    /// Reads, parses and validates a config file (see [`ExperimentConfig::from_toml`]).
+    pub fn load(path: &Path) -> Result<LoadedConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| HarnessError::io(path, e))?;
+        let mut loaded = Self::from_toml(&text, &path.display().to_string())?;
+        loaded.path = Some(path.to_path_buf());
+        Ok(loaded)
+    }
+
+    /// Parses and validates config text. `origin` names the source in errors. Unknown keys are
+    /// refused by [`HarnessError::ConfigParse`] naming the key; bad values by
+    /// [`HarnessError::ConfigInvalid`] naming the field. A missing baseline is added or refused
+    /// per [`BaselineRule`].
+    pub fn from_toml(text: &str, origin: &str) -> Result<LoadedConfig> {
+        let mut config: ExperimentConfig =
+            toml::from_str(text).map_err(|e| HarnessError::ConfigParse {
+                origin: origin.to_string(),
+                message: e.to_string().trim_end().to_string(),
+            })?;
+        let notes = config.validate(origin)?;
+        Ok(LoadedConfig {
+            config,
+            path: None,
+            notes,
+        })
+    }
+
+    /// Checks every value, and adds the baseline when missing and allowed. Returns notes on what
+    /// was changed.
+    pub fn validate(&mut self, origin: &str) -> Result<Vec<String>> {
+        let invalid = |field: &str, problem: String| HarnessError::ConfigInvalid {
+            origin: origin.to_string(),
+            field: field.to_string(),
+            problem,
+        };
+        let mut notes = Vec::new();
+        if self.name.trim().is_empty() {
+            return Err(invalid("name", "must not be empty".into()));
+        }
+        if self.max_tokens == 0 {
+            return Err(invalid("max_tokens", "must be at least 1".into()));
+        }
+        if self.batch_size == 0 {
+            return Err(invalid("batch_size", "must be at least 1".into()));
+        }
+        let s = &self.sampling;
+        if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+            return Err(invalid(
+                "sampling.temperature",
+                format!("{} is not a finite number ≥ 0", s.temperature),
+            ));
+        }
+        if s.top_k == Some(0) {
+            return Err(invalid("sampling.top_k", "must be at least 1".into()));
+        }
+        if let Some(p) = s.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(invalid("sampling.top_p", format!("{p} is not in (0, 1]")));
+            }
+        }
+        let target =
+            ModelSource::parse(&self.models.target).map_err(|e| invalid("models.target", e))?;
+        if let Some(d) = &self.models.draft {
+            ModelSource::parse(d).map_err(|e| invalid("models.draft", e))?;
+        }
+        if target == ModelSource::Simulated && self.simulation.is_none() {
+            return Err(invalid(
+                "simulation",
+                "models.target is `simulated` (the default) but there is no [simulation] table; \
+                 name a target model or add [simulation]"
+                    .into(),
+            ));
+        }
+        if let Some(sim) = &self.simulation {
+            sim.validate()
+                .map_err(|e| invalid("simulation", e.to_string()))?;
+        }
+        match &self.prompts {
+            PromptSet::Inline { texts } if texts.is_empty() => {
+                return Err(invalid("prompts.texts", "holds no prompt".into()))
+            }
+            PromptSet::Synthetic { count: 0, .. } => {
+                return Err(invalid("prompts.count", "must be at least 1".into()))
+            }
+            PromptSet::Humaneval { count: Some(0) } | PromptSet::File { count: Some(0), .. } => {
+                return Err(invalid("prompts.count", "must be at least 1".into()))
+            }
+            _ => {}
+        }
+        let mut names = HashSet::new();
+        for (i, m) in self.methods.iter().enumerate() {
+            let at = |f: &str| format!("methods[{i}]{f}");
+            if m.name.trim().is_empty() {
+                return Err(invalid(&at(".name"), "must not be empty".into()));
+            }
+            if !names.insert(m.name.clone()) {
+                return Err(invalid(
+                    &at(".name"),
+                    format!("`{}` is used by two methods", m.name),
+                ));
+            }
+            validate_drafter(&m.drafter).map_err(|p| invalid(&at(".drafter"), p))?;
+            match (&m.drafter, &m.policy) {
+                (DrafterConfig::None, Some(_)) => {
+                    return Err(invalid(
+                        &at(".policy"),
+                        format!(
+                            "method `{}` is plain decoding (drafter none) and takes no policy",
+                            m.name
+                        ),
+                    ))
+                }
+                (DrafterConfig::None, None) => {}
+                (_, None) => {
+                    return Err(invalid(
+                        &at(".policy"),
+                        format!(
+                            "method `{}` drafts and needs a policy, e.g. policy = {{ kind = \"fixed\", k = 4 }}",
+                            m.name
+                        ),
+                    ))
+                }
+                (d, Some(p)) => validate_policy(d, p).map_err(|e| invalid(&at(".policy"), e))?,
+            }
+            let needs_draft_model = matches!(
+                m.drafter,
+                DrafterConfig::Chain
+                    | DrafterConfig::Tree { .. }
+                    | DrafterConfig::DynamicTree { .. }
+                    | DrafterConfig::Sequoia { .. }
+            );
+            if needs_draft_model && self.models.draft.is_none() && self.simulation.is_none() {
+                return Err(invalid(
+                    "models.draft",
+                    format!(
+                        "method `{}` uses a draft model but models.draft is not set",
+                        m.name
+                    ),
+                ));
+            }
+        }
+        let baselines = self.methods.iter().filter(|m| m.is_baseline()).count();
+        match (baselines, self.baseline) {
+            (0, BaselineRule::Require) => {
+                return Err(invalid(
+                    "methods",
+                    "no plain-decoding baseline (drafter = { kind = \"none\" }) and baseline = \"require\""
+                        .into(),
+                ))
+            }
+            (0, BaselineRule::Add) => {
+                let mut b = MethodConfig::baseline();
+                while names.contains(&b.name) {
+                    b.name.push('_');
+                }
+                notes.push(format!(
+                    "added the plain-decoding baseline as method `{}` (set baseline = \"require\" to refuse instead)",
+                    b.name
+                ));
+                self.methods.insert(0, b);
+            }
+            (1, _) => {}
+            (n, _) => {
+                return Err(invalid(
+                    "methods",
+                    format!("{n} plain-decoding baselines; keep exactly one"),
+                ))
+            }
+        }
+        if self.methods.len() < 2 {
+            notes.push("only the baseline is listed: nothing to compare".into());
+        }
+        Ok(notes)
+    }
+
+    /// The baseline method (present after validation).
+    pub fn baseline_method(&self) -> Option<&MethodConfig> {
+        self.methods.iter().find(|m| m.is_baseline())
+    }
+}
+
+fn validate_drafter(d: &DrafterConfig) -> std::result::Result<(), String> {
+    match d {
+        DrafterConfig::Tree { branching } => {
+            if branching.is_empty() {
+                return Err(
+                    "tree.branching is empty: give children per depth, e.g. [3, 2, 1]".into(),
+                );
+            }
+            if branching.contains(&0) {
+                return Err("tree.branching holds 0: every depth needs at least 1 child".into());
+            }
+        }
+        DrafterConfig::DynamicTree { nodes, top_k } => {
+            if *nodes == 0 || *top_k == 0 {
+                return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
+            }
+        }
+        DrafterConfig::Sequoia { nodes } if *nodes == 0 => {
+            return Err("sequoia needs nodes ≥ 1".into());
+        }
+        DrafterConfig::Ngram { n } if *n == 0 => return Err("ngram needs n ≥ 1".into()),
+        DrafterConfig::Staged { levels } => {
+            if levels.is_empty() {
+                return Err("staged.levels is empty".into());
+            }
+            for l in levels {
+                ModelSource::parse(l)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn validate_policy(d: &DrafterConfig, p: &PolicyConfig) -> std::result::Result<(), String> {
+    let unit = |x: f64| x > 0.0 && x < 1.0;
+    match p {
+        PolicyConfig::Fixed { k } => {
+            if *k == 0 && d.is_linear() {
+                return Err(format!(
+                    "K = 0 for the linear method `{}`: a chain needs K ≥ 1 (use drafter kind = \"none\" for plain decoding)",
+                    d.kind()
+                ));
+            }
+            if *k == 0 {
+                return Err("K = 0: a drafting method needs a budget ≥ 1".into());
+            }
+        }
+        PolicyConfig::Aimd {
+            k_min,
+            k_max,
+            decrease,
+        } => {
+            if *k_min == 0 || k_max < k_min {
+                return Err(format!(
+                    "aimd needs 1 ≤ k_min ≤ k_max, got {k_min}..{k_max}"
+                ));
+            }
+            if !unit(*decrease) {
+                return Err(format!("aimd.decrease {decrease} is not in (0, 1)"));
+            }
+        }
+        PolicyConfig::Pid {
+            target_acceptance,
+            k_min,
+            k_max,
+        } => {
+            if *k_min == 0 || k_max < k_min {
+                return Err(format!("pid needs 1 ≤ k_min ≤ k_max, got {k_min}..{k_max}"));
+            }
+            if !unit(*target_acceptance) {
+                return Err(format!(
+                    "pid.target_acceptance {target_acceptance} is not in (0, 1)"
+                ));
+            }
+        }
+        PolicyConfig::CostOptimal { k_max } if *k_max == 0 => {
+            return Err("cost_optimal needs k_max ≥ 1".into())
+        }
+        PolicyConfig::Threshold {
+            k,
+            min_acceptance,
+            probe_every,
+        } => {
+            if *k == 0 || *probe_every == 0 {
+                return Err("threshold needs k ≥ 1 and probe_every ≥ 1".into());
+            }
+            if !(0.0..=1.0).contains(min_acceptance) {
+                return Err(format!(
+                    "threshold.min_acceptance {min_acceptance} is not in [0, 1]"
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

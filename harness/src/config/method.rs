@@ -1,0 +1,213 @@
+//! One method configuration: a drafter, a verifier and a speculation policy.
+
+use serde::{Deserialize, Serialize};
+
+/// One `[[methods]]` entry. `name` labels its rows in every table and plot and must be unique.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodConfig {
+    /// Unique label of this configuration.
+    pub name: String,
+    /// How drafts are proposed (`kind = "none"` is plain decoding, the baseline).
+    pub drafter: DrafterConfig,
+    /// How drafts are verified; `auto` (the default) is greedy at temperature 0 and chain
+    /// rejection sampling above.
+    #[serde(default)]
+    pub verifier: VerifierConfig,
+    /// How the draft budget is chosen each step; required for every drafter but `none`.
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
+}
+
+impl MethodConfig {
+    /// The plain-decoding baseline method, named `baseline`.
+    pub fn baseline() -> MethodConfig {
+        MethodConfig {
+            name: "baseline".to_string(),
+            drafter: DrafterConfig::None,
+            verifier: VerifierConfig::Auto,
+            policy: None,
+        }
+    }
+
+    /// Whether this is plain decoding (no drafts).
+    pub fn is_baseline(&self) -> bool {
+        matches!(self.drafter, DrafterConfig::None)
+    }
+
+    /// A short human description, e.g. `chain / auto / fixed k=4`.
+    pub fn describe(&self) -> String {
+        let policy = match &self.policy {
+            None => "-".to_string(),
+            Some(p) => p.describe(),
+        };
+        format!(
+            "{} / {} / {}",
+            self.drafter.kind(),
+            self.verifier.kind(),
+            policy
+        )
+    }
+}
+
+/// The drafter of a method, tagged by `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DrafterConfig {
+    /// No drafting: plain autoregressive decoding (the baseline).
+    None,
+    /// The draft model proposes a chain of K tokens (K from the policy).
+    Chain,
+    /// The draft model expands a static tree: `branching[d]` children per node at depth d.
+    Tree {
+        /// Children per node at each depth (length = tree depth), each ≥ 1.
+        branching: Vec<usize>,
+    },
+    /// EAGLE-2-style dynamic tree: expand the `top_k` children of the most probable nodes by
+    /// cumulative draft probability until `nodes` nodes.
+    DynamicTree {
+        /// Node budget (≥ 1).
+        nodes: usize,
+        /// Children considered per expanded node (≥ 1).
+        top_k: usize,
+    },
+    /// Sequoia-style tree, DP-optimal for an acceptance vector, with `nodes` nodes.
+    Sequoia {
+        /// Node budget (≥ 1).
+        nodes: usize,
+    },
+    /// Prompt-lookup / n-gram drafting: match the last `n` tokens in the context.
+    Ngram {
+        /// Match length (≥ 1).
+        n: usize,
+    },
+    /// Multi-level speculation: `levels` draft models, smallest first, each verified by the next.
+    Staged {
+        /// Model names, smallest first (each a known name or .gguf path).
+        levels: Vec<String>,
+    },
+}
+
+impl DrafterConfig {
+    /// The `kind` string as written in configs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DrafterConfig::None => "none",
+            DrafterConfig::Chain => "chain",
+            DrafterConfig::Tree { .. } => "tree",
+            DrafterConfig::DynamicTree { .. } => "dynamic_tree",
+            DrafterConfig::Sequoia { .. } => "sequoia",
+            DrafterConfig::Ngram { .. } => "ngram",
+            DrafterConfig::Staged { .. } => "staged",
+        }
+    }
+
+    /// Whether the drafter proposes a linear chain (K from the policy).
+    pub fn is_linear(&self) -> bool {
+        matches!(self, DrafterConfig::Chain | DrafterConfig::Ngram { .. })
+    }
+}
+
+/// The verifier of a method, tagged by `kind`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum VerifierConfig {
+    /// Greedy at temperature 0, chain rejection sampling otherwise.
+    #[default]
+    Auto,
+    /// Accept while the draft token is the target's argmax.
+    Greedy,
+    /// Chain rejection sampling (Leviathan et al. / Chen et al.).
+    Rejection,
+    /// Multi-draft tree sampling, SpecInfer-style multi-round with the true q.
+    MultiRound,
+    /// Recursive rejection sampling without replacement.
+    WithoutReplacement,
+    /// Target-only tree sampling for deterministic drafts.
+    TargetOnly,
+    /// Typical acceptance (lossy): accept when p(x) ≥ min(epsilon, delta · exp(−H(p))).
+    Typical {
+        /// Hard threshold ε in (0, 1].
+        epsilon: f64,
+        /// Entropy factor δ in (0, 1].
+        delta: f64,
+    },
+}
+
+impl VerifierConfig {
+    /// The `kind` string as written in configs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            VerifierConfig::Auto => "auto",
+            VerifierConfig::Greedy => "greedy",
+            VerifierConfig::Rejection => "rejection",
+            VerifierConfig::MultiRound => "multi_round",
+            VerifierConfig::WithoutReplacement => "without_replacement",
+            VerifierConfig::TargetOnly => "target_only",
+            VerifierConfig::Typical { .. } => "typical",
+        }
+    }
+}
+
+/// The speculation policy of a method, tagged by `kind`: how many drafts (K, or tree nodes) to
+/// propose next, per sequence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PolicyConfig {
+    /// Always K drafts.
+    Fixed {
+        /// Drafts per step (≥ 1 for a linear method).
+        k: usize,
+    },
+    /// Additive increase (+1 after a fully accepted step), multiplicative decrease (× `decrease`
+    /// after a rejection), within [k_min, k_max].
+    Aimd {
+        /// Smallest K (≥ 1).
+        k_min: usize,
+        /// Largest K (≥ k_min).
+        k_max: usize,
+        /// Factor in (0, 1) applied after a rejection.
+        decrease: f64,
+    },
+    /// PID controller steering the acceptance rate to `target_acceptance` by changing K.
+    Pid {
+        /// Acceptance rate to hold, in (0, 1).
+        target_acceptance: f64,
+        /// Smallest K (≥ 1).
+        k_min: usize,
+        /// Largest K (≥ k_min).
+        k_max: usize,
+    },
+    /// argmax_K E[tokens](α̂, K) / (draft_cost(K) + verify_cost(K)), α̂ estimated online.
+    CostOptimal {
+        /// Largest K considered (≥ 1).
+        k_max: usize,
+    },
+    /// Fixed K, switched off (K = 0) when the acceptance rate falls below `min_acceptance`,
+    /// probing again every `probe_every` steps.
+    Threshold {
+        /// K while speculating (≥ 1).
+        k: usize,
+        /// Acceptance rate below which speculation stops, in [0, 1].
+        min_acceptance: f64,
+        /// Steps between probes while off (≥ 1).
+        probe_every: usize,
+    },
+}
+
+impl PolicyConfig {
+    /// A short description, e.g. `fixed k=4`.
+    pub fn describe(&self) -> String {
+        match self {
+            PolicyConfig::Fixed { k } => format!("fixed k={k}"),
+            PolicyConfig::Aimd { k_min, k_max, .. } => format!("aimd k={k_min}..{k_max}"),
+            PolicyConfig::Pid {
+                target_acceptance, ..
+            } => format!("pid target={target_acceptance}"),
+            PolicyConfig::CostOptimal { k_max } => format!("cost_optimal k<={k_max}"),
+            PolicyConfig::Threshold {
+                k, min_acceptance, ..
+            } => format!("threshold k={k} off<{min_acceptance}"),
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! Experiment configs: TOML files that say which models, prompts, sampling settings and methods an
+//! experiment runs. Every table rejects unknown keys (the error names the key and the file), and
+//! [`ExperimentConfig::validate`] rejects values that make no sense with the field named.
+//!
+//! A minimal config:
+//!
+//! ```toml
+//! name = "quick"
+//! max_tokens = 64
+//! [models]
+//! target = "qwen2.5-coder-1.5b"
+//! draft = "qwen2.5-coder-0.5b"
+//! [prompts]
+//! source = "inline"
+//! texts = ["def fib(n):"]
+//! [[methods]]
+//! name = "linear-k4"
+//! drafter = { kind = "chain" }
+//! policy = { kind = "fixed", k = 4 }
+//! ```
+//!
+//! The plain-decoding baseline (`drafter = { kind = "none" }`) is added as a method named
+//! `baseline` when missing, unless `baseline = "require"` asks for it to be written out.
+
+mod experiment;
+mod method;
+mod models;
+mod prompts;
+
+pub use experiment::{BaselineRule, ExperimentConfig, LoadedConfig, SamplingConfig};
+pub use method::{DrafterConfig, MethodConfig, PolicyConfig, VerifierConfig};
+pub use models::{KnownModel, ModelSource, ModelsConfig};
+pub use prompts::{Prompt, PromptSet};

@@ -1,0 +1,105 @@
+//! Which target and draft models an experiment uses, and how a model name resolves.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The `[models]` table. Each entry is a known model name (see [`KnownModel`]), a path to a GGUF
+/// file, `"toy"` (the toy probability-table models) or `"simulated"` (no model: the
+/// `[simulation]` table stands in for it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsConfig {
+    /// The target model whose distribution the output must follow.
+    #[serde(default = "simulated")]
+    pub target: String,
+    /// The draft model used by model drafters (`chain`, `tree`, ...); absent for plain decoding,
+    /// n-gram and self-drafting methods.
+    #[serde(default)]
+    pub draft: Option<String>,
+}
+
+fn simulated() -> String {
+    "simulated".to_string()
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        ModelsConfig {
+            target: simulated(),
+            draft: None,
+        }
+    }
+}
+
+/// A model the fetch script (`scripts/fetch-models.sh`) knows by name; its GGUF lives under
+/// `~/.cache/specdec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KnownModel {
+    /// SmolLM2 135M (a tiny Llama-family draft).
+    Smollm2_135m,
+    /// Qwen2.5-Coder 0.5B (the draft of the Qwen pair).
+    QwenCoder0_5b,
+    /// Qwen2.5-Coder 1.5B (the target of the Qwen pair).
+    QwenCoder1_5b,
+}
+
+impl KnownModel {
+    /// Every known model, in the order help texts list them.
+    pub const ALL: [KnownModel; 3] = [
+        KnownModel::Smollm2_135m,
+        KnownModel::QwenCoder0_5b,
+        KnownModel::QwenCoder1_5b,
+    ];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            KnownModel::Smollm2_135m => "smollm2-135m",
+            KnownModel::QwenCoder0_5b => "qwen2.5-coder-0.5b",
+            KnownModel::QwenCoder1_5b => "qwen2.5-coder-1.5b",
+        }
+    }
+}
+
+/// What a model entry resolves to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A model known by name (resolved through the fetch cache by the model runner).
+    Named(KnownModel),
+    /// A GGUF file given by path.
+    Gguf(PathBuf),
+    /// The toy probability-table models.
+    Toy,
+    /// No model: the simulation's acceptance process and cost model stand in.
+    Simulated,
+}
+
+impl ModelSource {
+    /// Resolves a config entry. Errors with a message listing the accepted forms when `text` is
+    /// neither a known name, `toy`, `simulated`, nor a path ending in `.gguf`.
+    pub fn parse(text: &str) -> Result<ModelSource, String> {
+        if text == "toy" {
+            return Ok(ModelSource::Toy);
+        }
+        if text == "simulated" {
+            return Ok(ModelSource::Simulated);
+        }
+        if let Some(known) = KnownModel::ALL.iter().find(|m| m.name() == text) {
+            return Ok(ModelSource::Named(*known));
+        }
+        if text.to_ascii_lowercase().ends_with(".gguf") {
+            return Ok(ModelSource::Gguf(PathBuf::from(text)));
+        }
+        let names: Vec<&str> = KnownModel::ALL.iter().map(|m| m.name()).collect();
+        Err(format!(
+            "unknown model `{text}`: use one of {}, `toy`, `simulated`, or a path to a .gguf file",
+            names.join(", ")
+        ))
+    }
+
+    /// Whether running this model needs the real model runner (not yet wired into the harness).
+    pub fn needs_model_runner(&self) -> bool {
+        matches!(self, ModelSource::Named(_) | ModelSource::Gguf(_))
+    }
+}

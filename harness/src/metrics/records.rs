@@ -1,0 +1,142 @@
+//! Raw records: one per engine step per sequence, one per request, one per method run.
+
+use serde::{Deserialize, Serialize};
+
+/// What happened to one sequence in one target pass. Times are seconds (wall time for real runs,
+/// cost-model time for simulations); a time shared by a batch is attributed in full to every
+/// sequence in it (tokens/s therefore comes from [`MethodRun::elapsed_s`], never from summing
+/// steps).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Method configuration name.
+    pub method: String,
+    /// Index of the request (prompt) in the experiment's prompt list.
+    pub request: usize,
+    /// 0-based step (target pass) number within the request.
+    pub step: usize,
+    /// Draft tokens (chain) or draft tree nodes proposed this step; 0 for plain decoding.
+    pub proposed: usize,
+    /// Depth of the deepest proposed node (= `proposed` for a chain; 0 when nothing proposed).
+    pub draft_depth: usize,
+    /// Drafts accepted by verification (length of the accepted path, ≤ `draft_depth`).
+    pub accepted: usize,
+    /// Tokens committed to the output this step (accepted + the bonus/correction token, cut at
+    /// `max_tokens` or end of sequence).
+    pub emitted: usize,
+    /// Seconds spent drafting.
+    pub draft_s: f64,
+    /// Seconds in the target forward pass.
+    pub target_s: f64,
+    /// Seconds verifying (accept/reject, sampling the next token).
+    pub verify_s: f64,
+    /// Seconds committing/rewinding the KV cache.
+    pub commit_s: f64,
+    /// Seconds of everything else (scheduling, metadata, host work).
+    pub overhead_s: f64,
+    /// KV cache blocks held by this sequence after the step.
+    pub kv_blocks: usize,
+    /// Sequences in the target pass that served this step (1 without batching).
+    pub batch: usize,
+}
+
+impl StepRecord {
+    /// Sum of the five time components, in seconds.
+    pub fn total_s(&self) -> f64 {
+        self.draft_s + self.target_s + self.verify_s + self.commit_s + self.overhead_s
+    }
+}
+
+/// One request (prompt) run by one method, summed over its steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Method configuration name.
+    pub method: String,
+    /// Index of the request in the prompt list.
+    pub request: usize,
+    /// Prompt id (see `config::Prompt::id`).
+    pub prompt_id: String,
+    /// Prompt length in tokens (nominal for synthetic prompts).
+    pub prompt_tokens: usize,
+    /// Tokens generated (Σ emitted).
+    pub generated_tokens: usize,
+    /// Target passes (= steps).
+    pub target_passes: usize,
+    /// Σ proposed drafts.
+    pub proposed: usize,
+    /// Σ accepted drafts.
+    pub accepted: usize,
+    /// Seconds from admission to retirement of this request.
+    pub elapsed_s: f64,
+    /// Σ draft seconds.
+    pub draft_s: f64,
+    /// Σ target seconds.
+    pub target_s: f64,
+    /// Σ verify seconds.
+    pub verify_s: f64,
+    /// Σ commit seconds.
+    pub commit_s: f64,
+    /// Σ overhead seconds.
+    pub overhead_s: f64,
+    /// Largest KV block count over the steps.
+    pub kv_blocks_peak: usize,
+    /// The generated text when the backend produces text (not in simulation).
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl RequestRecord {
+    /// Sums a request's steps. `steps` must all belong to this method and request (not checked
+    /// here; [`crate::metrics::summarize`] groups by the fields).
+    pub fn from_steps(
+        method: &str,
+        request: usize,
+        prompt_id: &str,
+        prompt_tokens: usize,
+        elapsed_s: f64,
+        steps: &[StepRecord],
+    ) -> RequestRecord {
+        let sum = |f: fn(&StepRecord) -> f64| steps.iter().map(f).sum::<f64>();
+        RequestRecord {
+            method: method.to_string(),
+            request,
+            prompt_id: prompt_id.to_string(),
+            prompt_tokens,
+            generated_tokens: steps.iter().map(|s| s.emitted).sum(),
+            target_passes: steps.len(),
+            proposed: steps.iter().map(|s| s.proposed).sum(),
+            accepted: steps.iter().map(|s| s.accepted).sum(),
+            elapsed_s,
+            draft_s: sum(|s| s.draft_s),
+            target_s: sum(|s| s.target_s),
+            verify_s: sum(|s| s.verify_s),
+            commit_s: sum(|s| s.commit_s),
+            overhead_s: sum(|s| s.overhead_s),
+            kv_blocks_peak: steps.iter().map(|s| s.kv_blocks).max().unwrap_or(0),
+            text: None,
+        }
+    }
+
+    /// τ of this request: (accepted + passes) / passes; `None` without passes.
+    pub fn tau(&self) -> Option<f64> {
+        (self.target_passes > 0)
+            .then(|| (self.accepted + self.target_passes) as f64 / self.target_passes as f64)
+    }
+
+    /// Generated tokens per elapsed second; `None` when no time elapsed.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        (self.elapsed_s > 0.0).then(|| self.generated_tokens as f64 / self.elapsed_s)
+    }
+}
+
+/// One method's whole run over the prompts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MethodRun {
+    /// Method configuration name.
+    pub method: String,
+    /// Human description (`drafter / verifier / policy`).
+    pub description: String,
+    /// Whether this is the plain-decoding baseline.
+    pub is_baseline: bool,
+    /// Seconds the method took over all its requests (wall time, or simulated time).
+    pub elapsed_s: f64,
+}

@@ -1,0 +1,192 @@
+//! CSV tables (RFC 4180 quoting) of summaries, requests and steps.
+
+use crate::metrics::{MethodSummary, RequestRecord, StepRecord};
+
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn table(header: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let mut out = header.join(",");
+    out.push('\n');
+    for row in rows {
+        let cells: Vec<String> = row.iter().map(|c| field(c)).collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// One row per configuration. Times are seconds; `acceptance_by_depth` is `;`-separated.
+pub fn summary_csv(summaries: &[MethodSummary]) -> String {
+    table(
+        &[
+            "method",
+            "description",
+            "is_baseline",
+            "requests",
+            "generated_tokens",
+            "target_passes",
+            "elapsed_s",
+            "tokens_per_s",
+            "speedup",
+            "speedup_per_prompt_mean",
+            "speedup_per_prompt_lo95",
+            "speedup_per_prompt_hi95",
+            "acceptance_rate",
+            "tau_mean",
+            "tau_lo95",
+            "tau_hi95",
+            "tau_n",
+            "acceptance_by_depth",
+            "draft_s",
+            "target_s",
+            "verify_s",
+            "commit_s",
+            "overhead_s",
+            "kv_blocks_peak",
+        ],
+        summaries.iter().map(|s| {
+            let pp = s.speedup_per_prompt;
+            vec![
+                s.method.clone(),
+                s.description.clone(),
+                s.is_baseline.to_string(),
+                s.requests.to_string(),
+                s.generated_tokens.to_string(),
+                s.target_passes.to_string(),
+                s.elapsed_s.to_string(),
+                s.tokens_per_s.to_string(),
+                s.speedup.to_string(),
+                opt(pp.map(|i| i.mean)),
+                opt(pp.map(|i| i.lo)),
+                opt(pp.map(|i| i.hi)),
+                opt(s.acceptance_rate),
+                s.tau.mean.to_string(),
+                s.tau.lo.to_string(),
+                s.tau.hi.to_string(),
+                s.tau.n.to_string(),
+                s.acceptance_by_depth
+                    .iter()
+                    .map(|a| format!("{a:.4}"))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                s.time_split.draft_s.to_string(),
+                s.time_split.target_s.to_string(),
+                s.time_split.verify_s.to_string(),
+                s.time_split.commit_s.to_string(),
+                s.time_split.overhead_s.to_string(),
+                s.kv_blocks_peak.to_string(),
+            ]
+        }),
+    )
+}
+
+/// One row per request (the generated text is left out; it is in `requests.jsonl`).
+pub fn requests_csv(requests: &[RequestRecord]) -> String {
+    table(
+        &[
+            "method",
+            "request",
+            "prompt_id",
+            "prompt_tokens",
+            "generated_tokens",
+            "target_passes",
+            "proposed",
+            "accepted",
+            "tau",
+            "elapsed_s",
+            "draft_s",
+            "target_s",
+            "verify_s",
+            "commit_s",
+            "overhead_s",
+            "kv_blocks_peak",
+        ],
+        requests.iter().map(|r| {
+            vec![
+                r.method.clone(),
+                r.request.to_string(),
+                r.prompt_id.clone(),
+                r.prompt_tokens.to_string(),
+                r.generated_tokens.to_string(),
+                r.target_passes.to_string(),
+                r.proposed.to_string(),
+                r.accepted.to_string(),
+                opt(r.tau()),
+                r.elapsed_s.to_string(),
+                r.draft_s.to_string(),
+                r.target_s.to_string(),
+                r.verify_s.to_string(),
+                r.commit_s.to_string(),
+                r.overhead_s.to_string(),
+                r.kv_blocks_peak.to_string(),
+            ]
+        }),
+    )
+}
+
+/// One row per step.
+pub fn steps_csv(steps: &[StepRecord]) -> String {
+    table(
+        &[
+            "method",
+            "request",
+            "step",
+            "proposed",
+            "draft_depth",
+            "accepted",
+            "emitted",
+            "draft_s",
+            "target_s",
+            "verify_s",
+            "commit_s",
+            "overhead_s",
+            "kv_blocks",
+            "batch",
+        ],
+        steps.iter().map(|s| {
+            vec![
+                s.method.clone(),
+                s.request.to_string(),
+                s.step.to_string(),
+                s.proposed.to_string(),
+                s.draft_depth.to_string(),
+                s.accepted.to_string(),
+                s.emitted.to_string(),
+                s.draft_s.to_string(),
+                s.target_s.to_string(),
+                s.verify_s.to_string(),
+                s.commit_s.to_string(),
+                s.overhead_s.to_string(),
+                s.kv_blocks.to_string(),
+                s.batch.to_string(),
+            ]
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        let t = table(
+            &["x", "y"],
+            std::iter::once(vec!["1".into(), "a\nb".into()]),
+        );
+        assert_eq!(t, "x,y\n1,\"a\nb\"\n");
+    }
+}

@@ -1,0 +1,198 @@
+//! Results on disk: JSONL (the raw records, re-readable), CSV, a markdown summary, SVG plots, and
+//! the provenance of the run.
+//!
+//! A results folder holds:
+//!
+//! | file | content |
+//! |---|---|
+//! | `provenance.json` | git commit, versions, CPU/GPU, threads, seeds, model hashes, the config |
+//! | `runs.jsonl` | one line per method: name, description, baseline flag, elapsed seconds |
+//! | `requests.jsonl`, `requests.csv` | one line per method × prompt |
+//! | `steps.jsonl`, `steps.csv` | one line per method × prompt × target pass |
+//! | `summary.jsonl`, `summary.csv` | one line per method: the aggregates (provenance embedded in the JSONL) |
+//! | `summary.md` | the summary table and the provenance in markdown |
+//! | `speedup.svg`, `tau.svg`, `acceptance_by_depth.svg`, `time_split.svg` | plots |
+//!
+//! [`write_results`] writes all of them; [`rerender`] reads the raw JSONL back and rewrites the
+//! derived files (summary, CSV, markdown, plots).
+
+mod csv;
+mod jsonl;
+mod markdown;
+mod plots;
+mod provenance;
+
+pub use csv::{requests_csv, steps_csv, summary_csv};
+pub use jsonl::{read_jsonl, write_jsonl};
+pub use markdown::summary_markdown;
+pub use plots::{
+    bar_chart, line_plot, plot_acceptance_by_depth, plot_speedup, plot_tau, plot_time_split, Bar,
+    Series, SeriesStyle,
+};
+pub use provenance::{crate_versions, hash_file, Provenance};
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{HarnessError, Result};
+use crate::metrics::{summarize, MethodRun, MethodSummary, RequestRecord, StepRecord};
+
+/// Everything a run produced.
+#[derive(Debug, Clone)]
+pub struct RunResults {
+    /// Where it came from.
+    pub provenance: Provenance,
+    /// One entry per method, in run order.
+    pub runs: Vec<MethodRun>,
+    /// One entry per method × prompt.
+    pub requests: Vec<RequestRecord>,
+    /// One entry per method × prompt × step.
+    pub steps: Vec<StepRecord>,
+    /// The aggregates (from [`summarize`]).
+    pub summaries: Vec<MethodSummary>,
+}
+
+/// File names inside a results folder.
+pub mod files {
+    /// Provenance of the run.
+    pub const PROVENANCE: &str = "provenance.json";
+    /// Per-method runs.
+    pub const RUNS: &str = "runs.jsonl";
+    /// Per-request records.
+    pub const REQUESTS_JSONL: &str = "requests.jsonl";
+    /// Per-step records.
+    pub const STEPS_JSONL: &str = "steps.jsonl";
+    /// Per-method summaries.
+    pub const SUMMARY_JSONL: &str = "summary.jsonl";
+    /// Per-request CSV.
+    pub const REQUESTS_CSV: &str = "requests.csv";
+    /// Per-step CSV.
+    pub const STEPS_CSV: &str = "steps.csv";
+    /// Per-method CSV.
+    pub const SUMMARY_CSV: &str = "summary.csv";
+    /// Markdown summary.
+    pub const SUMMARY_MD: &str = "summary.md";
+    /// Speedup plot.
+    pub const SPEEDUP_SVG: &str = "speedup.svg";
+    /// τ plot.
+    pub const TAU_SVG: &str = "tau.svg";
+    /// Acceptance-by-depth plot.
+    pub const ACCEPTANCE_SVG: &str = "acceptance_by_depth.svg";
+    /// Time-split plot.
+    pub const TIME_SPLIT_SVG: &str = "time_split.svg";
+    /// Every file a results folder holds after [`super::write_results`].
+    pub const ALL: [&str; 13] = [
+        PROVENANCE,
+        RUNS,
+        REQUESTS_JSONL,
+        STEPS_JSONL,
+        SUMMARY_JSONL,
+        REQUESTS_CSV,
+        STEPS_CSV,
+        SUMMARY_CSV,
+        SUMMARY_MD,
+        SPEEDUP_SVG,
+        TAU_SVG,
+        ACCEPTANCE_SVG,
+        TIME_SPLIT_SVG,
+    ];
+}
+
+/// A summary line of `summary.jsonl`: the aggregates with the run's provenance embedded.
+#[derive(Debug, Serialize)]
+struct SummaryLine<'a> {
+    #[serde(flatten)]
+    summary: &'a MethodSummary,
+    provenance: &'a Provenance,
+}
+
+/// Writes every file of a results folder (creating it). Returns the paths written.
+pub fn write_results(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| HarnessError::io(dir, e))?;
+    let mut written = Vec::new();
+    let p = dir.join(files::PROVENANCE);
+    let text = serde_json::to_string_pretty(&results.provenance)
+        .map_err(|e| HarnessError::Metrics(e.to_string()))?;
+    std::fs::write(&p, text + "\n").map_err(|e| HarnessError::io(&p, e))?;
+    written.push(p);
+    written.push(write_jsonl(&dir.join(files::RUNS), &results.runs)?);
+    written.push(write_jsonl(
+        &dir.join(files::REQUESTS_JSONL),
+        &results.requests,
+    )?);
+    written.push(write_jsonl(&dir.join(files::STEPS_JSONL), &results.steps)?);
+    written.extend(write_derived(dir, results)?);
+    Ok(written)
+}
+
+fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let lines: Vec<SummaryLine> = results
+        .summaries
+        .iter()
+        .map(|summary| SummaryLine {
+            summary,
+            provenance: &results.provenance,
+        })
+        .collect();
+    written.push(write_jsonl(&dir.join(files::SUMMARY_JSONL), &lines)?);
+    for (name, text) in [
+        (files::SUMMARY_CSV, summary_csv(&results.summaries)),
+        (files::REQUESTS_CSV, requests_csv(&results.requests)),
+        (files::STEPS_CSV, steps_csv(&results.steps)),
+        (
+            files::SUMMARY_MD,
+            summary_markdown(&results.summaries, &results.provenance),
+        ),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, text).map_err(|e| HarnessError::io(&p, e))?;
+        written.push(p);
+    }
+    let s = &results.summaries;
+    let p = dir.join(files::SPEEDUP_SVG);
+    plot_speedup(&p, s)?;
+    written.push(p);
+    let p = dir.join(files::TAU_SVG);
+    plot_tau(&p, s)?;
+    written.push(p);
+    let p = dir.join(files::ACCEPTANCE_SVG);
+    plot_acceptance_by_depth(&p, s)?;
+    written.push(p);
+    let p = dir.join(files::TIME_SPLIT_SVG);
+    plot_time_split(&p, s)?;
+    written.push(p);
+    Ok(written)
+}
+
+/// Reads a results folder's raw records (provenance, runs, requests, steps) back.
+pub fn read_results(dir: &Path) -> Result<RunResults> {
+    let p = dir.join(files::PROVENANCE);
+    let text = std::fs::read_to_string(&p).map_err(|e| HarnessError::io(&p, e))?;
+    let provenance: Provenance =
+        serde_json::from_str(&text).map_err(|e| HarnessError::ResultParse {
+            path: p.clone(),
+            line: e.line(),
+            message: e.to_string(),
+        })?;
+    let runs: Vec<MethodRun> = read_jsonl(&dir.join(files::RUNS))?;
+    let requests: Vec<RequestRecord> = read_jsonl(&dir.join(files::REQUESTS_JSONL))?;
+    let steps: Vec<StepRecord> = read_jsonl(&dir.join(files::STEPS_JSONL))?;
+    let summaries = summarize(&runs, &requests, &steps)?;
+    Ok(RunResults {
+        provenance,
+        runs,
+        requests,
+        steps,
+        summaries,
+    })
+}
+
+/// Re-renders the derived files (summary JSONL/CSV/markdown, request/step CSV, plots) of a results
+/// folder from its raw JSONL. Returns the results read and the paths written.
+pub fn rerender(dir: &Path) -> Result<(RunResults, Vec<PathBuf>)> {
+    let results = read_results(dir)?;
+    let written = write_derived(dir, &results)?;
+    Ok((results, written))
+}

@@ -1,0 +1,358 @@
+//! SVG plots (plotters): speedup and τ per configuration, acceptance by depth, time split, and a
+//! generic line plot the reproductions use.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::error::{HarnessError, Result};
+use crate::metrics::MethodSummary;
+
+const SIZE: (u32, u32) = (900, 520);
+
+fn plot_err<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> HarnessError + '_ {
+    move |e| HarnessError::Plot {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// One bar of a bar chart: a label, a value and an optional interval drawn as a whisker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    /// Label under the bar.
+    pub label: String,
+    /// Height.
+    pub value: f64,
+    /// (low, high) whisker.
+    pub interval: Option<(f64, f64)>,
+}
+
+/// Draws a bar chart with optional whiskers and an optional horizontal reference line.
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    bars: &[Bar],
+    reference: Option<f64>,
+) -> Result<()> {
+    let err = plot_err(path);
+    let n = bars.len().max(1);
+    let top = bars
+        .iter()
+        .map(|b| b.interval.map_or(b.value, |(_, hi)| hi.max(b.value)))
+        .chain(reference)
+        .fold(0.0f64, f64::max);
+    let y_max = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(&err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0..n).into_segmented(), 0.0..y_max)
+        .map_err(&err)?;
+    let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc(y_desc)
+        .x_labels(n)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                labels.get(*i).cloned().unwrap_or_default()
+            }
+            SegmentValue::Last => String::new(),
+        })
+        .draw()
+        .map_err(&err)?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            let mut r = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), b.value),
+                ],
+                Palette99::pick(i).mix(0.8).filled(),
+            );
+            r.set_margin(0, 0, 12, 12);
+            r
+        }))
+        .map_err(&err)?;
+    chart
+        .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+            b.interval.map(|(lo, hi)| {
+                PathElement::new(
+                    vec![
+                        (SegmentValue::CenterOf(i), lo),
+                        (SegmentValue::CenterOf(i), hi),
+                    ],
+                    BLACK.stroke_width(2),
+                )
+            })
+        }))
+        .map_err(&err)?;
+    if let Some(r) = reference {
+        chart
+            .draw_series(LineSeries::new(
+                vec![(SegmentValue::Exact(0), r), (SegmentValue::Last, r)],
+                RED.stroke_width(1),
+            ))
+            .map_err(&err)?;
+    }
+    root.present().map_err(&err)?;
+    Ok(())
+}
+
+/// How a series of a line plot is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeriesStyle {
+    /// Connected line.
+    Line,
+    /// Unconnected markers.
+    Points,
+}
+
+/// One series of a line plot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend label.
+    pub label: String,
+    /// (x, y) points.
+    pub points: Vec<(f64, f64)>,
+    /// Line or markers.
+    pub style: SeriesStyle,
+    /// Palette index (series with the same index share a colour).
+    pub color: usize,
+}
+
+/// Draws series on linear axes with a legend. `log_x` draws the x axis logarithmically (all x
+/// must then be > 0).
+pub fn line_plot(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    log_x: bool,
+) -> Result<()> {
+    let err = plot_err(path);
+    let all = series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    let mut y0 = 0.0f64;
+    for &(x, y) in all {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let y1 = if y1 > y0 { y1 * 1.08 } else { y0 + 1.0 };
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(&err)?;
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60);
+    macro_rules! draw {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .draw()
+                .map_err(&err)?;
+            for s in series {
+                let color = Palette99::pick(s.color).to_rgba();
+                let anno = match s.style {
+                    SeriesStyle::Line => chart
+                        .draw_series(LineSeries::new(s.points.clone(), color.stroke_width(2)))
+                        .map_err(&err)?,
+                    SeriesStyle::Points => chart
+                        .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                        .map_err(&err)?,
+                };
+                let style = s.style;
+                anno.label(s.label.clone())
+                    .legend(move |(x, y)| match style {
+                        SeriesStyle::Line => {
+                            PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                                .into_dyn()
+                        }
+                        SeriesStyle::Points => {
+                            Circle::new((x + 9, y), 4, color.filled()).into_dyn()
+                        }
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(&err)?;
+        }};
+    }
+    if log_x {
+        draw!(builder
+            .build_cartesian_2d((x0..x1).log_scale(), y0..y1)
+            .map_err(&err)?);
+    } else {
+        draw!(builder.build_cartesian_2d(x0..x1, y0..y1).map_err(&err)?);
+    }
+    root.present().map_err(&err)?;
+    Ok(())
+}
+
+/// Speedup per configuration (bar = throughput ratio; whisker = 95 % t-interval of the
+/// per-prompt speedup), with a red line at 1.
+pub fn plot_speedup(path: &Path, summaries: &[MethodSummary]) -> Result<()> {
+    let bars: Vec<Bar> = summaries
+        .iter()
+        .map(|s| Bar {
+            label: s.method.clone(),
+            value: s.speedup,
+            interval: s.speedup_per_prompt.map(|i| (i.lo, i.hi)),
+        })
+        .collect();
+    bar_chart(
+        path,
+        "Speedup over plain decoding",
+        "speedup (×)",
+        &bars,
+        Some(1.0),
+    )
+}
+
+/// τ per configuration with its 95 % t-interval over prompts.
+pub fn plot_tau(path: &Path, summaries: &[MethodSummary]) -> Result<()> {
+    let bars: Vec<Bar> = summaries
+        .iter()
+        .map(|s| Bar {
+            label: s.method.clone(),
+            value: s.tau.mean,
+            interval: Some((s.tau.lo, s.tau.hi)),
+        })
+        .collect();
+    bar_chart(
+        path,
+        "Mean accepted length τ (tokens per target pass)",
+        "τ",
+        &bars,
+        Some(1.0),
+    )
+}
+
+/// Acceptance by depth, one line per drafting configuration.
+pub fn plot_acceptance_by_depth(path: &Path, summaries: &[MethodSummary]) -> Result<()> {
+    let series: Vec<Series> = summaries
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.acceptance_by_depth.is_empty())
+        .map(|(i, s)| Series {
+            label: s.method.clone(),
+            points: s
+                .acceptance_by_depth
+                .iter()
+                .enumerate()
+                .map(|(d, a)| ((d + 1) as f64, *a))
+                .collect(),
+            style: SeriesStyle::Line,
+            color: i,
+        })
+        .collect();
+    line_plot(
+        path,
+        "Acceptance by draft depth",
+        "depth",
+        "P(accept depth d | depth d-1 accepted)",
+        &series,
+        false,
+    )
+}
+
+/// Time per generated token split by phase, stacked, per configuration (ms per token).
+pub fn plot_time_split(path: &Path, summaries: &[MethodSummary]) -> Result<()> {
+    let err = plot_err(path);
+    let n = summaries.len().max(1);
+    let per_token = |s: &MethodSummary, x: f64| {
+        if s.generated_tokens == 0 {
+            0.0
+        } else {
+            x * 1e3 / s.generated_tokens as f64
+        }
+    };
+    let top = summaries
+        .iter()
+        .map(|s| per_token(s, s.time_split.total_s()))
+        .fold(0.0f64, f64::max);
+    let y_max = if top > 0.0 { top * 1.25 } else { 1.0 };
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(&err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Time per generated token by phase", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0..n).into_segmented(), 0.0..y_max)
+        .map_err(&err)?;
+    let labels: Vec<String> = summaries.iter().map(|s| s.method.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_desc("ms per generated token")
+        .x_labels(n)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                labels.get(*i).cloned().unwrap_or_default()
+            }
+            SegmentValue::Last => String::new(),
+        })
+        .draw()
+        .map_err(&err)?;
+    let phases = ["draft", "target", "verify", "commit", "overhead"];
+    for (p, phase) in phases.iter().enumerate() {
+        let color = Palette99::pick(p).to_rgba();
+        let rects: Vec<Rectangle<_>> = summaries
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let parts = s.time_split.parts();
+                let below: f64 = parts[..p].iter().map(|(_, v)| per_token(s, *v)).sum();
+                let here = per_token(s, parts[p].1);
+                let mut r = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i), below),
+                        (SegmentValue::Exact(i + 1), below + here),
+                    ],
+                    color.filled(),
+                );
+                r.set_margin(0, 0, 12, 12);
+                r
+            })
+            .collect();
+        chart
+            .draw_series(rects)
+            .map_err(&err)?
+            .label(*phase)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(&err)?;
+    root.present().map_err(&err)?;
+    Ok(())
+}
