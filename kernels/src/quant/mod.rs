@@ -3,6 +3,14 @@
 //!
 //! Layouts are documented on [`QuantType`]; the arithmetic order of dequantisation on
 //! [`dequant`]. Both are the contract the CUDA port follows.
+//!
+//! Two products, both batch-invariant and bit-identical on every [`SimdLevel`]:
+//! - [`quant_matmul`] ([`matmul`]): exact f32 activations, every type; the reference path
+//!   (closest to an f32 PyTorch reference).
+//! - [`quant_matmul_int8`] ([`int8`]): activations quantised to 8 bits per 256-block
+//!   ([`Q8Activations`], quantise once per input and reuse), integer dot products, Q4_K and
+//!   Q6_K only ([`int8_supported`]); ~3-4x faster per token, with llama.cpp-like deviation from
+//!   the f32 result (bound stated in [`int8`]).
 
 pub mod cuda;
 pub mod dequant;
