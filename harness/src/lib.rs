@@ -8,8 +8,10 @@
 //! - [`report`]: JSONL, CSV, markdown and SVG outputs with provenance;
 //! - [`simulation`]: an injected acceptance process and cost model in place of models;
 //! - [`runner`]: runs an experiment on a [`runner::Backend`] with a progress bar;
-//! - [`repro`]: paper reproductions that need no models.
+//! - [`repro`]: paper reproductions that need no models;
+//! - [`cli`]: the work behind the `specdec` subcommands.
 
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod metrics;

@@ -300,10 +300,8 @@ fn validate_drafter(d: &DrafterConfig) -> std::result::Result<(), String> {
                 return Err("tree.branching holds 0: every depth needs at least 1 child".into());
             }
         }
-        DrafterConfig::DynamicTree { nodes, top_k } => {
-            if *nodes == 0 || *top_k == 0 {
-                return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
-            }
+        DrafterConfig::DynamicTree { nodes, top_k } if *nodes == 0 || *top_k == 0 => {
+            return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
         }
         DrafterConfig::Sequoia { nodes } if *nodes == 0 => {
             return Err("sequoia needs nodes ≥ 1".into());

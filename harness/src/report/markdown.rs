@@ -48,7 +48,11 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
             md,
             "| {}{} | {} | {:.1} | {:.2}× | {} | {} | {:.2} [{:.2}, {:.2}] | {} |",
             s.method,
-            if s.is_baseline { " (baseline)" } else { "" },
+            if s.is_baseline && s.method != "baseline" {
+                " (baseline)"
+            } else {
+                ""
+            },
             s.description,
             s.tokens_per_s,
             s.speedup,

@@ -1,0 +1,185 @@
+//! One small experiment on the simulation, end to end: every output file is written, the records
+//! add up, and `report` re-renders the same summary from the saved JSONL.
+
+use std::path::PathBuf;
+
+use specdec_harness::config::ExperimentConfig;
+use specdec_harness::metrics::{MethodRun, RequestRecord, StepRecord};
+use specdec_harness::report::{files, read_jsonl, rerender};
+use specdec_harness::repro;
+use specdec_harness::runner::run_experiment;
+use specdec_harness::HarnessError;
+
+const SIM: &str = r#"
+name = "e2e"
+max_tokens = 24
+[prompts]
+source = "synthetic"
+count = 4
+prompt_tokens = 20
+[sampling]
+seed = 5
+[simulation]
+acceptance = { kind = "fixed", alpha = 0.75 }
+[simulation.cost]
+draft_ms_per_token = 1.0
+target = { kind = "points", tokens = [1, 8], ms = [10.0, 12.0] }
+verify_ms = 0.1
+commit_ms = 0.1
+overhead_ms = 0.2
+[[methods]]
+name = "k2"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 2 }
+[[methods]]
+name = "k4"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 4 }
+"#;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("specdec-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn a_simulated_experiment_writes_every_output() {
+    let dir = temp_dir("e2e");
+    let loaded = ExperimentConfig::from_toml(SIM, "e2e.toml").unwrap();
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+
+    for f in files::ALL {
+        let p = dir.join(f);
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(!text.trim().is_empty(), "{f} is empty");
+        if f.ends_with(".svg") {
+            assert!(text.starts_with("<svg"), "{f} is not an SVG");
+        }
+    }
+    // Baseline added in front; three methods × four prompts.
+    assert_eq!(results.runs.len(), 3);
+    assert!(results.runs[0].is_baseline);
+    let runs: Vec<MethodRun> = read_jsonl(&dir.join(files::RUNS)).unwrap();
+    assert_eq!(runs, results.runs);
+    let requests: Vec<RequestRecord> = read_jsonl(&dir.join(files::REQUESTS_JSONL)).unwrap();
+    assert_eq!(requests.len(), 12);
+    assert!(requests.iter().all(|r| r.generated_tokens == 24));
+    let steps: Vec<StepRecord> = read_jsonl(&dir.join(files::STEPS_JSONL)).unwrap();
+    for r in &requests {
+        let mine: Vec<&StepRecord> = steps
+            .iter()
+            .filter(|s| s.method == r.method && s.request == r.request)
+            .collect();
+        assert_eq!(mine.len(), r.target_passes);
+        assert_eq!(mine.iter().map(|s| s.emitted).sum::<usize>(), 24);
+    }
+    // Baseline: one pass per token at 10 + 0.2 ms.
+    let base = &results.summaries[0];
+    assert_eq!(base.target_passes, 4 * 24);
+    assert!((base.tokens_per_s - 1e3 / 10.2).abs() < 1e-9);
+    assert_eq!(base.speedup, 1.0);
+    // Speculative methods: τ within [1, K+1], acceptance in [0, 1], draft time recorded.
+    for (s, k) in results.summaries[1..].iter().zip([2usize, 4]) {
+        assert!(s.tau.mean >= 1.0 && s.tau.mean <= (k + 1) as f64, "{s:?}");
+        let a = s.acceptance_rate.unwrap();
+        assert!((0.0..=1.0).contains(&a));
+        assert!(s.time_split.draft_s > 0.0);
+        assert_eq!(s.acceptance_by_depth.len(), k);
+    }
+    // The CSV has a header and one row per method; the markdown names every method.
+    let csv = std::fs::read_to_string(dir.join(files::SUMMARY_CSV)).unwrap();
+    assert_eq!(csv.lines().count(), 4);
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    for m in ["baseline", "k2", "k4", "git commit"] {
+        assert!(md.contains(m), "summary.md lacks {m}");
+    }
+    // Provenance: the config as run, with its baseline, and the seed.
+    let prov: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(files::PROVENANCE)).unwrap())
+            .unwrap();
+    assert_eq!(prov["seed"], 5);
+    assert_eq!(prov["backend"], "simulation");
+    assert_eq!(prov["config"]["methods"].as_array().unwrap().len(), 3);
+
+    // `report` re-renders the same summaries from the saved JSONL.
+    std::fs::remove_file(dir.join(files::TAU_SVG)).unwrap();
+    let (again, _) = rerender(&dir).unwrap();
+    assert_eq!(again.summaries, results.summaries);
+    assert!(dir.join(files::TAU_SVG).exists());
+
+    // The same seed gives the same records.
+    let dir2 = temp_dir("e2e-again");
+    let twice = run_experiment(&loaded, &dir2, false).unwrap();
+    assert_eq!(twice.steps, results.steps);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&dir2).unwrap();
+}
+
+#[test]
+fn model_configs_say_what_they_are_waiting_for() {
+    let real = r#"
+name = "real"
+max_tokens = 8
+[models]
+target = "qwen2.5-coder-1.5b"
+draft = "qwen2.5-coder-0.5b"
+[prompts]
+source = "inline"
+texts = ["def f():"]
+[[methods]]
+name = "k2"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 2 }
+"#;
+    let dir = temp_dir("real");
+    let loaded = ExperimentConfig::from_toml(real, "real.toml").unwrap();
+    let e = run_experiment(&loaded, &dir, false).unwrap_err();
+    assert!(matches!(e, HarnessError::NotYetAvailable(_)), "{e}");
+    assert!(e.to_string().contains("model runner"), "{e}");
+    let toy = real
+        .replace("qwen2.5-coder-1.5b", "toy")
+        .replace("qwen2.5-coder-0.5b", "toy");
+    let loaded = ExperimentConfig::from_toml(&toy, "toy.toml").unwrap();
+    let e = run_experiment(&loaded, &dir, false).unwrap_err();
+    assert!(e.to_string().contains("toy"), "{e}");
+    assert!(
+        !dir.exists(),
+        "nothing is written when the run cannot start"
+    );
+}
+
+#[test]
+fn reproductions_write_their_tables_and_plots() {
+    let dir = temp_dir("repro");
+    let lev = repro::leviathan::run(
+        &dir,
+        &repro::leviathan::LeviathanParams {
+            alphas: vec![0.6, 0.9],
+            gamma_max: 3,
+            requests: 5,
+            tokens: 100,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        lev.markdown.contains("| 0.9 | 3 | 3.439 |"),
+        "{}",
+        lev.markdown
+    );
+    let place = repro::placement::run(
+        &dir,
+        &repro::placement::PlacementParams {
+            requests: 3,
+            tokens: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(place.markdown.contains("co-located"));
+    for f in lev.files.iter().chain(&place.files) {
+        assert!(std::fs::metadata(f).unwrap().len() > 0, "{}", f.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
