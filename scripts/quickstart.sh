@@ -3,4 +3,4 @@
 # the exact proof table; the quickstart experiment replaces it.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run --release --bin specdec -- version
+cargo run --release --bin specdec -- prove

@@ -183,3 +183,32 @@ fn reproductions_write_their_tables_and_plots() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The shipped experiment configs parse, and the policy study runs every policy kind through the
+/// simulation: each adaptive policy must beat plain decoding there (per-prompt α 0.2–0.95, where
+/// the cost model makes speculation pay for most prompts).
+#[test]
+fn shipped_experiments_parse_and_the_policy_study_runs() {
+    let shipped = [
+        (
+            "sim-fixed-k.toml",
+            include_str!("../../experiments/sim-fixed-k.toml"),
+        ),
+        (
+            "sim-policies.toml",
+            include_str!("../../experiments/sim-policies.toml"),
+        ),
+    ];
+    for (name, text) in shipped {
+        ExperimentConfig::from_toml(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let text = shipped[1].1.replace("count = 40", "count = 8");
+    let loaded = ExperimentConfig::from_toml(&text, "sim-policies.toml").unwrap();
+    let dir = temp_dir("policies");
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    assert_eq!(results.summaries.len(), 8);
+    for s in &results.summaries[4..] {
+        assert!(s.speedup > 1.0, "{}: {}", s.method, s.speedup);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -13,8 +13,14 @@
 //!
 //! Nothing in this crate depends on any other specdec crate.
 
+pub mod attention;
 pub mod error;
+pub mod kv;
+pub mod ops;
+pub mod quant;
+pub mod sampling;
 pub mod tree;
+pub mod verification;
 
 pub use error::{KernelError, Result};
 pub use tree::TreeTopology;

@@ -17,6 +17,60 @@ pub enum ModelError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A GGUF file is malformed: truncated, bad magic, unsupported version, unknown value type,
+    /// absurd count or length, out-of-bounds or misaligned tensor data, duplicate names.
+    #[error("{path}: invalid GGUF at byte {offset}: {reason}")]
+    Gguf {
+        /// The file (or `<memory>` for a buffer).
+        path: String,
+        /// Byte offset in the file where the problem was found.
+        offset: u64,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// A metadata key the caller needs is absent from the GGUF file.
+    #[error("{path}: metadata key `{key}` is missing")]
+    MissingMetadata {
+        /// The file.
+        path: String,
+        /// The key looked up.
+        key: String,
+    },
+    /// A metadata value has a different type (or does not fit the requested integer type).
+    #[error("{path}: metadata key `{key}` is {found}, expected {expected}")]
+    MetadataType {
+        /// The file.
+        path: String,
+        /// The key looked up.
+        key: String,
+        /// The type the caller asked for.
+        expected: &'static str,
+        /// The value's actual type (and value, for scalars).
+        found: String,
+    },
+    /// A tensor the caller needs is absent from the GGUF tensor table.
+    #[error("{path}: tensor `{name}` is missing")]
+    MissingTensor {
+        /// The file.
+        path: String,
+        /// The tensor name looked up.
+        name: String,
+    },
+    /// A model name is not in `models/registry.toml`, or its file is not in the cache.
+    #[error("{0}")]
+    ModelNotFound(String),
+    /// Building or running the tokenizer failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// Rendering the chat template failed.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    /// A toy probability table is malformed.
+    #[error("invalid toy model: {reason}")]
+    InvalidToyModel {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// `Result` with [`ModelError`].

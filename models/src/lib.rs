@@ -5,5 +5,8 @@
 //! tensor-parallel sharding.
 
 pub mod error;
+pub mod gguf;
+pub mod registry;
+pub mod toy;
 
 pub use error::{ModelError, Result};

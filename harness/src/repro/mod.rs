@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{HarnessError, Result};
 use crate::metrics::{t_interval, Interval};
-use crate::simulation::{simulate_request, AcceptanceProcess, CostModel, FixedBudget, SplitMix64};
+use specdec_algorithms::policy::FixedPolicy;
+
+use crate::simulation::{simulate_request, AcceptanceProcess, CostModel, SplitMix64};
 
 /// What a reproduction wrote.
 #[derive(Debug, Clone)]
@@ -52,9 +54,9 @@ pub fn measure_chain(
             tokens,
             acceptance,
             cost,
-            &mut FixedBudget(k),
+            &mut FixedPolicy::chain(k),
             &mut rng,
-        );
+        )?;
         let passes = sim.steps.len() as f64;
         let accepted: usize = sim.steps.iter().map(|s| s.accepted).sum();
         taus.push((accepted as f64 + passes) / passes);

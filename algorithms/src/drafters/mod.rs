@@ -1,0 +1,135 @@
+//! Drafters: what proposes the draft tree a verifier checks.
+//!
+//! A [`Drafter`] turns a sequence's context (prompt + output so far; its last token is the tree's
+//! root) and a [`Budget`] into a [`DraftTree`]: tokens at every node, the draft distribution `q`
+//! at every expanded node, and the [`DraftKind`] saying how children were drawn (the pairing rule
+//! matches it with the verifiers that are lossless for it). All randomness goes through a
+//! [`Decisions`] (keys: the request's sequence and step, the new node's index,
+//! [`Purpose::Draft`]), so drafters are proven by the exact enumerator and replayed in production
+//! unchanged.
+//!
+//! Drafters here:
+//! - [`ChainDrafter`]: K tokens from a [`DraftModel`], sampled from `q` or argmax;
+//! - [`ShapeDrafter`]: fills a tree shape (static "choices", k-ary top-k expansion, Sequoia) from
+//!   a draft model — top-ranked tokens, or children sampled i.i.d. or without replacement;
+//! - [`DynamicTreeDrafter`]: EAGLE-2-style dynamic tree (expand by cumulative draft probability,
+//!   keep the best N nodes);
+//! - [`NgramDrafter`]: prompt lookup ([`ngram`]), deterministic;
+//! - [`StagedDrafter`]: multi-level speculation — level 0 proposes, level 1 verifies it losslessly
+//!   against its own `q1` and extends it by sampling from `q1`; the result is a chain drawn from
+//!   `q1` for the target to verify.
+//!
+//! # Adding a drafter
+//!
+//! A drafter implements three methods. This one always proposes the same token `k` times, a
+//! deterministic chain (no `q` needed: deterministic drafts pair with greedy or target-only
+//! verification):
+//!
+//! ```
+//! use specdec_algorithms::drafters::{DraftRequest, Drafter, TreeBuilder};
+//! use specdec_algorithms::policy::Budget;
+//! use specdec_kernels::sampling::Decisions;
+//! use specdec_kernels::verification::{DraftKind, DraftTree};
+//!
+//! struct Repeat { token: u32 }
+//!
+//! impl Drafter<f64> for Repeat {
+//!     fn name(&self) -> String { format!("repeat({})", self.token) }
+//!     fn kind(&self) -> DraftKind { DraftKind::Deterministic }
+//!     fn propose(
+//!         &mut self,
+//!         request: &DraftRequest<'_>,
+//!         _decisions: &mut dyn Decisions<f64>,
+//!     ) -> specdec_algorithms::Result<DraftTree<f64>> {
+//!         let mut tree = TreeBuilder::new(request.root()?);
+//!         let mut node = 0;
+//!         for _ in 0..request.budget.max_drafts() {
+//!             node = tree.push(node, self.token);
+//!         }
+//!         tree.finish(self.kind())
+//!     }
+//! }
+//!
+//! let context = [4, 2];
+//! let request = DraftRequest { sequence: 0, step: 0, context: &context, budget: &Budget::Chain(3) };
+//! let mut decisions = specdec_kernels::sampling::Replay::production(1);
+//! let tree = Repeat { token: 7 }.propose(&request, &mut decisions).unwrap();
+//! assert_eq!(tree.tokens(), &[2, 7, 7, 7]);
+//! assert!(tree.topology().is_chain());
+//! ```
+
+mod builder;
+mod chain;
+mod dynamic;
+mod model;
+pub mod ngram;
+mod shaped;
+mod staged;
+
+pub use builder::TreeBuilder;
+pub use chain::{ChainDrafter, ChainMode};
+pub use dynamic::DynamicTreeDrafter;
+pub use model::{ranked_tokens, DraftModel, FnModel, Namespaced};
+pub use ngram::{
+    find_matches, ngram_chain, ngram_tree, NgramConfig, NgramDrafter, NgramMatch, TokenTree,
+};
+pub use shaped::{ShapeDrafter, TreeFill};
+pub use staged::{StagedDrafter, LEVEL0_NAMESPACE, LEVEL1_NAMESPACE};
+
+use specdec_kernels::sampling::Decisions;
+#[allow(unused_imports)] // named in the module docs
+use specdec_kernels::sampling::Purpose;
+use specdec_kernels::verification::{DraftKind, DraftTree};
+
+use crate::error::{ensure_param, Result};
+use crate::policy::Budget;
+
+/// One drafting call: whose draft, which step, the context and the budget.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftRequest<'a> {
+    /// Stable sequence id: keys the drafter's random decisions.
+    pub sequence: u64,
+    /// The sequence's decoding step: keys this round's decisions.
+    pub step: u64,
+    /// Prompt + output so far, non-empty; the last token is the draft tree's root.
+    pub context: &'a [u32],
+    /// How much to draft. [`Budget::Plain`] gives a root-only tree.
+    pub budget: &'a Budget,
+}
+
+impl DraftRequest<'_> {
+    /// The root token (the context's last token).
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] if the context is empty.
+    pub fn root(&self) -> Result<u32> {
+        ensure_param(
+            !self.context.is_empty(),
+            "context",
+            "drafting needs at least one context token",
+        )?;
+        Ok(self.context[self.context.len() - 1])
+    }
+}
+
+/// Proposes a draft tree for one sequence within a budget (see the module docs for an example).
+///
+/// Contract: the returned tree's root token is the context's last token; it has at most
+/// `budget.max_drafts()` draft nodes (a [`Budget::Tree`] shape is followed where the drafter
+/// fills shapes, else its node count is the limit); `q` is recorded at every expanded node
+/// unless the kind is [`DraftKind::Deterministic`]; the tree's kind is [`Drafter::kind`].
+pub trait Drafter<N> {
+    /// A short name with the configuration, for reports.
+    fn name(&self) -> String;
+    /// How this drafter's trees are drawn (what verifiers it pairs with).
+    fn kind(&self) -> DraftKind;
+    /// Proposes the draft tree for `request`, drawing randomness only from `decisions`.
+    ///
+    /// # Errors
+    /// An empty context, a draft model error, or a malformed model distribution.
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn Decisions<N>,
+    ) -> Result<DraftTree<N>>;
+}

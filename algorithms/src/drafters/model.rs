@@ -1,0 +1,118 @@
+//! The draft model abstraction drafters are written against, and small helpers.
+
+use specdec_kernels::sampling::{Decisions, DrawKey, Prob};
+
+use crate::error::Result;
+
+/// Anything that gives a next-token distribution for a token sequence: toy tables in tests, a
+/// real draft model, the target with layers skipped.
+pub trait DraftModel<N> {
+    /// Vocabulary size: the length of every returned distribution.
+    fn vocab(&self) -> usize;
+    /// The next-token distribution after `tokens` (the sequence's context followed by the draft
+    /// path), after temperature / top-k / top-p; `vocab()` entries summing to 1.
+    ///
+    /// # Errors
+    /// Whatever the model reports (e.g. a context longer than it supports).
+    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>>;
+}
+
+/// A [`DraftModel`] from a closure (handy for toy tables: `|ctx| toy.next_probs_as(ctx)`).
+pub struct FnModel<F> {
+    vocab: usize,
+    f: F,
+}
+
+impl<F> FnModel<F> {
+    /// A model of `vocab` tokens whose distributions `f` computes.
+    pub fn new(vocab: usize, f: F) -> Self {
+        Self { vocab, f }
+    }
+}
+
+impl<N, F: FnMut(&[u32]) -> Vec<N>> DraftModel<N> for FnModel<F> {
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>> {
+        Ok((self.f)(tokens))
+    }
+}
+
+impl<N, M: DraftModel<N> + ?Sized> DraftModel<N> for &mut M {
+    fn vocab(&self) -> usize {
+        (**self).vocab()
+    }
+
+    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>> {
+        (**self).next_probs(tokens)
+    }
+}
+
+/// Token ids by decreasing probability, ties to the lower id; zero-probability tokens last (still
+/// in id order), so the result lists the whole vocabulary.
+pub fn ranked_tokens<N: Prob>(q: &[N]) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..q.len() as u32).collect();
+    ids.sort_by(|&a, &b| {
+        q[b as usize]
+            .partial_cmp(&q[a as usize])
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(&b))
+    });
+    ids
+}
+
+/// Bit position of the namespace in [`DrawKey::draw`].
+const NAMESPACE_SHIFT: u32 = 20;
+
+/// A [`Decisions`] view that moves every key into namespace `ns` (`draw + ns · 2^20`), so that
+/// several stages deciding about the same node in the same step (a staged drafter's levels and
+/// the target's verifier) draw independent randomness. Namespace 0 is the identity.
+pub struct Namespaced<'a, N> {
+    inner: &'a mut dyn Decisions<N>,
+    namespace: u32,
+}
+
+impl<'a, N> Namespaced<'a, N> {
+    /// Wraps `inner`, moving keys into `namespace` (`< 16`, so that draws stay below `2^24`).
+    pub fn new(inner: &'a mut dyn Decisions<N>, namespace: u32) -> Self {
+        assert!(namespace < 16, "namespace {namespace} must be < 16");
+        Self { inner, namespace }
+    }
+
+    fn key(&self, key: DrawKey) -> DrawKey {
+        DrawKey {
+            draw: key.draw + (self.namespace << NAMESPACE_SHIFT),
+            ..key
+        }
+    }
+}
+
+impl<N> Decisions<N> for Namespaced<'_, N> {
+    fn accept(&mut self, key: DrawKey, p_target: &N, q_draft: &N) -> bool {
+        let key = self.key(key);
+        self.inner.accept(key, p_target, q_draft)
+    }
+
+    fn categorical(&mut self, key: DrawKey, weights: &[N]) -> Option<usize> {
+        let key = self.key(key);
+        self.inner.categorical(key, weights)
+    }
+
+    fn uniform(&mut self, key: DrawKey) -> f64 {
+        let key = self.key(key);
+        self.inner.uniform(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranking_ties_and_zeros() {
+        assert_eq!(ranked_tokens(&[0.25, 0.0, 0.5, 0.25]), vec![2, 0, 3, 1]);
+        assert_eq!(ranked_tokens::<f64>(&[]), Vec::<u32>::new());
+    }
+}

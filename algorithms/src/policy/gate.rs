@@ -1,0 +1,292 @@
+//! Turning speculation off for a sequence whose drafts are rarely accepted, and probing again.
+
+use std::collections::VecDeque;
+
+use crate::error::{ensure_param, Result};
+use crate::policy::{AcceptanceStats, Budget, SpeculationPolicy, StepOutcome};
+
+/// Counts plain steps and says when a periodic probe is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prober {
+    every: usize,
+    waited: usize,
+}
+
+impl Prober {
+    /// A probe after every `every` plain steps (`every = 0`: never probe).
+    pub fn new(every: usize) -> Self {
+        Self { every, waited: 0 }
+    }
+
+    /// Records one more plain step about to be taken; true if this step should be a probe instead
+    /// (the count then restarts).
+    pub fn probe_due(&mut self) -> bool {
+        if self.every == 0 {
+            return false;
+        }
+        self.waited += 1;
+        if self.waited > self.every {
+            self.waited = 0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Restarts the count (e.g. when speculation is switched off).
+    pub fn restart(&mut self) {
+        self.waited = 0;
+    }
+}
+
+/// Wraps a policy with the **disable rule**: when the sequence's pooled conditional acceptance
+/// α̂ (raw successes / tries over draft positions, with geometric decay so it follows the recent
+/// past; see [`AcceptanceStats::pooled_alpha_raw`]) drops below `threshold` after at least
+/// `min_trials` weighted position tries, speculation is switched off (budget [`Budget::Plain`]).
+/// While off, every `probe_every` plain steps one short speculative step (`probe`, default a
+/// chain of 1) is taken; when the last `probe_window` probes together show α̂ ≥ `threshold`
+/// (over at least 2 tries), speculation is switched back on, with the statistics restarted from
+/// those probes.
+///
+/// The inner policy chooses every budget while speculation is on and observes every outcome.
+#[derive(Debug, Clone)]
+pub struct DisableGate<P> {
+    inner: P,
+    threshold: f64,
+    min_trials: f64,
+    probe: Budget,
+    prober: Prober,
+    probe_window: usize,
+    decay: f64,
+    stats: AcceptanceStats,
+    probes: VecDeque<(usize, usize)>,
+    disabled: bool,
+}
+
+impl<P: SpeculationPolicy> DisableGate<P> {
+    /// The default rule around `inner`: threshold 0.3, at least 8 tries before deciding, decay
+    /// 0.95 per step, a 1-draft probe every 16 plain steps, a window of 4 probes.
+    pub fn new(inner: P) -> Self {
+        Self {
+            inner,
+            threshold: 0.3,
+            min_trials: 8.0,
+            probe: Budget::Chain(1),
+            prober: Prober::new(16),
+            probe_window: 4,
+            decay: 0.95,
+            stats: AcceptanceStats::new()
+                .with_decay(0.95)
+                .expect("valid decay"),
+            probes: VecDeque::new(),
+            disabled: false,
+        }
+    }
+
+    /// Sets the α̂ threshold (default 0.3).
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] unless `0 ≤ threshold ≤ 1`.
+    pub fn with_threshold(mut self, threshold: f64) -> Result<Self> {
+        ensure_param(
+            (0.0..=1.0).contains(&threshold),
+            "threshold",
+            format!("must be in [0, 1], got {threshold}"),
+        )?;
+        self.threshold = threshold;
+        Ok(self)
+    }
+
+    /// Sets how often to probe (every `every` plain steps; 0 = never) and with what budget.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] if `probe` is a plain budget.
+    pub fn with_probe(mut self, every: usize, probe: Budget) -> Result<Self> {
+        ensure_param(
+            !probe.is_plain(),
+            "probe",
+            "a probe must draft at least one token",
+        )?;
+        self.prober = Prober::new(every);
+        self.probe = probe;
+        Ok(self)
+    }
+
+    /// Sets the tries needed before the first decision and the per-step decay of the statistics.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] unless `min_trials ≥ 1` and `0 < decay ≤ 1`.
+    pub fn with_evidence(mut self, min_trials: f64, decay: f64) -> Result<Self> {
+        ensure_param(
+            min_trials >= 1.0,
+            "min_trials",
+            format!("must be ≥ 1, got {min_trials}"),
+        )?;
+        self.stats = AcceptanceStats::new().with_decay(decay)?;
+        self.decay = decay;
+        self.min_trials = min_trials;
+        Ok(self)
+    }
+
+    /// True while speculation is switched off.
+    pub fn is_disabled(&self) -> bool {
+        self.disabled
+    }
+
+    /// The wrapped policy.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+}
+
+impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
+    fn name(&self) -> String {
+        format!("{} | off below α̂={}", self.inner.name(), self.threshold)
+    }
+
+    fn next_budget(&mut self) -> Budget {
+        if !self.disabled {
+            return self.inner.next_budget();
+        }
+        if self.prober.probe_due() {
+            self.probe.clone()
+        } else {
+            Budget::Plain
+        }
+    }
+
+    fn observe(&mut self, outcome: &StepOutcome) {
+        if outcome.validate().is_err() {
+            return;
+        }
+        self.inner.observe(outcome);
+        if !self.disabled {
+            self.stats.observe(outcome).expect("validated above");
+            if self.stats.position_trials() >= self.min_trials
+                && self
+                    .stats
+                    .pooled_alpha_raw()
+                    .is_some_and(|a| a < self.threshold)
+            {
+                self.disabled = true;
+                self.prober.restart();
+                self.probes.clear();
+            }
+        } else if outcome.proposed > 0 {
+            self.probes
+                .push_back((outcome.trials.len(), outcome.accepted));
+            if self.probes.len() > self.probe_window {
+                self.probes.pop_front();
+            }
+            let (tries, accepted) = self
+                .probes
+                .iter()
+                .fold((0, 0), |(t, a), p| (t + p.0, a + p.1));
+            if tries >= 2 && accepted as f64 >= self.threshold * tries as f64 {
+                self.disabled = false;
+                self.stats.reset();
+                // Restart from the probes' evidence only.
+                for &(t, a) in &self.probes {
+                    if let Ok(o) = StepOutcome::chain(t, a) {
+                        self.stats.observe(&o).expect("valid chain outcome");
+                    }
+                }
+            }
+        }
+    }
+
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(DisableGate {
+            inner: self.inner.fork(),
+            threshold: self.threshold,
+            min_trials: self.min_trials,
+            probe: self.probe.clone(),
+            prober: Prober::new(self.prober.every),
+            probe_window: self.probe_window,
+            decay: self.decay,
+            stats: AcceptanceStats::new()
+                .with_decay(self.decay)
+                .expect("valid decay"),
+            probes: VecDeque::new(),
+            disabled: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::test_rng::SplitMix;
+    use crate::policy::FixedPolicy;
+
+    #[test]
+    fn prober_cadence() {
+        let mut p = Prober::new(2);
+        let due: Vec<bool> = (0..6).map(|_| p.probe_due()).collect();
+        assert_eq!(due, [false, false, true, false, false, true]);
+        let mut never = Prober::new(0);
+        assert!((0..10).all(|_| !never.probe_due()));
+    }
+
+    /// Runs the gate over a sequence whose acceptance changes at step `switch`.
+    fn run(alpha_before: f64, alpha_after: f64, switch: usize, steps: usize) -> Vec<Budget> {
+        let mut gate = DisableGate::new(FixedPolicy::chain(4))
+            .with_probe(4, Budget::Chain(1))
+            .unwrap();
+        let mut rng = SplitMix::new(5);
+        let mut budgets = Vec::new();
+        for step in 0..steps {
+            let b = gate.next_budget();
+            let alpha = if step < switch {
+                alpha_before
+            } else {
+                alpha_after
+            };
+            let k = b.max_drafts();
+            let outcome = if k == 0 {
+                StepOutcome::plain()
+            } else {
+                StepOutcome::chain(k, rng.chain_accepted(k, alpha)).unwrap()
+            };
+            gate.observe(&outcome);
+            budgets.push(b);
+        }
+        budgets
+    }
+
+    #[test]
+    fn switches_off_probes_and_recovers() {
+        let budgets = run(0.05, 0.9, 100, 200);
+        // Off within the first 100 steps, mostly plain there, probing with chains of 1.
+        let early = &budgets[40..100];
+        let plain = early.iter().filter(|b| b.is_plain()).count();
+        assert!(plain > 40, "{plain} plain steps of 60");
+        assert!(early.contains(&Budget::Chain(1)), "probes while off");
+        assert!(early
+            .iter()
+            .all(|b| matches!(b, Budget::Plain | Budget::Chain(1))));
+        // Back on after acceptance recovers.
+        let late = &budgets[150..];
+        assert!(late.iter().all(|b| *b == Budget::Chain(4)), "{late:?}");
+    }
+
+    #[test]
+    fn stays_on_when_acceptance_is_high() {
+        let budgets = run(0.7, 0.7, 0, 300);
+        assert!(budgets.iter().all(|b| *b == Budget::Chain(4)));
+    }
+
+    #[test]
+    fn configuration_errors_and_fork() {
+        let gate = DisableGate::new(FixedPolicy::chain(2));
+        assert!(gate.clone().with_threshold(1.5).is_err());
+        assert!(gate.clone().with_probe(3, Budget::Plain).is_err());
+        assert!(gate.clone().with_evidence(0.0, 0.9).is_err());
+        assert!(gate.clone().with_evidence(4.0, 0.0).is_err());
+        let mut off = gate.with_evidence(1.0, 1.0).unwrap();
+        off.observe(&StepOutcome::chain(2, 0).unwrap());
+        assert!(off.is_disabled());
+        assert_eq!(off.fork().next_budget(), Budget::Chain(2));
+        assert_eq!(off.next_budget(), Budget::Plain);
+    }
+}

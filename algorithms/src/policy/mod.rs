@@ -1,0 +1,101 @@
+//! Speculation policies: how many tokens (or which tree) to draft next, per sequence, from live
+//! statistics.
+//!
+//! One policy instance belongs to one sequence. Each engine step calls
+//! [`SpeculationPolicy::next_budget`] once before drafting, then
+//! [`SpeculationPolicy::observe`] once with that step's [`StepOutcome`] (a plain step's outcome
+//! included). A drafter may propose fewer drafts than the budget allows (an n-gram drafter with no
+//! match proposes none); the outcome reports what was actually proposed.
+//!
+//! Definitions used everywhere: **acceptance rate** = accepted drafts / proposed drafts;
+//! **τ** (mean accepted length) = accepted drafts + 1 per target pass. Per-position conditional
+//! acceptance α̂ is tracked with censoring handled by [`AcceptanceStats`].
+//!
+//! Policies here: [`FixedPolicy`], [`AimdPolicy`], [`PidPolicy`], [`CostModelPolicy`], and the
+//! [`DisableGate`] wrapper that turns speculation off when α̂ falls below a threshold and probes
+//! again periodically.
+//!
+//! # Adding a policy
+//!
+//! A policy needs four methods. This one drafts long chains while the last step was fully
+//! accepted and short ones otherwise:
+//!
+//! ```
+//! use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome};
+//!
+//! #[derive(Clone)]
+//! struct LongAfterFull { long: bool }
+//!
+//! impl SpeculationPolicy for LongAfterFull {
+//!     fn name(&self) -> String { "long-after-full".to_string() }
+//!     fn next_budget(&mut self) -> Budget {
+//!         Budget::chain(if self.long { 8 } else { 2 })
+//!     }
+//!     fn observe(&mut self, outcome: &StepOutcome) {
+//!         if outcome.proposed > 0 {
+//!             self.long = outcome.fully_accepted();
+//!         }
+//!     }
+//!     fn fork(&self) -> Box<dyn SpeculationPolicy> {
+//!         Box::new(LongAfterFull { long: false })
+//!     }
+//! }
+//!
+//! let mut policy = LongAfterFull { long: false };
+//! assert_eq!(policy.next_budget(), Budget::Chain(2));
+//! policy.observe(&StepOutcome::chain(2, 2).unwrap());
+//! assert_eq!(policy.next_budget(), Budget::Chain(8));
+//! policy.observe(&StepOutcome::chain(8, 3).unwrap());
+//! assert_eq!(policy.next_budget(), Budget::Chain(2));
+//! ```
+
+mod aimd;
+mod cost;
+mod cost_model;
+mod fixed;
+mod gate;
+mod outcome;
+mod pid;
+mod stats;
+#[cfg(test)]
+pub(crate) mod test_rng;
+
+pub use aimd::AimdPolicy;
+pub use cost::{expected_tokens, expected_tokens_constant, CostCurve, CostModel};
+pub use cost_model::{CostModelPolicy, TreeSearch};
+pub use fixed::FixedPolicy;
+pub use gate::{DisableGate, Prober};
+pub use outcome::{Budget, DepthTrial, StepOutcome};
+pub use pid::PidPolicy;
+pub use stats::AcceptanceStats;
+
+/// Chooses the speculation budget of one sequence, step by step, from what it observes.
+///
+/// Contract: `next_budget` is called once per step, then `observe` once with the outcome of that
+/// step. Policies must accept any valid outcome, including plain steps and steps that proposed
+/// fewer drafts than the budget; invalid outcomes (see [`StepOutcome::validate`]) are ignored.
+pub trait SpeculationPolicy: Send {
+    /// A short human-readable name with the configuration, for reports (e.g. `"fixed(K=4)"`).
+    fn name(&self) -> String;
+    /// The budget for this sequence's next step. [`Budget::Plain`] = plain decoding.
+    fn next_budget(&mut self) -> Budget;
+    /// Records the outcome of the step whose budget was last returned.
+    fn observe(&mut self, outcome: &StepOutcome);
+    /// A fresh instance with the same configuration and no statistics, for a new sequence.
+    fn fork(&self) -> Box<dyn SpeculationPolicy>;
+}
+
+impl SpeculationPolicy for Box<dyn SpeculationPolicy> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn next_budget(&mut self) -> Budget {
+        (**self).next_budget()
+    }
+    fn observe(&mut self, outcome: &StepOutcome) {
+        (**self).observe(outcome)
+    }
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        (**self).fork()
+    }
+}

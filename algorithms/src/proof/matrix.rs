@@ -1,0 +1,385 @@
+//! The proof matrix: every verifier × tree kind (and the negative controls) on seeded toy
+//! models, enumerated exactly; the table `specdec prove` prints.
+//!
+//! A row passes when a lossless pair shows total-variation distance exactly 0 to the target's own
+//! distribution of the next N tokens, and when a lossy verifier or a negative control shows a
+//! distance above 0 (the checker can fail). For rows with a distance, the outcome where the two
+//! distributions differ most is printed.
+
+use super::controls::{BrokenChain, ChainFlaw};
+use super::drafters::ToyDrafter;
+use super::sd_loop::SpecLoop;
+use crate::error::Result;
+use crate::verify::{PairedVerifier, Verifier};
+use specdec_kernels::sampling::{BigRational, Prob, SamplingParams};
+use specdec_kernels::verification::{DraftKind, VerifyMethod};
+use specdec_models::toy::{ToyPair, ToyStyle};
+use std::sync::Arc;
+
+/// What a case is expected to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expectation {
+    /// A lossless pair: distance exactly 0.
+    Lossless,
+    /// A verifier declared lossy: distance above 0 expected.
+    Lossy,
+    /// A negative control (broken variant or forced mismatched pair): must be caught, distance > 0.
+    Control,
+}
+
+/// One enumerated case.
+#[derive(Debug, Clone)]
+pub struct ProofCase {
+    /// The loop to enumerate.
+    pub spec: SpecLoop<BigRational>,
+    /// What it should show.
+    pub expectation: Expectation,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProofRow {
+    /// Verifier name (`forced` marks a mismatched pair).
+    pub verifier: String,
+    /// Drafter description (tree shape and kind).
+    pub tree: String,
+    /// Case size: vocabulary, Markov order, N, temperature (and top-k / top-p).
+    pub size: String,
+    /// Exact total-variation distance to the target's distribution of the next N tokens.
+    pub total_variation: BigRational,
+    /// The expectation.
+    pub expectation: Expectation,
+    /// Where the distributions differ most: `(outcome, speculative, target)`.
+    pub worst: Option<(Vec<u32>, BigRational, BigRational)>,
+    /// Wall time of the enumeration.
+    pub elapsed: std::time::Duration,
+}
+
+impl ProofRow {
+    /// True iff the row shows what its expectation requires.
+    pub fn passed(&self) -> bool {
+        let zero = self.total_variation.is_zero();
+        match self.expectation {
+            Expectation::Lossless => zero,
+            Expectation::Lossy | Expectation::Control => !zero,
+        }
+    }
+
+    /// The verdict column.
+    pub fn verdict(&self) -> &'static str {
+        match (self.expectation, self.passed()) {
+            (Expectation::Lossless, true) => "lossless (exact)",
+            (Expectation::Lossless, false) => "FAIL: not lossless",
+            (Expectation::Lossy, true) => "lossy, as declared",
+            (Expectation::Lossy, false) => "FAIL: lossy verifier showed no loss",
+            (Expectation::Control, true) => "caught: not lossless",
+            (Expectation::Control, false) => "FAIL: control not caught",
+        }
+    }
+}
+
+/// Describes sampling parameters: `T=0`, `T=1`, `T=1/2`, `T=0.7`, plus top-k / top-p.
+pub fn describe_params(params: &SamplingParams) -> String {
+    let mut text = match (params.is_greedy(), params.inverse_whole_temperature()) {
+        (true, _) => "T=0".to_string(),
+        (_, Some(1)) => "T=1".to_string(),
+        (_, Some(k)) => format!("T=1/{k}"),
+        _ => format!("T={}", params.temperature),
+    };
+    if let Some(k) = params.top_k {
+        text.push_str(&format!(" top-k={k}"));
+    }
+    if let Some(p) = params.top_p {
+        text.push_str(&format!(" top-p={p}"));
+    }
+    text
+}
+
+/// Enumerates one case.
+///
+/// # Errors
+/// Enumeration or model errors.
+pub fn run_case(case: &ProofCase) -> Result<ProofRow> {
+    let spec = &case.spec;
+    let start = std::time::Instant::now();
+    let exact = spec.exact_distribution()?;
+    let target = spec.target_distribution()?;
+    let total_variation = exact.total_variation(&target);
+    let worst = exact
+        .worst_outcome(&target)
+        .map(|(outcome, a, b)| (outcome.clone(), a, b));
+    let verifier = spec.verifier.verifier().name();
+    Ok(ProofRow {
+        verifier: if spec.verifier.is_forced() {
+            format!("{verifier} (forced pair)")
+        } else {
+            verifier
+        },
+        tree: spec.drafter.describe(),
+        size: format!(
+            "V={} order={} N={} {}",
+            spec.pair.target.vocab(),
+            spec.pair.target.order(),
+            spec.n_tokens,
+            describe_params(&spec.params)
+        ),
+        total_variation,
+        expectation: case.expectation,
+        worst,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Builds a case on the seeded toy pair `seed` (vocabulary `vocab`, order `order`), N = 3,
+/// prompt `[0, 1]`. The pairing rule is enforced unless `expectation` is a control. Lossless cases
+/// use [`ToyStyle::default`] tables (zeros and one-hot rows included); controls and lossy cases use
+/// [`ToyStyle::DENSE`] tables, where every mistake has room to show.
+///
+/// # Errors
+/// A mismatched pair for a non-control case; model construction errors.
+pub fn case(
+    verifier: Arc<dyn Verifier<BigRational>>,
+    drafter: ToyDrafter,
+    params: SamplingParams,
+    seed: u64,
+    vocab: usize,
+    order: usize,
+    expectation: Expectation,
+) -> Result<ProofCase> {
+    let style = match expectation {
+        Expectation::Lossless => ToyStyle::default(),
+        Expectation::Lossy | Expectation::Control => ToyStyle::DENSE,
+    };
+    let pair = ToyPair::seeded(seed, vocab, order, style)?;
+    let paired = match expectation {
+        Expectation::Control => PairedVerifier::forced(verifier, drafter.kind()),
+        _ => PairedVerifier::new(verifier, drafter.kind())?,
+    };
+    let spec = SpecLoop::new(pair, drafter, paired, params, vec![0, 1], 3)?;
+    Ok(ProofCase { spec, expectation })
+}
+
+/// The standard matrix behind `specdec prove`: every lossless verifier with every tree kind it
+/// accepts (chains; trees with and without replacement; deterministic top-k trees) at
+/// temperatures 0, 1 and 1/2 (one case with top-k and top-p), typical acceptance (lossy), a
+/// forced mismatched pair and the four broken chain variants (controls).
+///
+/// # Errors
+/// Model construction errors.
+pub fn standard_cases() -> Result<Vec<ProofCase>> {
+    let method = |m: VerifyMethod| -> Arc<dyn Verifier<BigRational>> { Arc::new(m) };
+    let t = SamplingParams::with_temperature;
+    let chain = ToyDrafter::Chain { k: 3 };
+    let tree = |kind| ToyDrafter::Tree {
+        widths: vec![2, 2],
+        kind,
+    };
+    let lossless = Expectation::Lossless;
+    let mut cases = Vec::new();
+    for kind in DraftKind::ALL {
+        cases.push(case(
+            method(VerifyMethod::Greedy),
+            tree(kind),
+            t(0.0),
+            11,
+            3,
+            1,
+            lossless,
+        )?);
+    }
+    cases.push(case(
+        method(VerifyMethod::Greedy),
+        chain.clone(),
+        t(0.0),
+        12,
+        4,
+        2,
+        lossless,
+    )?);
+    for (params, order) in [(t(1.0), 1), (t(0.5), 2), (t(0.0), 1)] {
+        cases.push(case(
+            method(VerifyMethod::ChainRejection),
+            chain.clone(),
+            params,
+            13,
+            3,
+            order,
+            lossless,
+        )?);
+    }
+    let filtered = SamplingParams {
+        top_k: Some(3),
+        top_p: Some(0.875),
+        ..t(1.0)
+    };
+    cases.push(case(
+        method(VerifyMethod::ChainRejection),
+        chain.clone(),
+        filtered,
+        14,
+        4,
+        1,
+        lossless,
+    )?);
+    for params in [t(1.0), t(0.5), t(0.0)] {
+        cases.push(case(
+            method(VerifyMethod::MultiRoundIid),
+            tree(DraftKind::Iid),
+            params,
+            15,
+            3,
+            1,
+            lossless,
+        )?);
+        cases.push(case(
+            method(VerifyMethod::RecursiveRejection),
+            tree(DraftKind::WithoutReplacement),
+            params,
+            16,
+            3,
+            1,
+            lossless,
+        )?);
+    }
+    for kind in DraftKind::ALL {
+        cases.push(case(
+            method(VerifyMethod::TargetOnly),
+            tree(kind),
+            t(0.5),
+            17,
+            3,
+            2,
+            lossless,
+        )?);
+    }
+    let typical = VerifyMethod::Typical {
+        epsilon: 0.3,
+        delta: 0.09,
+    };
+    cases.push(case(
+        method(typical),
+        ToyDrafter::Chain { k: 2 },
+        t(1.0),
+        18,
+        3,
+        1,
+        Expectation::Lossy,
+    )?);
+    cases.push(case(
+        method(VerifyMethod::MultiRoundIid),
+        tree(DraftKind::Deterministic),
+        t(1.0),
+        19,
+        3,
+        1,
+        Expectation::Control,
+    )?);
+    for flaw in ChainFlaw::ALL {
+        let verifier = Arc::new(BrokenChain(flaw));
+        let drafter = ToyDrafter::Chain { k: 2 };
+        let mut c = case(verifier, drafter, t(1.0), 20, 3, 1, Expectation::Control)?;
+        if !flaw.is_lossy() {
+            c.expectation = Expectation::Lossless;
+        }
+        cases.push(c);
+    }
+    Ok(cases)
+}
+
+/// Renders rows as an aligned text table, with the worst outcome under each row with a distance.
+pub fn render_table(rows: &[ProofRow]) -> String {
+    let header = [
+        "verifier",
+        "tree",
+        "case",
+        "TV to target",
+        "verdict",
+        "time",
+    ];
+    let cells: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            let tv = if r.total_variation.is_zero() {
+                "0".to_string()
+            } else {
+                format!(
+                    "{:.6} (exact {})",
+                    r.total_variation.to_f64(),
+                    short(&r.total_variation)
+                )
+            };
+            [
+                r.verifier.clone(),
+                r.tree.clone(),
+                r.size.clone(),
+                tv,
+                r.verdict().to_string(),
+                format!("{:.0} ms", r.elapsed.as_secs_f64() * 1e3),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |row: &[String]| {
+        row.iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = line(&header.map(String::from));
+    out.push('\n');
+    out.push_str(&widths.map(|w| "-".repeat(w)).join("  "));
+    out.push('\n');
+    for (row, r) in cells.iter().zip(rows) {
+        out.push_str(&line(row));
+        out.push('\n');
+        if let Some((outcome, spec, target)) = &r.worst {
+            out.push_str(&format!(
+                "    worst outcome {outcome:?}: speculative {} vs target {}\n",
+                short(spec),
+                short(target)
+            ));
+        }
+    }
+    out
+}
+
+/// A rational as `a/b`, or its decimal value when the digits get long.
+fn short(value: &BigRational) -> String {
+    let text = value.to_string();
+    if text.len() <= 24 {
+        text
+    } else {
+        format!("≈{:.8}", value.to_f64())
+    }
+}
+
+/// Runs the standard matrix and writes the table; returns the rows.
+///
+/// # Errors
+/// Enumeration errors, or write errors as [`crate::AlgorithmError::Enumeration`].
+pub fn prove(out: &mut dyn std::io::Write) -> Result<Vec<ProofRow>> {
+    let cases = standard_cases()?;
+    let rows = cases.iter().map(run_case).collect::<Result<Vec<_>>>()?;
+    let failed = rows.iter().filter(|r| !r.passed()).count();
+    let text = format!(
+        "Exact enumeration: distribution of the next N tokens through draft -> verify -> bonus -> \
+         next round,\ncompared with the target's own distribution (rational arithmetic).\n\n{}\n\
+         {} rows, {} failed.\n",
+        render_table(&rows),
+        rows.len(),
+        failed
+    );
+    out.write_all(text.as_bytes())
+        .map_err(|e| crate::AlgorithmError::Enumeration {
+            reason: format!("writing the table: {e}"),
+        })?;
+    Ok(rows)
+}

@@ -1,0 +1,77 @@
+//! Tree attention over the paged KV cache (CPU): prefixes 512 / 4k / 32k × trees of 1 / 8 / 64
+//! nodes (binary trees), GQA 12 query heads : 2 KV heads, head dim 128, block size 16.
+//!
+//! Throughput is reported in bytes of K/V read per call: `(prefix + nodes) × 2 KV heads × 128 ×
+//! 4 bytes × 2 (K and V)`, each distinct row counted once. Tokens/s is `nodes / time`.
+
+// `criterion_group!` defines an undocumented public function.
+#![allow(missing_docs)]
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use specdec_kernels::attention::{tree_attention, AttentionParams, AttentionSeq};
+use specdec_kernels::kv::{KvLayout, KvPages};
+use specdec_kernels::TreeTopology;
+
+const KV_HEADS: usize = 2;
+const Q_HEADS: usize = 12;
+const HEAD_DIM: usize = 128;
+const BLOCK: usize = 16;
+
+/// Deterministic values in [-1, 1).
+fn fill(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// A binary tree of `n` nodes in breadth-first order (a chain for n = 1).
+fn binary_tree(n: usize) -> TreeTopology {
+    let parents: Vec<Option<usize>> = (0..n).map(|i| i.checked_sub(1).map(|p| p / 2)).collect();
+    TreeTopology::from_parents(&parents).expect("a valid binary tree")
+}
+
+fn bench_tree_attention(c: &mut Criterion) {
+    let layout = KvLayout::new(1, KV_HEADS, HEAD_DIM, BLOCK).expect("valid layout");
+    let mut group = c.benchmark_group("tree_attention");
+    group.sample_size(10);
+    for prefix in [512usize, 4096, 32768] {
+        for nodes in [1usize, 8, 64] {
+            let tokens = prefix + nodes;
+            let blocks = layout.blocks_for(tokens);
+            let pool = fill(blocks * layout.block_elems(), 1);
+            // A reversed block table: logically adjacent blocks are not physically adjacent.
+            let table: Vec<u32> = (0..blocks as u32).rev().collect();
+            let tree = binary_tree(nodes);
+            let queries = fill(nodes * Q_HEADS * HEAD_DIM, 2);
+            let pages = KvPages::new(layout, &pool).expect("whole blocks");
+            let params = AttentionParams {
+                layer: 0,
+                num_q_heads: Q_HEADS,
+                scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+            };
+            let batch = [AttentionSeq {
+                queries: &queries,
+                block_table: &table,
+                prefix_len: prefix,
+                tree: &tree,
+            }];
+            let kv_bytes = tokens * KV_HEADS * HEAD_DIM * 4 * 2;
+            group.throughput(Throughput::Bytes(kv_bytes as u64));
+            group.bench_with_input(
+                BenchmarkId::new(format!("prefix{prefix}"), format!("{nodes}nodes")),
+                &batch,
+                |b, batch| b.iter(|| tree_attention(&pages, &params, batch).expect("valid batch")),
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_tree_attention);
+criterion_main!(benches);

@@ -1,0 +1,331 @@
+//! CPU reference of tree attention over the paged KV cache.
+//!
+//! For every sequence of a ragged batch, the queries are its `n = tree.len()` new tokens and the
+//! keys are its `prefix_len` cached tokens (logical positions `0..prefix_len`, all visible) plus
+//! the new tokens, stored at positions `prefix_len + node` (node order, as reserved by
+//! [`crate::kv::PagedKvCache::reserve`]). Node `i` sees node `j` iff `j` is an ancestor of `i` or
+//! `i` itself (a chain gives the causal mask). Positions for RoPE are `prefix_len + depth`; RoPE is
+//! already applied to the stored keys and to the queries.
+//!
+//! # Batch invariance
+//! Query `(node i, head h)` reduces over the **logical key sequence**
+//! `prefix 0..prefix_len, then the root-to-i path by depth`, numbered `0..prefix_len + depth(i) + 1`
+//! and split into chunks at multiples of [`KEY_CHUNK`]. Per chunk: scores `dot(q, k) * scale`, chunk
+//! maximum, one rescale of the running `(max, sum, acc)` state, then keys added in order. That
+//! sequence of operations depends only on the query, its visible keys and their logical order —
+//! never on the block size, the physical blocks, the rest of the tree or the batch. So a token's
+//! output is bit-identical alone (its path committed as prefix), in a chain, in a tree or in a batch.
+//!
+//! Work is split into rayon tasks of (sequence, KV head, up to [`ROW_TILE`] query rows); the
+//! query rows of one KV head are its `group = num_q_heads / num_kv_heads` query heads (GQA:
+//! query head `h` reads KV head `h / group`).
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::attention::simd;
+use crate::error::{KernelError, Result};
+use crate::kv::{BlockId, KvPages, KvPart};
+use crate::tree::{TreeTopology, MASK_WORD_BITS};
+
+/// Logical keys per online-softmax chunk. Part of the numerical contract (batch invariance, and
+/// the CUDA twin's reduction order): changing it changes results in the last bits.
+pub const KEY_CHUNK: usize = 64;
+
+/// Query rows (node × query head of one KV head) per rayon task. Does not affect results.
+pub const ROW_TILE: usize = 16;
+
+/// One sequence of a ragged attention batch.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionSeq<'a> {
+    /// Queries of the new tokens, `[tree.len()][num_q_heads][head_dim]` row-major, RoPE applied.
+    pub queries: &'a [f32],
+    /// Physical blocks of the sequence, covering at least `prefix_len + tree.len()` slots.
+    pub block_table: &'a [BlockId],
+    /// Cached tokens before the new ones (the committed length of the sequence).
+    pub prefix_len: usize,
+    /// Shape of the new tokens: a chain (causal) or a tree (ancestor masks).
+    pub tree: &'a TreeTopology,
+}
+
+/// What is shared by every sequence of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionParams {
+    /// Layer whose K/V are read from the cache.
+    pub layer: usize,
+    /// Query heads: a positive multiple of the cache's KV heads.
+    pub num_q_heads: usize,
+    /// Multiplier of `q · k`, usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+/// Tree attention for a ragged batch; returns `[Σ tree.len()][num_q_heads][head_dim]`, the
+/// sequences' outputs concatenated in batch order.
+///
+/// # Errors
+/// As [`tree_attention_into`].
+pub fn tree_attention(
+    pages: &KvPages<'_>,
+    params: &AttentionParams,
+    batch: &[AttentionSeq<'_>],
+) -> Result<Vec<f32>> {
+    let row = params.num_q_heads * pages.layout().head_dim();
+    let total: usize = batch.iter().map(|s| s.tree.len()).sum();
+    let mut out = vec![0.0; total * row];
+    tree_attention_into(pages, params, batch, &mut out)?;
+    Ok(out)
+}
+
+/// Tree attention for a ragged batch into `out`, `[Σ tree.len()][num_q_heads][head_dim]`.
+///
+/// # Errors
+/// [`KernelError::InvalidConfig`] if `num_q_heads` is not a positive multiple of the KV heads;
+/// [`KernelError::OutOfRange`] for a bad layer or a block id outside the pool;
+/// [`KernelError::ShapeMismatch`] for queries, block tables or `out` of the wrong size.
+/// Nothing is written on error.
+pub fn tree_attention_into(
+    pages: &KvPages<'_>,
+    params: &AttentionParams,
+    batch: &[AttentionSeq<'_>],
+    out: &mut [f32],
+) -> Result<()> {
+    let layout = pages.layout();
+    let dim = layout.head_dim();
+    let kv_heads = layout.num_kv_heads();
+    if params.num_q_heads == 0 || params.num_q_heads % kv_heads != 0 {
+        return Err(KernelError::InvalidConfig {
+            reason: format!(
+                "attention: {} query heads is not a positive multiple of {kv_heads} KV heads",
+                params.num_q_heads
+            ),
+        });
+    }
+    if params.layer >= layout.num_layers() {
+        return Err(KernelError::OutOfRange {
+            what: "attention layer".to_string(),
+            index: params.layer,
+            limit: layout.num_layers(),
+        });
+    }
+    let group = params.num_q_heads / kv_heads;
+    let token_out = params.num_q_heads * dim;
+    let mut offsets = Vec::with_capacity(batch.len());
+    let mut total = 0;
+    for (index, seq) in batch.iter().enumerate() {
+        let n = seq.tree.len();
+        if seq.queries.len() != n * token_out {
+            return Err(KernelError::ShapeMismatch {
+                what: format!("queries of batch entry {index} [n_new, num_q_heads, head_dim]"),
+                expected: n * token_out,
+                actual: seq.queries.len(),
+            });
+        }
+        pages.check_block_table(seq.block_table, seq.prefix_len + n)?;
+        offsets.push(total);
+        total += n * token_out;
+    }
+    if out.len() != total {
+        return Err(KernelError::ShapeMismatch {
+            what: "attention output [Σ n_new, num_q_heads, head_dim]".to_string(),
+            expected: total,
+            actual: out.len(),
+        });
+    }
+
+    let tasks: Vec<Task> = batch
+        .iter()
+        .enumerate()
+        .flat_map(|(seq, s)| {
+            let rows = s.tree.len() * group;
+            (0..kv_heads).flat_map(move |kv_head| {
+                (0..rows).step_by(ROW_TILE).map(move |start| Task {
+                    seq,
+                    kv_head,
+                    rows: start..(start + ROW_TILE).min(rows),
+                })
+            })
+        })
+        .collect();
+    let ctx = Context {
+        pages,
+        params,
+        group,
+    };
+    let results: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|task| run_task(&ctx, &batch[task.seq], task))
+        .collect();
+    for (task, result) in tasks.iter().zip(results) {
+        for (r, values) in task.rows.clone().zip(result.chunks_exact(dim)) {
+            let (node, g) = (r / group, r % group);
+            let q_head = task.kv_head * group + g;
+            let at = offsets[task.seq] + (node * params.num_q_heads + q_head) * dim;
+            out[at..at + dim].copy_from_slice(values);
+        }
+    }
+    Ok(())
+}
+
+/// Query rows `rows` (row `r` = node `r / group`, query head `kv_head * group + r % group`) of
+/// one sequence.
+#[derive(Debug, Clone)]
+struct Task {
+    seq: usize,
+    kv_head: usize,
+    rows: Range<usize>,
+}
+
+struct Context<'p, 'a> {
+    pages: &'p KvPages<'a>,
+    params: &'p AttentionParams,
+    group: usize,
+}
+
+fn run_task(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 (checked just above at run time).
+        return unsafe { run_task_avx2(ctx, seq, task) };
+    }
+    run_task_body(ctx, seq, task)
+}
+
+/// The same code as [`run_task_body`], compiled for AVX2 (results are bit-identical: see
+/// [`simd`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_task_avx2(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
+    run_task_body(ctx, seq, task)
+}
+
+/// Running online-softmax state of one query row.
+struct RowState<'o> {
+    max: f32,
+    sum: f32,
+    acc: &'o mut [f32],
+}
+
+impl RowState<'_> {
+    /// Adds one chunk of keys (in logical order) to the state of query `q`.
+    #[inline(always)]
+    fn absorb(
+        &mut self,
+        q: &[f32],
+        keys: &[&[f32]],
+        values: &[&[f32]],
+        scale: f32,
+        scores: &mut [f32],
+    ) {
+        let scores = &mut scores[..keys.len()];
+        let mut chunk_max = f32::NEG_INFINITY;
+        for (s, k) in scores.iter_mut().zip(keys) {
+            *s = simd::dot(q, k) * scale;
+            chunk_max = chunk_max.max(*s);
+        }
+        let new_max = self.max.max(chunk_max);
+        if new_max > self.max {
+            if self.max != f32::NEG_INFINITY {
+                let alpha = (self.max - new_max).exp();
+                self.sum *= alpha;
+                simd::scale(self.acc, alpha);
+            }
+            self.max = new_max;
+        }
+        for (s, v) in scores.iter().zip(values) {
+            let p = (s - new_max).exp();
+            self.sum += p;
+            simd::axpy(self.acc, p, v);
+        }
+    }
+}
+
+#[inline(always)]
+fn run_task_body(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
+    let pages = ctx.pages;
+    let layout = pages.layout();
+    let (dim, bs) = (layout.head_dim(), layout.block_size());
+    let (layer, scale, nq) = (ctx.params.layer, ctx.params.scale, ctx.params.num_q_heads);
+    let table = seq.block_table;
+    let kv_head = task.kv_head;
+    let row_at = |pos: usize, part: KvPart| -> &[f32] {
+        pages.row(table[pos / bs], layer, part, kv_head, pos % bs)
+    };
+    let query = |r: usize| -> &[f32] {
+        let (node, g) = (r / ctx.group, r % ctx.group);
+        let at = (node * nq + kv_head * ctx.group + g) * dim;
+        &seq.queries[at..at + dim]
+    };
+
+    let mut out = vec![0.0f32; task.rows.len() * dim];
+    let mut states: Vec<RowState<'_>> = out
+        .chunks_exact_mut(dim)
+        .map(|acc| RowState {
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            acc,
+        })
+        .collect();
+    let mut keys: Vec<&[f32]> = Vec::with_capacity(KEY_CHUNK);
+    let mut values: Vec<&[f32]> = Vec::with_capacity(KEY_CHUNK);
+    let mut scores = vec![0.0f32; KEY_CHUNK];
+
+    // Whole chunks of the prefix: the same keys for every row.
+    let prefix = seq.prefix_len;
+    let whole_chunks = prefix / KEY_CHUNK;
+    for chunk in 0..whole_chunks {
+        keys.clear();
+        values.clear();
+        for pos in chunk * KEY_CHUNK..(chunk + 1) * KEY_CHUNK {
+            keys.push(row_at(pos, KvPart::Key));
+            values.push(row_at(pos, KvPart::Value));
+        }
+        for (r, state) in task.rows.clone().zip(states.iter_mut()) {
+            state.absorb(query(r), &keys, &values, scale, &mut scores);
+        }
+    }
+
+    // The rest: prefix tail, then the node's root-to-node path, chunked from a chunk boundary.
+    let tail_start = whole_chunks * KEY_CHUNK;
+    let is_chain = seq.tree.is_chain();
+    let mut positions: Vec<usize> = Vec::new();
+    let mut positions_node = usize::MAX;
+    for (r, state) in task.rows.clone().zip(states.iter_mut()) {
+        let node = r / ctx.group;
+        if node != positions_node {
+            positions.clear();
+            positions.extend(tail_start..prefix);
+            if is_chain {
+                positions.extend(prefix..=prefix + node);
+            } else {
+                for (w, &word) in seq.tree.ancestor_mask(node).iter().enumerate() {
+                    let mut bits = word;
+                    while bits != 0 {
+                        let ancestor = w * MASK_WORD_BITS + bits.trailing_zeros() as usize;
+                        positions.push(prefix + ancestor);
+                        bits &= bits - 1;
+                    }
+                }
+            }
+            positions_node = node;
+        }
+        for chunk in positions.chunks(KEY_CHUNK) {
+            keys.clear();
+            values.clear();
+            for &pos in chunk {
+                keys.push(row_at(pos, KvPart::Key));
+                values.push(row_at(pos, KvPart::Value));
+            }
+            state.absorb(query(r), &keys, &values, scale, &mut scores);
+        }
+    }
+
+    for state in &mut states {
+        let sum = state.sum;
+        for a in state.acc.iter_mut() {
+            *a /= sum;
+        }
+    }
+    drop(states);
+    out
+}

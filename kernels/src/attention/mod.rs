@@ -1,0 +1,10 @@
+//! Tree attention over the paged KV cache: ragged batches of prefill chunks, chains and token
+//! trees, GQA, online softmax in f32, batch-invariant by construction (see [`cpu`]).
+
+pub mod cpu;
+mod simd;
+
+#[cfg(test)]
+mod tests;
+
+pub use cpu::{tree_attention, tree_attention_into, AttentionParams, AttentionSeq, KEY_CHUNK};

@@ -1,0 +1,334 @@
+//! Quantised matrix product: GGUF weight blocks × f32 activations, without materialising the
+//! f32 weights.
+//!
+//! `out[t][r] = Σ_c W[r][c] · x[t][c]` for weights `W: [rows × cols]` stored as GGUF rows of one
+//! [`QuantType`], activations `x: [n_tokens × cols]` and `out: [n_tokens × rows]`, all
+//! row-major f32.
+//!
+//! **How.** Parallel (rayon) over blocks of output rows; each weight row is read once for all
+//! `n_tokens` (one sweep of the weights per call). A row is dequantised 256 elements at a time
+//! into an L1-resident buffer and immediately consumed by every token, tokens being processed
+//! four at a time so the dequantised weights stay in registers.
+//!
+//! **Fixed reduction order (batch invariance, path invariance).** Each output element has 16
+//! partial sums ("lanes"): element `c` of the row goes to lane `c % 16` as
+//! `lane = fma(w[c], x[c], lane)`, for `c` in increasing order; at the end the lanes are folded
+//! pairwise (`l[k] += l[k + 8]`, then `+4`, `+2`, `+1`). The sequence of rounded operations for
+//! one output element depends only on that token's activations and the weight row, never on
+//! `n_tokens`, the token's position in the batch, the thread split or the SIMD level: all
+//! [`SimdLevel`]s give bit-identical results (they use the same fused multiply-adds and the
+//! same lane structure). The CUDA port must keep this order to be bit-identical too.
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+use super::dequant::{dequantize_blocks, with_block_format, BlockFormat};
+use super::types::QuantType;
+use crate::error::{KernelError, Result};
+
+/// Partial sums per output element (see the module docs).
+pub const LANES: usize = 16;
+/// Elements dequantised at a time (a multiple of every block length).
+const CHUNK: usize = 256;
+/// Tokens sharing one pass over a dequantised chunk.
+const TOKEN_GROUP: usize = 4;
+/// Output rows per parallel task.
+const ROWS_PER_TASK: usize = 16;
+
+/// A borrowed quantised weight matrix `[rows × cols]`: `rows` consecutive GGUF rows of `cols`
+/// elements of type `ty`, each `ty.row_bytes(cols)` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct QuantMatrix<'a> {
+    ty: QuantType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QuantMatrix<'a> {
+    /// Wraps `data` as a `[rows × cols]` matrix of type `ty`.
+    ///
+    /// # Errors
+    /// [`KernelError::NotBlockAligned`] when `cols` is not a multiple of the block length;
+    /// [`KernelError::ShapeMismatch`] when `data.len() != rows * ty.row_bytes(cols)`.
+    pub fn new(ty: QuantType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
+        let row_bytes = ty.row_bytes(cols)?;
+        if data.len() != rows * row_bytes {
+            return Err(KernelError::ShapeMismatch {
+                what: format!("{ty} matrix bytes for [{rows} x {cols}]"),
+                expected: rows * row_bytes,
+                actual: data.len(),
+            });
+        }
+        Ok(Self {
+            ty,
+            rows,
+            cols,
+            row_bytes,
+            data,
+        })
+    }
+
+    /// The element type.
+    pub fn quant_type(&self) -> QuantType {
+        self.ty
+    }
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Number of columns (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// The raw bytes of row `r` (`r < rows`, else a panic: an index bug in the caller).
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+    /// The sub-matrix of rows `start..end` (for row-parallel sharding).
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidParameter`] when the range is empty-reversed or beyond `rows`.
+    pub fn row_range(&self, start: usize, end: usize) -> Result<Self> {
+        if start > end || end > self.rows {
+            return Err(KernelError::InvalidParameter {
+                what: "row range",
+                reason: format!("{start}..{end} of a matrix with {} rows", self.rows),
+            });
+        }
+        Ok(Self {
+            rows: end - start,
+            data: &self.data[start * self.row_bytes..end * self.row_bytes],
+            ..*self
+        })
+    }
+}
+
+/// The instruction set a kernel is compiled for. Chosen once per process by
+/// [`SimdLevel::detect`]; all levels give bit-identical results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimdLevel {
+    /// Plain Rust, no target features (on x86_64 the fused multiply-add is a library call:
+    /// slow, for tests and for CPUs without FMA).
+    Portable,
+    /// x86_64 AVX2 + FMA.
+    Avx2,
+    /// x86_64 AVX-512 (F, BW, VL) + FMA.
+    Avx512,
+}
+
+impl SimdLevel {
+    /// The best level this CPU supports (detected at run time, cached).
+    pub fn detect() -> Self {
+        static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
+        *LEVEL.get_or_init(|| {
+            [SimdLevel::Avx512, SimdLevel::Avx2]
+                .into_iter()
+                .find(|l| l.is_available())
+                .unwrap_or(SimdLevel::Portable)
+        })
+    }
+
+    /// Whether this CPU can run kernels of this level.
+    pub fn is_available(self) -> bool {
+        match self {
+            SimdLevel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 => {
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
+/// `out = x · Wᵀ`: `x` is `[n_tokens × w.cols()]`, `out` is `[n_tokens × w.rows()]`, both
+/// row-major, using the CPU's best [`SimdLevel`]. See the module docs for the reduction order.
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] when `x` or `out` has the wrong length.
+pub fn quant_matmul(
+    w: &QuantMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    quant_matmul_with(w, x, n_tokens, out, SimdLevel::detect())
+}
+
+/// [`quant_matmul`] with an explicit [`SimdLevel`] (for tests and benchmarks).
+///
+/// # Errors
+/// As [`quant_matmul`], and [`KernelError::InvalidParameter`] when `level` is not available on
+/// this CPU.
+pub fn quant_matmul_with(
+    w: &QuantMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    level: SimdLevel,
+) -> Result<()> {
+    check_len("activations [n_tokens x cols]", n_tokens * w.cols, x.len())?;
+    check_len("output [n_tokens x rows]", n_tokens * w.rows, out.len())?;
+    if !level.is_available() {
+        return Err(KernelError::InvalidParameter {
+            what: "simd level",
+            reason: format!("{level:?} is not supported by this CPU"),
+        });
+    }
+    if n_tokens == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    // Row-major [rows x n_tokens] scratch so each task owns a contiguous slice; transposed after.
+    let mut by_row = vec![0.0f32; w.rows * n_tokens];
+    by_row
+        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
+        .enumerate()
+        .for_each(|(task, chunk)| {
+            let first_row = task * ROWS_PER_TASK;
+            with_block_format!(w.ty, F => run_rows::<F>(level, w, x, n_tokens, first_row, chunk));
+        });
+    for (r, vals) in by_row.chunks_exact(n_tokens).enumerate() {
+        for (t, &v) in vals.iter().enumerate() {
+            out[t * w.rows + r] = v;
+        }
+    }
+    Ok(())
+}
+
+fn check_len(what: &str, expected: usize, actual: usize) -> Result<()> {
+    if expected != actual {
+        return Err(KernelError::ShapeMismatch {
+            what: what.to_string(),
+            expected,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// Computes rows `first_row ..` (as many as `out.len() / n_tokens`) into `out`
+/// (`[rows × n_tokens]`), dispatching to the SIMD variant.
+fn run_rows<F: BlockFormat>(
+    level: SimdLevel,
+    w: &QuantMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    first_row: usize,
+    out: &mut [f32],
+) {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `quant_matmul_with` checked `level.is_available()` (AVX-512 F/BW/VL + FMA).
+        SimdLevel::Avx512 => unsafe { rows_avx512::<F>(w, x, n_tokens, first_row, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `quant_matmul_with` checked `level.is_available()` (AVX2 + FMA).
+        SimdLevel::Avx2 => unsafe { rows_avx2::<F>(w, x, n_tokens, first_row, out) },
+        _ => rows_generic::<F>(w, x, n_tokens, first_row, out),
+    }
+}
+
+/// Defines `$name`, the generic row kernel compiled with the target features `$features`.
+macro_rules! rows_with_features {
+    ($name:ident, $features:literal) => {
+        #[doc = concat!("The generic row kernel compiled for `", $features, "`.")]
+        ///
+        /// # Safety
+        /// The CPU must support every feature named above.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<F: BlockFormat>(
+            w: &QuantMatrix<'_>,
+            x: &[f32],
+            n_tokens: usize,
+            first_row: usize,
+            out: &mut [f32],
+        ) {
+            rows_generic::<F>(w, x, n_tokens, first_row, out)
+        }
+    };
+}
+rows_with_features!(rows_avx512, "avx512f,avx512bw,avx512vl,avx2,fma");
+rows_with_features!(rows_avx2, "avx2,fma");
+
+#[inline(always)]
+fn rows_generic<F: BlockFormat>(
+    w: &QuantMatrix<'_>,
+    x: &[f32],
+    n_tokens: usize,
+    first_row: usize,
+    out: &mut [f32],
+) {
+    let cols = w.cols;
+    let mut buf = [0.0f32; CHUNK];
+    for (i, out_row) in out.chunks_exact_mut(n_tokens).enumerate() {
+        let row = w.row(first_row + i);
+        let mut t = 0;
+        while t + TOKEN_GROUP <= n_tokens {
+            let sums = row_dot::<F, TOKEN_GROUP>(row, cols, &x[t * cols..], &mut buf);
+            out_row[t..t + TOKEN_GROUP].copy_from_slice(&sums);
+            t += TOKEN_GROUP;
+        }
+        while t < n_tokens {
+            out_row[t] = row_dot::<F, 1>(row, cols, &x[t * cols..], &mut buf)[0];
+            t += 1;
+        }
+    }
+}
+
+/// Dot products of one weight row with `G` consecutive activation rows starting at `x`.
+#[inline(always)]
+fn row_dot<F: BlockFormat, const G: usize>(
+    row: &[u8],
+    cols: usize,
+    x: &[f32],
+    buf: &mut [f32; CHUNK],
+) -> [f32; G] {
+    let mut acc = [[0.0f32; LANES]; G];
+    let chunk_bytes = CHUNK / F::LEN * F::BYTES;
+    for (c, start) in (0..cols).step_by(CHUNK).enumerate() {
+        let len = CHUNK.min(cols - start);
+        let bytes = &row[c * chunk_bytes..c * chunk_bytes + len / F::LEN * F::BYTES];
+        let wv = &mut buf[..len];
+        dequantize_blocks::<F>(bytes, wv);
+        let full = len / LANES * LANES;
+        for v in (0..full).step_by(LANES) {
+            let wl: &[f32; LANES] = wv[v..v + LANES].try_into().expect("lane slice");
+            for (g, a) in acc.iter_mut().enumerate() {
+                let xo = g * cols + start + v;
+                let xl: &[f32; LANES] = x[xo..xo + LANES].try_into().expect("lane slice");
+                for k in 0..LANES {
+                    a[k] = wl[k].mul_add(xl[k], a[k]);
+                }
+            }
+        }
+        for e in full..len {
+            for (g, a) in acc.iter_mut().enumerate() {
+                a[e % LANES] = wv[e].mul_add(x[g * cols + start + e], a[e % LANES]);
+            }
+        }
+    }
+    acc.map(fold_lanes)
+}
+
+/// Folds the 16 lanes pairwise in the fixed order of the module docs.
+#[inline(always)]
+pub(crate) fn fold_lanes(mut l: [f32; LANES]) -> f32 {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for k in 0..width {
+            l[k] += l[k + width];
+        }
+        width /= 2;
+    }
+    l[0]
+}

