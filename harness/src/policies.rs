@@ -5,7 +5,7 @@ use specdec_algorithms::policy::{
     SpeculationPolicy, TreeSearch,
 };
 
-use crate::config::{MethodConfig, PolicyConfig};
+use crate::config::{DrafterConfig, MethodConfig, PolicyConfig};
 use crate::error::{HarnessError, Result};
 
 /// The policy a config asks for, fresh for one sequence (use `fork` for more). `costs` is the
@@ -81,5 +81,32 @@ pub fn method_policy(
     match &method.policy {
         None => Ok(Box::new(FixedPolicy::new(Budget::Plain))),
         Some(p) => policy_for(p, costs),
+    }
+}
+
+/// The next chain length the policy asks for (0 for plain decoding). `who` names the caller in
+/// the error a tree budget gets ([`HarnessError::NotYetAvailable`]: it runs chains only).
+pub fn next_chain_len(policy: &mut dyn SpeculationPolicy, who: &str) -> Result<usize> {
+    match policy.next_budget() {
+        Budget::Plain => Ok(0),
+        Budget::Chain(k) => Ok(k),
+        other => Err(HarnessError::NotYetAvailable(format!(
+            "policy `{}` asked for {other:?}; {who} runs chains only",
+            policy.name()
+        ))),
+    }
+}
+
+/// Refuses a method whose drafter is not plain decoding or a chain
+/// ([`HarnessError::NotYetAvailable`], naming `who`).
+pub fn require_chain_method(method: &MethodConfig, who: &str) -> Result<()> {
+    if matches!(method.drafter, DrafterConfig::None | DrafterConfig::Chain) {
+        Ok(())
+    } else {
+        Err(HarnessError::NotYetAvailable(format!(
+            "{who} runs chains only; method `{}` uses drafter `{}`",
+            method.name,
+            method.drafter.kind()
+        )))
     }
 }

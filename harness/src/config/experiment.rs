@@ -38,6 +38,9 @@ pub struct ExperimentConfig {
     /// models.
     #[serde(default)]
     pub simulation: Option<SimulationConfig>,
+    /// The toy models used when `models.target = "toy"` (defaults when absent).
+    #[serde(default)]
+    pub toy: Option<ToyConfig>,
     /// The method configurations to compare (the baseline among them after validation).
     pub methods: Vec<MethodConfig>,
 }
@@ -55,6 +58,40 @@ pub enum BaselineRule {
     Add,
     /// Refuse the config.
     Require,
+}
+
+/// The `[toy]` table: a seeded pair of toy probability-table models (`specdec_models::toy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToyConfig {
+    /// Vocabulary size, 2..=64 [default: 8].
+    #[serde(default = "eight")]
+    pub vocab: usize,
+    /// Context length the tables condition on, 0..=3 (0: context-free, where the acceptance
+    /// rate of chain rejection sampling is exactly Σ min(p, q)) [default: 1].
+    #[serde(default = "one")]
+    pub order: usize,
+    /// Seed of the tables (target from `seed`, draft from `seed + 1`) [default: 0].
+    #[serde(default)]
+    pub seed: u64,
+    /// Every entry positive (no zeros, no one-hot rows) [default: false].
+    #[serde(default)]
+    pub dense: bool,
+}
+
+fn eight() -> usize {
+    8
+}
+
+impl Default for ToyConfig {
+    fn default() -> Self {
+        ToyConfig {
+            vocab: 8,
+            order: 1,
+            seed: 0,
+            dense: false,
+        }
+    }
 }
 
 /// The `[sampling]` table.
@@ -179,6 +216,20 @@ impl ExperimentConfig {
                  name a target model or add [simulation]"
                     .into(),
             ));
+        }
+        if let Some(toy) = &self.toy {
+            if !(2..=64).contains(&toy.vocab) {
+                return Err(invalid(
+                    "toy.vocab",
+                    format!("{} is not in 2..=64", toy.vocab),
+                ));
+            }
+            if toy.order > 3 {
+                return Err(invalid(
+                    "toy.order",
+                    format!("{} is not in 0..=3", toy.order),
+                ));
+            }
         }
         if let Some(sim) = &self.simulation {
             sim.validate()

@@ -12,10 +12,10 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
     if !provenance.config.description.is_empty() {
         let _ = writeln!(md, "{}\n", provenance.config.description);
     }
-    let time_unit = if provenance.backend == "simulation" {
-        "simulated"
-    } else {
-        "measured"
+    let time_unit = match provenance.backend.as_str() {
+        "simulation" => "simulated from the cost model",
+        "toy" => "wall time of the toy loop, which has no model cost: compare acceptance and τ, not speed",
+        _ => "measured",
     };
     let _ = writeln!(
         md,

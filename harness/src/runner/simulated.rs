@@ -1,10 +1,9 @@
 //! The simulation backend.
 
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
-use crate::config::PolicyConfig;
-use crate::config::{DrafterConfig, MethodConfig};
-use crate::error::{HarnessError, Result};
-use crate::policies::method_policy;
+use crate::config::{MethodConfig, PolicyConfig};
+use crate::error::Result;
+use crate::policies::{method_policy, require_chain_method};
 use crate::simulation::{simulate_request, SimulationConfig, SplitMix64};
 
 /// Runs methods on the injected acceptance process and cost model, one request at a time. Every
@@ -39,13 +38,7 @@ impl Backend for SimulationBackend {
         requests: &[RequestSpec<'_>],
         on_request_done: &mut dyn FnMut(usize),
     ) -> Result<MethodOutcome> {
-        if !matches!(method.drafter, DrafterConfig::None | DrafterConfig::Chain) {
-            return Err(HarnessError::NotYetAvailable(format!(
-                "the simulation models chains only; method `{}` uses drafter `{}`",
-                method.name,
-                method.drafter.kind()
-            )));
-        }
+        require_chain_method(method, "the simulation")?;
         let costs = match &method.policy {
             Some(PolicyConfig::CostOptimal { k_max, .. }) => {
                 Some(self.sim.cost.policy_costs(*k_max)?)

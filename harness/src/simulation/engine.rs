@@ -1,11 +1,12 @@
 //! One simulated request: the policy picks K, the acceptance process decides, the cost model
 //! charges time.
 
-use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome};
+use specdec_algorithms::policy::{SpeculationPolicy, StepOutcome};
 
 use super::{AcceptanceProcess, CostModel, SplitMix64};
-use crate::error::{HarnessError, Result};
+use crate::error::Result;
 use crate::metrics::StepRecord;
+use crate::policies::next_chain_len;
 
 /// KV cache block size (tokens) assumed by the simulation's block count.
 pub const SIM_BLOCK_TOKENS: usize = 16;
@@ -40,16 +41,7 @@ pub fn simulate_request(
     let mut generated = 0usize;
     let mut elapsed_s = 0.0;
     while generated < max_tokens {
-        let k = match policy.next_budget() {
-            Budget::Plain => 0,
-            Budget::Chain(k) => k,
-            other => {
-                return Err(HarnessError::NotYetAvailable(format!(
-                    "policy `{}` asked for {other:?}; the simulation models chains only",
-                    policy.name()
-                )))
-            }
-        };
+        let k = next_chain_len(policy, "the simulation")?;
         let accepted = if k == 0 {
             0
         } else {
@@ -82,7 +74,7 @@ pub fn simulate_request(
 
 #[cfg(test)]
 mod tests {
-    use specdec_algorithms::policy::FixedPolicy;
+    use specdec_algorithms::policy::{Budget, FixedPolicy};
 
     use super::super::{expected_tokens, CostCurve};
     use super::*;
