@@ -14,6 +14,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod policies;

@@ -17,6 +17,29 @@ pub enum ModelError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A forward step that cannot run: unknown or repeated sequence, bad token, shape mismatch.
+    #[error("invalid step for seq {seq}: {reason}")]
+    InvalidStep {
+        /// The sequence id (the number inside its `SeqId`).
+        seq: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A buffer or tensor has the wrong shape.
+    #[error("bad shape of {what}: {reason}")]
+    Shape {
+        /// The buffer or tensor.
+        what: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A model file lacks a metadata key or tensor the architecture needs, or holds an
+    /// inconsistent value.
+    #[error("model config: {0}")]
+    Config(String),
+    /// A tensor-parallel communicator failed (a rank panicked or gave mismatched buffers).
+    #[error("communicator: {0}")]
+    Communicator(String),
     /// A GGUF file is malformed: truncated, bad magic, unsupported version, unknown value type,
     /// absurd count or length, out-of-bounds or misaligned tensor data, duplicate names.
     #[error("{path}: invalid GGUF at byte {offset}: {reason}")]

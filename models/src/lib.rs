@@ -6,7 +6,11 @@
 
 pub mod error;
 pub mod gguf;
+pub mod llama;
+pub mod model;
 pub mod registry;
+pub mod shard;
 pub mod toy;
 
 pub use error::{ModelError, Result};
+pub use model::{LanguageModel, Logits, SeqId, SequenceStep};

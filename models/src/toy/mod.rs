@@ -5,8 +5,10 @@
 //! enable it in their `[dev-dependencies]`; it is off in normal builds so the library does not
 //! compile proptest).
 
+pub mod language_model;
 #[cfg(feature = "proptest")]
 pub mod strategies;
 pub mod table;
 
+pub use language_model::ToyLanguageModel;
 pub use table::{ToyModel, ToyPair, ToyStyle};

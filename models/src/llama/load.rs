@@ -1,0 +1,131 @@
+//! Reading a Llama-family decoder (configuration and quantised weights) from a GGUF file.
+
+use std::sync::Arc;
+
+use specdec_kernels::quant::{dequantize_row_to_vec, QuantType};
+
+use super::config::{Architecture, LlamaConfig};
+use super::weights::{LayerWeights, ModelWeights, WeightMatrix};
+use crate::error::{ModelError, Result};
+use crate::gguf::{FromValue, GgufFile};
+
+/// Special token ids read from the file.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpecialTokens {
+    /// `tokenizer.ggml.bos_token_id`.
+    pub bos: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`, then `tokenizer.ggml.eot_token_id` when different.
+    pub eos: Vec<u32>,
+}
+
+/// The configuration of the decoder in `file`.
+///
+/// # Errors
+/// [`ModelError::Config`] for an unsupported architecture or a missing/bad hyper-parameter.
+pub fn read_config(file: &GgufFile) -> Result<LlamaConfig> {
+    let arch = Architecture::parse(file.architecture()?)?;
+    let md = file.metadata();
+    let vocab_size = md.get_str_array("tokenizer.ggml.tokens")?.len();
+    LlamaConfig::from_metadata(
+        arch,
+        |key| {
+            let value = md.get(key)?;
+            value
+                .as_integer()
+                .map(|v| v as f64)
+                .or_else(|| f64::from_value(value))
+        },
+        vocab_size,
+        file.has_tensor("output.weight"),
+    )
+}
+
+/// The special tokens of `file` (absent keys give `None` / an empty list).
+pub fn read_special_tokens(file: &GgufFile) -> SpecialTokens {
+    let md = file.metadata();
+    let id = |key: &str| md.get_opt::<u32>(key).ok().flatten();
+    let mut eos: Vec<u32> = id("tokenizer.ggml.eos_token_id").into_iter().collect();
+    if let Some(eot) = id("tokenizer.ggml.eot_token_id") {
+        if !eos.contains(&eot) {
+            eos.push(eot);
+        }
+    }
+    SpecialTokens {
+        bos: id("tokenizer.ggml.bos_token_id"),
+        eos,
+    }
+}
+
+fn matrix(file: &Arc<GgufFile>, name: &str, rows: usize, cols: usize) -> Result<WeightMatrix> {
+    let m = WeightMatrix::from_gguf(file, name)?;
+    if (m.rows(), m.cols()) != (rows, cols) {
+        return Err(ModelError::Shape {
+            what: name.to_string(),
+            reason: format!(
+                "expected [{rows} x {cols}], found [{} x {}]",
+                m.rows(),
+                m.cols()
+            ),
+        });
+    }
+    Ok(m)
+}
+
+fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
+    let t = file.tensor(name)?;
+    if t.info.n_elements() != len {
+        return Err(ModelError::Shape {
+            what: name.to_string(),
+            reason: format!("expected {len} values, found {}", t.info.n_elements()),
+        });
+    }
+    let ty = QuantType::from_ggml_id(t.quant_type().ggml_id())?;
+    Ok(dequantize_row_to_vec(ty, t.data, len)?)
+}
+
+/// The weights of the decoder `config` describes, from `file`. Matrices stay in the file's
+/// (memory-mapped) blocks; only norm gains and biases are converted to f32.
+///
+/// # Errors
+/// A missing tensor, or [`ModelError::Shape`] naming a tensor of the wrong shape.
+pub fn read_weights(file: &Arc<GgufFile>, config: &LlamaConfig) -> Result<ModelWeights> {
+    let (h, q, kv, f) = (config.hidden, config.q_dim(), config.kv_dim(), config.ffn);
+    let layers = (0..config.n_layers)
+        .map(|i| {
+            let name = |t: &str| format!("blk.{i}.{t}");
+            let bias = |t: &str, len| {
+                if config.qkv_bias {
+                    vector(file, &name(t), len).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            Ok(LayerWeights {
+                attn_norm: vector(file, &name("attn_norm.weight"), h)?,
+                wq: matrix(file, &name("attn_q.weight"), q, h)?,
+                wk: matrix(file, &name("attn_k.weight"), kv, h)?,
+                wv: matrix(file, &name("attn_v.weight"), kv, h)?,
+                bq: bias("attn_q.bias", q)?,
+                bk: bias("attn_k.bias", kv)?,
+                bv: bias("attn_v.bias", kv)?,
+                wo: matrix(file, &name("attn_output.weight"), h, q)?,
+                ffn_norm: vector(file, &name("ffn_norm.weight"), h)?,
+                w_gate: matrix(file, &name("ffn_gate.weight"), f, h)?,
+                w_up: matrix(file, &name("ffn_up.weight"), f, h)?,
+                w_down: matrix(file, &name("ffn_down.weight"), h, f)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let token_embd = matrix(file, "token_embd.weight", config.vocab_size, h)?;
+    let output = if config.tied_head {
+        token_embd.clone()
+    } else {
+        matrix(file, "output.weight", config.vocab_size, h)?
+    };
+    Ok(ModelWeights {
+        token_embd,
+        layers,
+        output_norm: vector(file, "output_norm.weight", h)?,
+        output,
+    })
+}

@@ -1,0 +1,17 @@
+//! The Llama-family runner (Llama, SmolLM2, Qwen2): RMSNorm, RoPE, GQA, SwiGLU, tied or separate
+//! LM head, QKV bias — forwarding ragged batches of token trees over a paged KV cache.
+//!
+//! Forward of a batch of `N` new tokens (all sequences concatenated), per layer:
+//! `h = rmsnorm(x)`, `q, k, v = h·Wqᵀ (+b)`, RoPE on q and k at `prefix_len + depth`, K/V written
+//! to the sequence's speculative cache slots, tree attention (prefix, then ancestors), `x += o·Woᵀ`,
+//! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`.
+
+mod config;
+mod load;
+mod model;
+mod weights;
+
+pub use config::{Architecture, LlamaConfig, RopeLayout};
+pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};
+pub use model::{LlamaModel, LlamaOptions};
+pub use weights::{LayerWeights, ModelWeights, WeightMatrix};

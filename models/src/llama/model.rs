@@ -1,0 +1,406 @@
+//! [`LlamaModel`]: a (possibly sharded) Llama-family decoder with its own paged KV cache.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
+use specdec_kernels::kv::{KvLayout, PagedKvCache};
+use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
+use specdec_kernels::TreeTopology;
+
+use super::config::LlamaConfig;
+use super::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
+use super::weights::ModelWeights;
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
+use crate::shard::{Communicator, ShardPlan, SingleRank};
+
+/// Sizing of a model's KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlamaOptions {
+    /// Token slots in the KV cache, over all sequences (rounded up to whole blocks).
+    pub kv_capacity_tokens: usize,
+    /// Token slots per KV block.
+    pub kv_block_size: usize,
+}
+
+impl Default for LlamaOptions {
+    /// 4096 slots in blocks of 16.
+    fn default() -> Self {
+        Self {
+            kv_capacity_tokens: 4096,
+            kv_block_size: 16,
+        }
+    }
+}
+
+/// A Llama / Qwen2 decoder implementing [`LanguageModel`]: quantised weights, paged KV cache,
+/// tree attention. As one rank of a tensor-parallel group (see [`crate::shard`]) it holds its
+/// slice of the weights and of the KV heads, and its `forward` must be called on every rank of
+/// the group at once with the same steps.
+pub struct LlamaModel {
+    config: LlamaConfig,
+    plan: ShardPlan,
+    weights: ModelWeights,
+    comm: Arc<dyn Communicator>,
+    cache: PagedKvCache,
+    special: SpecialTokens,
+    last_trees: HashMap<SeqId, TreeTopology>,
+}
+
+impl std::fmt::Debug for LlamaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaModel")
+            .field("config", &self.config)
+            .field("plan", &self.plan)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlamaModel {
+    /// Opens the GGUF file at `path` (memory-mapped) as a single-rank model.
+    ///
+    /// # Errors
+    /// I/O and GGUF errors, an unsupported architecture, missing or misshapen tensors.
+    pub fn load(path: impl AsRef<Path>, options: LlamaOptions) -> Result<Self> {
+        Self::from_gguf(&Arc::new(GgufFile::open(path)?), options)
+    }
+
+    /// A single-rank model over a parsed GGUF file.
+    ///
+    /// # Errors
+    /// As [`LlamaModel::load`].
+    pub fn from_gguf(file: &Arc<GgufFile>, options: LlamaOptions) -> Result<Self> {
+        let config = read_config(file)?;
+        let weights = read_weights(file, &config)?;
+        Self::from_weights(config, weights, read_special_tokens(file), options)
+    }
+
+    /// A single-rank model over weights built in memory (synthetic test models).
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] / [`ModelError::Shape`] when the weights do not match `config`.
+    pub fn from_weights(
+        config: LlamaConfig,
+        weights: ModelWeights,
+        special: SpecialTokens,
+        options: LlamaOptions,
+    ) -> Result<Self> {
+        Self::rank_of(config, &weights, special, options, Arc::new(SingleRank))
+    }
+
+    /// Rank `comm.rank()` of a tensor-parallel group of `comm.world_size()` ranks over the full
+    /// `weights` (each rank keeps its slice; see [`ShardPlan`]).
+    ///
+    /// # Errors
+    /// As [`ShardPlan::new`] and [`LlamaModel::from_weights`].
+    pub fn rank_of(
+        config: LlamaConfig,
+        weights: &ModelWeights,
+        special: SpecialTokens,
+        options: LlamaOptions,
+        comm: Arc<dyn Communicator>,
+    ) -> Result<Self> {
+        config.validate()?;
+        if weights.layers.len() != config.n_layers {
+            return Err(ModelError::Config(format!(
+                "{} layers of weights for {} blocks",
+                weights.layers.len(),
+                config.n_layers
+            )));
+        }
+        let plan = ShardPlan::new(&config, weights, comm.rank(), comm.world_size())?;
+        let weights = plan.slice_weights(&config, weights)?;
+        let layout = KvLayout::new(
+            config.n_layers,
+            plan.kv_heads.len(),
+            config.head_dim,
+            options.kv_block_size,
+        )?;
+        let blocks = options.kv_capacity_tokens.div_ceil(options.kv_block_size);
+        Ok(Self {
+            cache: PagedKvCache::new(layout, blocks)?,
+            config,
+            plan,
+            weights,
+            comm,
+            special,
+            last_trees: HashMap::new(),
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// This rank's share of the model.
+    pub fn plan(&self) -> &ShardPlan {
+        &self.plan
+    }
+
+    /// The KV cache (for metrics: blocks in use).
+    pub fn cache(&self) -> &PagedKvCache {
+        &self.cache
+    }
+
+    fn check_steps(&self, steps: &[SequenceStep<'_>]) -> Result<()> {
+        let mut seen = HashSet::new();
+        for step in steps {
+            step.validate(self.config.vocab_size)?;
+            if !seen.insert(step.seq) {
+                return Err(ModelError::InvalidStep {
+                    seq: step.seq.0,
+                    reason: "the sequence appears twice in one forward".into(),
+                });
+            }
+            let len = self.cache.len(step.seq)?;
+            let needed = len + step.tree.max_depth() + 1;
+            if needed > self.max_context() {
+                return Err(ModelError::InvalidStep {
+                    seq: step.seq.0,
+                    reason: format!(
+                        "position {} exceeds the context of {}",
+                        needed - 1,
+                        self.max_context()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Discards stale speculative entries and reserves the new tokens' slots, all or nothing.
+    fn reserve(&mut self, steps: &[SequenceStep<'_>]) -> Result<()> {
+        let mut needed = 0;
+        for step in steps {
+            self.cache.rewind(step.seq, 0)?;
+            self.last_trees.remove(&step.seq);
+            needed += self.cache.blocks_needed(step.seq, step.tokens.len())?;
+        }
+        let free = self.cache.allocator().free_blocks();
+        if needed > free {
+            return Err(ModelError::InvalidStep {
+                seq: steps[0].seq.0,
+                reason: format!(
+                    "the batch needs {needed} KV blocks but {free} are free \
+                     (raise LlamaOptions::kv_capacity_tokens)"
+                ),
+            });
+        }
+        for step in steps {
+            self.cache.reserve(step.seq, step.tokens.len())?;
+        }
+        Ok(())
+    }
+
+    fn forward_impl(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        self.check_steps(steps)?;
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.reserve(steps)?;
+        let c = &self.config;
+        let (hidden, hd) = (c.hidden, c.head_dim);
+        let q_heads = self.plan.q_heads(c).len();
+        let kv_heads = self.plan.kv_heads.len();
+        let (q_w, kv_w) = (q_heads * hd, kv_heads * hd);
+        let mut positions = Vec::new();
+        let mut tokens = Vec::new();
+        for step in steps {
+            let len = self.cache.len(step.seq)?;
+            positions.extend(step.tree.depths().iter().map(|d| len + d));
+            tokens.extend_from_slice(step.tokens);
+        }
+        let n = tokens.len();
+        let angles = RopeAngles::new(&positions, hd, c.rope_base)?;
+        let mut x = vec![0.0f32; n * hidden];
+        embed_rows(&self.weights.token_embd.view(), &tokens, &mut x)?;
+        let mut h = vec![0.0f32; n * hidden];
+        let mut q = vec![0.0f32; n * q_w];
+        let mut k = vec![0.0f32; n * kv_w];
+        let mut v = vec![0.0f32; n * kv_w];
+        let mut attn = vec![0.0f32; n * q_w];
+        let mut o = vec![0.0f32; n * hidden];
+        let f = self.plan.ffn.len();
+        let mut gate = vec![0.0f32; n * f];
+        let mut up = vec![0.0f32; n * f];
+        let mut act = vec![0.0f32; n * f];
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (layer, w) in self.weights.layers.iter().enumerate() {
+            rms_norm(&x, &w.attn_norm, c.rms_eps, &mut h)?;
+            w.wq.matmul(&h, n, &mut q)?;
+            w.wk.matmul(&h, n, &mut k)?;
+            w.wv.matmul(&h, n, &mut v)?;
+            for (buf, bias, width) in [
+                (&mut q, &w.bq, q_w),
+                (&mut k, &w.bk, kv_w),
+                (&mut v, &w.bv, kv_w),
+            ] {
+                if let Some(bias) = bias {
+                    for row in buf.chunks_mut(width) {
+                        add(row, bias);
+                    }
+                }
+            }
+            apply_rope(&mut q, q_heads, &angles, c.rope_layout)?;
+            apply_rope(&mut k, kv_heads, &angles, c.rope_layout)?;
+            let mut first = 0;
+            for step in steps {
+                let r = first * kv_w..(first + step.tokens.len()) * kv_w;
+                self.cache
+                    .write_kv(step.seq, layer, 0, &k[r.clone()], &v[r])?;
+                first += step.tokens.len();
+            }
+            let mut batch = Vec::with_capacity(steps.len());
+            let mut first = 0;
+            for step in steps {
+                let rows = step.tokens.len();
+                batch.push(AttentionSeq {
+                    queries: &q[first * q_w..(first + rows) * q_w],
+                    block_table: self.cache.block_table(step.seq)?,
+                    prefix_len: self.cache.len(step.seq)?,
+                    tree: step.tree,
+                });
+                first += rows;
+            }
+            let params = AttentionParams {
+                layer,
+                num_q_heads: q_heads,
+                scale,
+            };
+            tree_attention_into(&self.cache.pages(), &params, &batch, &mut attn)?;
+            if self.plan.gather_attention {
+                let full = interleave(&self.comm.all_gather(&attn)?, n);
+                let cols = self.plan.o_cols.clone();
+                let selected: Vec<f32> = full
+                    .chunks(c.q_dim())
+                    .flat_map(|row| row[cols.clone()].iter().copied())
+                    .collect();
+                w.wo.matmul(&selected, n, &mut o)?;
+            } else {
+                w.wo.matmul(&attn, n, &mut o)?;
+            }
+            self.comm.all_reduce_sum(&mut o)?;
+            add(&mut x, &o);
+            rms_norm(&x, &w.ffn_norm, c.rms_eps, &mut h)?;
+            w.w_gate.matmul(&h, n, &mut gate)?;
+            w.w_up.matmul(&h, n, &mut up)?;
+            swiglu(&gate, &up, &mut act)?;
+            w.w_down.matmul(&act, n, &mut o)?;
+            self.comm.all_reduce_sum(&mut o)?;
+            add(&mut x, &o);
+        }
+        rms_norm(&x, &self.weights.output_norm, c.rms_eps, &mut h)?;
+        let mut logits = vec![0.0f32; n * self.plan.vocab.len()];
+        self.weights.output.matmul(&h, n, &mut logits)?;
+        if self.plan.world > 1 {
+            logits = interleave(&self.comm.all_gather(&logits)?, n);
+        }
+        let vocab = c.vocab_size;
+        let mut out = Vec::with_capacity(steps.len());
+        let mut first = 0;
+        for step in steps {
+            let rows = step.tokens.len();
+            out.push(Logits::new(
+                vocab,
+                logits[first * vocab..(first + rows) * vocab].to_vec(),
+            )?);
+            first += rows;
+            self.last_trees.insert(step.seq, step.tree.clone());
+        }
+        Ok(out)
+    }
+}
+
+/// `x += y` element-wise.
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// Joins per-rank `[n, width_r]` row-major parts into `[n, Σ width_r]`, rank after rank in
+/// each row.
+fn interleave(parts: &[Vec<f32>], n: usize) -> Vec<f32> {
+    let total: usize = parts.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(total);
+    for t in 0..n {
+        for part in parts {
+            let w = part.len() / n;
+            out.extend_from_slice(&part[t * w..(t + 1) * w]);
+        }
+    }
+    out
+}
+
+impl LanguageModel for LlamaModel {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn bos_id(&self) -> Option<u32> {
+        self.special.bos
+    }
+
+    fn eos_ids(&self) -> &[u32] {
+        &self.special.eos
+    }
+
+    fn max_context(&self) -> usize {
+        self.config.context_length
+    }
+
+    fn new_sequence(&mut self) -> Result<SeqId> {
+        Ok(self.cache.create_sequence())
+    }
+
+    fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        Ok(self.cache.fork(seq)?)
+    }
+
+    fn release(&mut self, seq: SeqId) -> Result<()> {
+        self.cache.free_sequence(seq)?;
+        self.last_trees.remove(&seq);
+        Ok(())
+    }
+
+    fn seq_len(&self, seq: SeqId) -> Result<usize> {
+        Ok(self.cache.len(seq)?)
+    }
+
+    fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        self.forward_impl(steps)
+    }
+
+    fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
+        self.cache.len(seq)?;
+        let bad = |reason: String| ModelError::InvalidStep { seq: seq.0, reason };
+        if !path.is_empty() {
+            let tree = self
+                .last_trees
+                .get(&seq)
+                .ok_or_else(|| bad("commit of a path, but nothing was forwarded".into()))?;
+            for (i, &node) in path.iter().enumerate() {
+                let expected_parent = if i == 0 { None } else { Some(path[i - 1]) };
+                if node >= tree.len() || tree.parent(node) != expected_parent {
+                    return Err(bad(format!(
+                        "commit path {path:?} is not a root-to-node path of the last tree \
+                         (entry {i})"
+                    )));
+                }
+            }
+        }
+        self.cache.commit(seq, path)?;
+        self.last_trees.remove(&seq);
+        Ok(())
+    }
+
+    fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
+        self.cache.rewind(seq, n)?;
+        self.last_trees.remove(&seq);
+        Ok(())
+    }
+}

@@ -1,0 +1,276 @@
+//! Weight matrices kept in their stored (quantised) form, and the weights of a decoder.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use specdec_kernels::quant::{quant_matmul, QuantMatrix, QuantType};
+
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+
+/// Where a matrix's bytes live: inside a (memory-mapped) GGUF file, or in an owned buffer (a
+/// shard's column slice, a synthetic test model).
+#[derive(Clone)]
+enum Storage {
+    File {
+        file: Arc<GgufFile>,
+        offset: usize,
+        len: usize,
+    },
+    Owned(Arc<Vec<u8>>),
+}
+
+/// A `[rows, cols]` weight matrix stored row after row in GGML blocks of one [`QuantType`]
+/// (each row `cols / block_len` blocks). Never dequantised as a whole: products consume the
+/// blocks directly. Cheap to clone (the bytes are shared).
+#[derive(Clone)]
+pub struct WeightMatrix {
+    ty: QuantType,
+    rows: usize,
+    cols: usize,
+    storage: Storage,
+}
+
+impl std::fmt::Debug for WeightMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "WeightMatrix({} [{} x {}])",
+            self.ty, self.rows, self.cols
+        )
+    }
+}
+
+impl WeightMatrix {
+    /// The 2-D tensor `name` of `file` as a matrix of `shape[1]` rows and `shape[0]` columns
+    /// (GGML order); a 1-D tensor is one row.
+    ///
+    /// # Errors
+    /// A missing tensor, or [`ModelError::Shape`] for a tensor of more than two dimensions.
+    pub fn from_gguf(file: &Arc<GgufFile>, name: &str) -> Result<Self> {
+        let info = file.tensor_info(name)?;
+        let (cols, rows) = match info.shape.as_slice() {
+            [cols] => (*cols, 1),
+            [cols, rows] => (*cols, *rows),
+            other => {
+                return Err(ModelError::Shape {
+                    what: name.to_string(),
+                    reason: format!("a weight matrix has 1 or 2 dimensions, found {other:?}"),
+                })
+            }
+        };
+        // Through the GGML id, so this works whichever `QuantType` the reader names.
+        let ty = QuantType::from_ggml_id(info.quant_type.ggml_id())?;
+        let matrix = Self {
+            ty,
+            rows,
+            cols,
+            storage: Storage::File {
+                file: Arc::clone(file),
+                offset: info.offset,
+                len: info.n_bytes,
+            },
+        };
+        matrix.check_len(name)?;
+        Ok(matrix)
+    }
+
+    /// A matrix over owned bytes (`rows` rows of `ty.row_bytes(cols)` bytes).
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when `cols` is not a whole number of blocks or `bytes` is not
+    /// `rows` rows long.
+    pub fn from_bytes(ty: QuantType, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<Self> {
+        let matrix = Self {
+            ty,
+            rows,
+            cols,
+            storage: Storage::Owned(Arc::new(bytes)),
+        };
+        matrix.check_len("matrix bytes")?;
+        Ok(matrix)
+    }
+
+    /// An F32 matrix holding `values` (`rows * cols` of them, row-major).
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when the length differs.
+    pub fn from_f32(rows: usize, cols: usize, values: &[f32]) -> Result<Self> {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::from_bytes(QuantType::F32, rows, cols, bytes)
+    }
+
+    fn check_len(&self, what: &str) -> Result<()> {
+        let row = self
+            .ty
+            .row_bytes(self.cols)
+            .map_err(|e| ModelError::Shape {
+                what: what.to_string(),
+                reason: e.to_string(),
+            })?;
+        if row * self.rows != self.bytes().len() {
+            return Err(ModelError::Shape {
+                what: what.to_string(),
+                reason: format!(
+                    "{} bytes do not hold {} rows of {} {} values",
+                    self.bytes().len(),
+                    self.rows,
+                    self.cols,
+                    self.ty
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The storage format.
+    pub fn quant_type(&self) -> QuantType {
+        self.ty
+    }
+
+    /// Output dimension.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input dimension.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes of one stored row.
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_len() * self.ty.block_bytes()
+    }
+
+    /// All stored bytes, row after row.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.storage {
+            Storage::File { file, offset, len } => &file.bytes()[*offset..*offset + *len],
+            Storage::Owned(bytes) => bytes,
+        }
+    }
+
+    /// The stored bytes of row `r`. Panics if `r >= rows()`.
+    pub fn row(&self, r: usize) -> &[u8] {
+        let n = self.row_bytes();
+        &self.bytes()[r * n..(r + 1) * n]
+    }
+
+    /// The kernels' borrowed view of this matrix.
+    pub fn view(&self) -> QuantMatrix<'_> {
+        QuantMatrix::new(self.ty, self.rows, self.cols, self.bytes())
+            .expect("shape checked at construction")
+    }
+
+    /// `out[t, r] = Σ_c self[r, c] · x[t, c]` for `n` tokens (`x: [n, cols]`, `out: [n, rows]`),
+    /// batch-invariant (see [`quant_matmul`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Kernel`] when the buffer lengths do not match.
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        Ok(quant_matmul(&self.view(), x, n, out)?)
+    }
+
+    /// Rows `range` as a matrix sharing these bytes (column-parallel sharding).
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when the range exceeds the rows.
+    pub fn slice_rows(&self, range: Range<usize>) -> Result<Self> {
+        if range.start > range.end || range.end > self.rows {
+            return Err(ModelError::Shape {
+                what: format!("{self:?}"),
+                reason: format!("row range {range:?} exceeds {} rows", self.rows),
+            });
+        }
+        let n = self.row_bytes();
+        let storage = match &self.storage {
+            Storage::File { file, offset, .. } => Storage::File {
+                file: Arc::clone(file),
+                offset: offset + range.start * n,
+                len: range.len() * n,
+            },
+            Storage::Owned(bytes) => {
+                Storage::Owned(Arc::new(bytes[range.start * n..range.end * n].to_vec()))
+            }
+        };
+        Ok(Self {
+            ty: self.ty,
+            rows: range.len(),
+            cols: self.cols,
+            storage,
+        })
+    }
+
+    /// Columns `range` as a new matrix, copying the covered blocks of every row (row-parallel
+    /// sharding). Both ends must fall on block boundaries of the storage format.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when the range exceeds the columns or splits a block.
+    pub fn slice_cols(&self, range: Range<usize>) -> Result<Self> {
+        let block = self.ty.block_len();
+        if range.start > range.end
+            || range.end > self.cols
+            || range.start % block != 0
+            || range.end % block != 0
+        {
+            return Err(ModelError::Shape {
+                what: format!("{self:?}"),
+                reason: format!(
+                    "column range {range:?} is not within {} columns on {block}-element block \
+                     boundaries",
+                    self.cols
+                ),
+            });
+        }
+        let first = range.start / block * self.ty.block_bytes();
+        let last = range.end / block * self.ty.block_bytes();
+        let mut bytes = Vec::with_capacity(self.rows * (last - first));
+        for r in 0..self.rows {
+            bytes.extend_from_slice(&self.row(r)[first..last]);
+        }
+        Self::from_bytes(self.ty, self.rows, range.len(), bytes)
+    }
+}
+
+/// The weights of one decoder block.
+#[derive(Debug, Clone)]
+pub struct LayerWeights {
+    /// RMSNorm gain before attention, `[hidden]`.
+    pub attn_norm: Vec<f32>,
+    /// Query projection `[q_dim, hidden]`.
+    pub wq: WeightMatrix,
+    /// Key projection `[kv_dim, hidden]`.
+    pub wk: WeightMatrix,
+    /// Value projection `[kv_dim, hidden]`.
+    pub wv: WeightMatrix,
+    /// Query bias `[q_dim]` (qwen2).
+    pub bq: Option<Vec<f32>>,
+    /// Key bias `[kv_dim]` (qwen2).
+    pub bk: Option<Vec<f32>>,
+    /// Value bias `[kv_dim]` (qwen2).
+    pub bv: Option<Vec<f32>>,
+    /// Attention output projection `[hidden, q_dim]`.
+    pub wo: WeightMatrix,
+    /// RMSNorm gain before the MLP, `[hidden]`.
+    pub ffn_norm: Vec<f32>,
+    /// SwiGLU gate `[ffn, hidden]`.
+    pub w_gate: WeightMatrix,
+    /// SwiGLU up `[ffn, hidden]`.
+    pub w_up: WeightMatrix,
+    /// SwiGLU down `[hidden, ffn]`.
+    pub w_down: WeightMatrix,
+}
+
+/// All weights of a decoder.
+#[derive(Debug, Clone)]
+pub struct ModelWeights {
+    /// Token embedding `[vocab, hidden]` (gathered row by row).
+    pub token_embd: WeightMatrix,
+    /// Decoder blocks.
+    pub layers: Vec<LayerWeights>,
+    /// Final RMSNorm gain `[hidden]`.
+    pub output_norm: Vec<f32>,
+    /// LM head `[vocab, hidden]` (the token embedding when tied).
+    pub output: WeightMatrix,
+}

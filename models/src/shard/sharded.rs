@@ -1,0 +1,165 @@
+//! [`ShardedModel`]: a tensor-parallel group of [`LlamaModel`] ranks on threads of one process,
+//! presented as one [`LanguageModel`].
+
+use std::sync::Arc;
+
+use crate::error::{ModelError, Result};
+use crate::llama::{LlamaConfig, LlamaModel, LlamaOptions, ModelWeights, SpecialTokens};
+use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
+use crate::shard::ThreadCommunicator;
+
+/// `world` ranks, each a [`LlamaModel`] holding its slice of the weights and KV heads, joined by
+/// a [`ThreadCommunicator`]. Every call runs on all ranks (forward on one thread per rank); the
+/// ranks' sequence ids agree because every rank sees the same calls.
+pub struct ShardedModel {
+    ranks: Vec<LlamaModel>,
+    comms: Vec<ThreadCommunicator>,
+}
+
+impl std::fmt::Debug for ShardedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedModel")
+            .field("world", &self.ranks.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Aborts the group if its rank's thread unwinds, so the other ranks fail instead of waiting.
+struct AbortOnPanic<'a>(&'a ThreadCommunicator);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort();
+        }
+    }
+}
+
+impl ShardedModel {
+    /// Splits `weights` among `world` ranks.
+    ///
+    /// # Errors
+    /// As [`crate::shard::ShardPlan::new`] (too many ranks for the KV heads or blocks).
+    pub fn new(
+        config: &LlamaConfig,
+        weights: &ModelWeights,
+        special: &SpecialTokens,
+        options: LlamaOptions,
+        world: usize,
+    ) -> Result<Self> {
+        let comms = ThreadCommunicator::group(world)?;
+        let ranks = comms
+            .iter()
+            .map(|comm| {
+                LlamaModel::rank_of(
+                    config.clone(),
+                    weights,
+                    special.clone(),
+                    options,
+                    Arc::new(comm.clone()),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { ranks, comms })
+    }
+
+    /// The ranks, rank `r` at index `r`.
+    pub fn ranks(&self) -> &[LlamaModel] {
+        &self.ranks
+    }
+
+    /// Runs `f` on every rank and checks they agree; returns rank 0's answer.
+    fn on_all<T: PartialEq + std::fmt::Debug>(
+        &mut self,
+        what: &str,
+        mut f: impl FnMut(&mut LlamaModel) -> Result<T>,
+    ) -> Result<T> {
+        let mut answers = self
+            .ranks
+            .iter_mut()
+            .map(&mut f)
+            .collect::<Result<Vec<_>>>()?;
+        if answers.iter().any(|a| *a != answers[0]) {
+            return Err(ModelError::Communicator(format!(
+                "ranks disagree on {what}: {answers:?}"
+            )));
+        }
+        Ok(answers.swap_remove(0))
+    }
+}
+
+impl LanguageModel for ShardedModel {
+    fn vocab_size(&self) -> usize {
+        self.ranks[0].vocab_size()
+    }
+
+    fn bos_id(&self) -> Option<u32> {
+        self.ranks[0].bos_id()
+    }
+
+    fn eos_ids(&self) -> &[u32] {
+        self.ranks[0].eos_ids()
+    }
+
+    fn max_context(&self) -> usize {
+        self.ranks[0].max_context()
+    }
+
+    fn new_sequence(&mut self) -> Result<SeqId> {
+        self.on_all("new_sequence", |m| m.new_sequence())
+    }
+
+    fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        self.on_all("fork", |m| m.fork(seq))
+    }
+
+    fn release(&mut self, seq: SeqId) -> Result<()> {
+        self.on_all("release", |m| m.release(seq))
+    }
+
+    fn seq_len(&self, seq: SeqId) -> Result<usize> {
+        self.ranks[0].seq_len(seq)
+    }
+
+    /// Forwards on every rank (one thread each); returns rank 0's logits, which every rank
+    /// holds identically after the final all-gather.
+    fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        let results: Vec<Result<Vec<Logits>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .ranks
+                .iter_mut()
+                .zip(&self.comms)
+                .map(|(rank, comm)| {
+                    s.spawn(move || {
+                        let _guard = AbortOnPanic(comm);
+                        rank.forward(steps)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(ModelError::Communicator(
+                            "a rank panicked during forward".into(),
+                        ))
+                    })
+                })
+                .collect()
+        });
+        let mut first = None;
+        for result in results {
+            let logits = result?;
+            first.get_or_insert(logits);
+        }
+        first.ok_or_else(|| ModelError::Communicator("a group without ranks".into()))
+    }
+
+    fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
+        self.on_all("commit", |m| m.commit(seq, path))
+    }
+
+    fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
+        self.on_all("rewind", |m| m.rewind(seq, n))
+    }
+}
