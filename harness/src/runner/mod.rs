@@ -4,7 +4,8 @@
 //! The engine plugs in here: it implements [`Backend`] (run one method over a list of requests,
 //! batching them as it likes, and return one [`RequestOutcome`] per request with its
 //! [`StepRecord`]s). [`backend_for`] picks the backend from the config: the simulation, the toy
-//! models (chains on `specdec_models::toy` tables), or — until the engine lands — a
+//! models (the [`crate::engine`] loop on `specdec_models::toy` tables), or — until a model
+//! runner backend is wired — a
 //! [`HarnessError::NotYetAvailable`] for real models.
 
 mod simulated;

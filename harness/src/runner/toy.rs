@@ -1,37 +1,33 @@
-//! The toy backend: real speculative decoding (the kernels' verifiers, production randomness) on
-//! a seeded pair of toy probability-table models, chains only. No download, no weights.
+//! The toy backend: the harness's engine loop ([`crate::engine::Engine`]: continuous batching,
+//! the kernels' verifiers, production randomness) over a seeded pair of toy probability-table
+//! language models. No download, no weights. Chains and plain decoding.
 //!
-//! Each round is timed as a whole (wall time) and recorded as `overhead_s`: the toy loop does not
-//! separate drafting, the target pass and verification, and its times say nothing about real
-//! models. Its value is the acceptance statistics, which follow from the tables exactly.
+//! Times are the engine's wall time on toy tables: they say nothing about real models; the
+//! acceptance statistics, which follow from the tables exactly, are the point.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use specdec_algorithms::policy::StepOutcome;
-use specdec_algorithms::proof::{SpecLoop, ToyDrafter};
-use specdec_algorithms::verify::PairedVerifier;
-use specdec_kernels::sampling::{prepare_probs, Production, SamplingParams};
+use specdec_algorithms::drafters::{ChainDrafter, ChainMode, Drafter};
+use specdec_algorithms::verify::{PairedVerifier, Verifier};
+use specdec_kernels::sampling::{prepare_probs, SamplingParams};
 use specdec_kernels::verification::{DraftKind, VerifyMethod};
-use specdec_models::toy::{ToyPair, ToyStyle};
+use specdec_models::toy::{ToyLanguageModel, ToyPair, ToyStyle};
 
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
 use crate::config::{ExperimentConfig, MethodConfig, ToyConfig, VerifierConfig};
+use crate::engine::{Engine, EngineOptions, LmDraftModel, NoDrafter, Penalties, Request, StopRule};
 use crate::error::{HarnessError, Result};
-use crate::metrics::StepRecord;
-use crate::policies::{method_policy, next_chain_len, require_chain_method};
+use crate::policies::{method_policy, require_chain_method};
 
-/// KV block size assumed for the toy backend's block count (no cache exists).
-const TOY_BLOCK_TOKENS: usize = 16;
-
-/// Runs chain methods on a toy pair, one request at a time.
+/// Runs plain decoding and chain methods through the engine on a toy pair.
 #[derive(Debug, Clone)]
 pub struct ToyBackend {
     pair: ToyPair,
     params: SamplingParams,
     max_tokens: usize,
     seed: u64,
+    batch_size: usize,
 }
 
 impl ToyBackend {
@@ -47,6 +43,7 @@ impl ToyBackend {
             },
             max_tokens: config.max_tokens,
             seed: config.sampling.seed,
+            batch_size: config.batch_size,
         })
     }
 
@@ -81,19 +78,32 @@ fn toy_tokens(text: &str, request: usize, vocab: usize) -> Vec<u32> {
     text.bytes().map(|b| (b as usize % vocab) as u32).collect()
 }
 
-fn verify_method(method: &MethodConfig, temperature: f64) -> Result<VerifyMethod> {
-    Ok(match method.verifier {
-        VerifierConfig::Auto if temperature == 0.0 => VerifyMethod::Greedy,
-        VerifierConfig::Auto | VerifierConfig::Rejection => VerifyMethod::ChainRejection,
-        VerifierConfig::Greedy => VerifyMethod::Greedy,
-        ref other => {
+/// The verifier a method asks for, paired with the kind of tree its drafter makes.
+fn paired_verifier(
+    method: &MethodConfig,
+    temperature: f64,
+    kind: DraftKind,
+) -> Result<PairedVerifier<f32>> {
+    let greedy = temperature == 0.0;
+    let chosen = match (&method.verifier, method.is_baseline()) {
+        (VerifierConfig::Auto, true) if greedy => VerifyMethod::Greedy,
+        (VerifierConfig::Auto, true) => VerifyMethod::TargetOnly,
+        (VerifierConfig::Auto, false) if greedy => VerifyMethod::Greedy,
+        (VerifierConfig::Auto, false) | (VerifierConfig::Rejection, _) => {
+            VerifyMethod::ChainRejection
+        }
+        (VerifierConfig::Greedy, _) => VerifyMethod::Greedy,
+        (VerifierConfig::TargetOnly, _) => VerifyMethod::TargetOnly,
+        (other, _) => {
             return Err(HarnessError::NotYetAvailable(format!(
                 "the toy backend runs chains; verifier `{}` of method `{}` needs tree drafting",
                 other.kind(),
                 method.name
             )))
         }
-    })
+    };
+    let verifier: Arc<dyn Verifier<f32>> = Arc::new(chosen);
+    Ok(PairedVerifier::new(verifier, kind)?)
 }
 
 impl Backend for ToyBackend {
@@ -108,73 +118,76 @@ impl Backend for ToyBackend {
         on_request_done: &mut dyn FnMut(usize),
     ) -> Result<MethodOutcome> {
         require_chain_method(method, "the toy backend")?;
-        let verifier = Arc::new(verify_method(method, self.params.temperature)?);
-        let template = method_policy(method, None)?;
         let vocab = self.pair.target.vocab();
+        let engine_requests: Vec<Request> = requests
+            .iter()
+            .map(|spec| Request {
+                id: spec.index as u64,
+                prompt: toy_tokens(&spec.prompt.text, spec.index, vocab),
+                stop: StopRule::new(self.max_tokens, &[]),
+            })
+            .collect();
+        let longest = engine_requests
+            .iter()
+            .map(|r| r.prompt.len())
+            .max()
+            .unwrap_or(1);
+        let max_context = longest + self.max_tokens + 64;
+        let mut target = ToyLanguageModel::new(self.pair.target.clone(), max_context, vec![]);
+        let greedy = self.params.temperature == 0.0;
+        let mut no_drafter = NoDrafter;
+        let mut chain = ChainDrafter::new(
+            LmDraftModel::new(
+                ToyLanguageModel::new(self.pair.draft.clone(), max_context, vec![]),
+                self.params,
+                8,
+            ),
+            if greedy {
+                ChainMode::Argmax
+            } else {
+                ChainMode::Sample
+            },
+        );
+        let drafter: &mut dyn Drafter<f32> = if method.is_baseline() {
+            &mut no_drafter
+        } else {
+            &mut chain
+        };
+        let verifier = paired_verifier(method, self.params.temperature, drafter.kind())?;
+        let options = EngineOptions {
+            method: method.name.clone(),
+            sampling: self.params,
+            penalties: Penalties::default(),
+            seed: self.seed,
+            batch_size: self.batch_size,
+        };
+        let policy = method_policy(method, None)?;
         let started = Instant::now();
-        let mut outcomes = Vec::with_capacity(requests.len());
-        for spec in requests {
-            let prompt = toy_tokens(&spec.prompt.text, spec.index, vocab);
-            let mut policy = template.fork();
-            let mut decisions = Production::production(self.seed);
-            let mut loops: HashMap<usize, SpecLoop<f64>> = HashMap::new();
-            let mut generated: Vec<u32> = Vec::new();
-            let mut steps = Vec::new();
-            let request_start = Instant::now();
-            while generated.len() < self.max_tokens {
-                let k = next_chain_len(policy.as_mut(), "the toy backend")?;
-                let spec_loop = match loops.entry(k) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => e.insert(SpecLoop::new(
-                        self.pair.clone(),
-                        ToyDrafter::Chain { k },
-                        PairedVerifier::new(verifier.clone(), DraftKind::Iid)?,
-                        self.params,
-                        prompt.clone(),
-                        self.max_tokens,
-                    )?),
-                };
-                let t0 = Instant::now();
-                let round = spec_loop.round(
-                    &generated,
-                    spec.index as u64,
-                    steps.len() as u64,
-                    &mut decisions,
-                )?;
-                let round_s = t0.elapsed().as_secs_f64();
-                let accepted = round.verdict.accepted_len;
-                policy.observe(&StepOutcome::chain(k, accepted)?);
-                let emitted = round.emitted.len().min(self.max_tokens - generated.len());
-                generated.extend(&round.emitted[..emitted]);
-                steps.push(StepRecord {
-                    method: method.name.clone(),
+        let mut engine = Engine::new(&mut target, drafter, verifier, policy, options)?;
+        let generations = engine.run(&engine_requests, &mut |i| {
+            on_request_done(requests[i].index)
+        })?;
+        let elapsed_s = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+        let outcomes = generations
+            .into_iter()
+            .zip(requests)
+            .map(|(g, spec)| {
+                let text: Vec<String> = g.tokens.iter().map(u32::to_string).collect();
+                let mut steps = g.steps;
+                for s in &mut steps {
+                    s.request = spec.index;
+                }
+                RequestOutcome {
                     request: spec.index,
-                    step: steps.len(),
-                    proposed: k,
-                    draft_depth: k,
-                    accepted,
-                    emitted,
-                    draft_s: 0.0,
-                    target_s: 0.0,
-                    verify_s: 0.0,
-                    commit_s: 0.0,
-                    overhead_s: round_s,
-                    kv_blocks: (prompt.len() + generated.len()).div_ceil(TOY_BLOCK_TOKENS),
-                    batch: 1,
-                });
-            }
-            let text: Vec<String> = generated.iter().map(u32::to_string).collect();
-            outcomes.push(RequestOutcome {
-                request: spec.index,
-                prompt_tokens: prompt.len(),
-                elapsed_s: request_start.elapsed().as_secs_f64(),
-                steps,
-                text: Some(text.join(" ")),
-            });
-            on_request_done(spec.index);
-        }
+                    prompt_tokens: g.prompt_tokens,
+                    elapsed_s: g.elapsed_s,
+                    steps,
+                    text: Some(text.join(" ")),
+                }
+            })
+            .collect();
         Ok(MethodOutcome {
-            elapsed_s: started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE),
+            elapsed_s,
             requests: outcomes,
         })
     }
