@@ -275,3 +275,21 @@ fn a_file_of_prompts_loads_relative_to_the_config() {
     assert_eq!(texts, ["a", "b"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// HumanEval prompts come from the fetch cache (skipped, with the fetch command printed, when it
+/// is not there).
+#[test]
+fn humaneval_prompts_load_from_the_cache() {
+    if specdec_models::registry::cached_for_test("humaneval").is_none() {
+        return;
+    }
+    let set = PromptSet::Humaneval { count: Some(3) };
+    let prompts = set.load(std::path::Path::new(".")).unwrap();
+    assert_eq!(prompts.len(), 3);
+    assert_eq!(prompts[2].id, "humaneval/2");
+    assert!(prompts.iter().all(|p| p.text.contains("def ")), "{prompts:?}");
+    let all = PromptSet::Humaneval { count: None }
+        .load(std::path::Path::new("."))
+        .unwrap();
+    assert_eq!(all.len(), 164);
+}
