@@ -8,8 +8,8 @@ use specdec_harness::cli;
 
 /// specdec: speculative decoding, kernel first.
 ///
-/// Start with `specdec run experiments/sim-fixed-k.toml` (no model needed), then look at
-/// results/sim-fixed-k/summary.md and its SVG plots.
+/// Start with `specdec run experiments/toy-chain.toml` (no model needed), then look at
+/// results/toy-chain/summary.md and its SVG plots.
 #[derive(Debug, Parser)]
 #[command(name = "specdec", version, about, long_about = None)]
 struct Cli {
@@ -25,8 +25,9 @@ enum Command {
     ///
     /// The config lists models, prompts, sampling settings and methods; the plain-decoding
     /// baseline is added when missing. See experiments/README.md for the format. Today
-    /// simulation configs ([simulation] table) run; configs naming real models report that the
-    /// model runner is not yet available.
+    /// simulation configs ([simulation] table) and toy-model configs (target = "toy", run by the
+    /// engine loop) run; configs naming real models report that the model runner is not yet
+    /// wired in. Try experiments/sim-fixed-k.toml, sim-policies.toml or toy-chain.toml.
     Run {
         /// The experiment file, e.g. experiments/sim-fixed-k.toml.
         config: PathBuf,

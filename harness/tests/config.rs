@@ -287,7 +287,10 @@ fn humaneval_prompts_load_from_the_cache() {
     let prompts = set.load(std::path::Path::new(".")).unwrap();
     assert_eq!(prompts.len(), 3);
     assert_eq!(prompts[2].id, "humaneval/2");
-    assert!(prompts.iter().all(|p| p.text.contains("def ")), "{prompts:?}");
+    assert!(
+        prompts.iter().all(|p| p.text.contains("def ")),
+        "{prompts:?}"
+    );
     let all = PromptSet::Humaneval { count: None }
         .load(std::path::Path::new("."))
         .unwrap();
