@@ -13,7 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 exec python3 - "$@" <<'PY'
-import gzip, hashlib, os, re, shutil, subprocess, sys, tempfile, time, tomllib, zipfile
+import gzip, hashlib, os, re, shutil, subprocess, sys, tempfile, time, zipfile
+
+try:
+    import tomllib
+except ImportError:
+    sys.exit(f"fetch-models: needs Python 3.11+ (for tomllib); python3 is {sys.version.split()[0]}")
 
 REGISTRY = "models/registry.toml"
 with open(REGISTRY, "rb") as f:

@@ -7,6 +7,18 @@ use thiserror::Error;
 /// Everything running an experiment can refuse.
 #[derive(Debug, Error)]
 pub enum HarnessError {
+    /// An engine cannot be built or run as configured (batch size, sampling, a drafter that
+    /// broke its contract, NaN logits), with the reason.
+    #[error("engine: {0}")]
+    InvalidEngine(String),
+    /// A request cannot be served (empty prompt, prompt longer than the context).
+    #[error("request {id}: {reason}")]
+    InvalidRequest {
+        /// The request's id.
+        id: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An error from an algorithm.
     #[error(transparent)]
     Algorithm(#[from] specdec_algorithms::AlgorithmError),

@@ -11,6 +11,7 @@
 //! - [`repro`]: paper reproductions that need no models.
 
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod report;

@@ -1,6 +1,7 @@
 //! Quantised matmul at the real shapes of Qwen2.5-Coder-1.5B (hidden 1536, FFN 8960):
 //! `[8960 x 1536]` gate/up projections in Q4_K and Q6_K, for n_tokens 1, 2, 4, 8, 16, on the
-//! detected SIMD level and (n_tokens 1 and 4 only) on the portable path for comparison.
+//! detected SIMD level and (n_tokens 1 and 4 only) on the portable path for comparison, for the
+//! exact f32-activation path (`f32-*`) and the 8-bit-activation path (`int8-*`).
 //! Throughput is reported as bytes of weights swept per second.
 //!
 //! Weights are synthetic (random quant bytes, moderate scales): speed does not depend on values.
@@ -8,7 +9,10 @@
 //! `cargo bench -p specdec-kernels --bench quant_matmul` (set `RAYON_NUM_THREADS` to pin threads).
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
-use specdec_kernels::quant::{f32_to_f16, quant_matmul_with, QuantMatrix, QuantType, SimdLevel};
+use specdec_kernels::quant::{
+    f32_to_f16, quant_matmul_int8_with, quant_matmul_with, Q8Activations, QuantMatrix, QuantType,
+    SimdLevel,
+};
 
 const ROWS: usize = 8960;
 const COLS: usize = 1536;
@@ -55,11 +59,24 @@ fn bench(c: &mut Criterion) {
             if n_tokens == 1 || n_tokens == 4 {
                 levels.push(SimdLevel::Portable);
             }
-            for level in levels {
+            for &level in &levels {
                 group.bench_with_input(
-                    BenchmarkId::new(format!("{level:?}"), n_tokens),
+                    BenchmarkId::new(format!("f32-{level:?}"), n_tokens),
                     &n_tokens,
                     |b, &n| b.iter(|| quant_matmul_with(&w, &x, n, &mut out, level).unwrap()),
+                );
+            }
+            // int8 activations, quantisation included in the timing
+            for &level in &levels {
+                group.bench_with_input(
+                    BenchmarkId::new(format!("int8-{level:?}"), n_tokens),
+                    &n_tokens,
+                    |b, &n| {
+                        b.iter(|| {
+                            let acts = Q8Activations::quantize(&x, n, COLS).unwrap();
+                            quant_matmul_int8_with(&w, &acts, &mut out, level).unwrap()
+                        })
+                    },
                 );
             }
         }

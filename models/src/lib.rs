@@ -10,6 +10,7 @@ pub mod llama;
 pub mod model;
 pub mod registry;
 pub mod shard;
+pub mod tokenizer;
 pub mod toy;
 
 pub use error::{ModelError, Result};

@@ -116,6 +116,27 @@ fn round_trip_of_every_value_type_and_tensor() {
             t.name
         );
     }
+    assert_eq!(norm.to_f32_vec().unwrap(), back);
+    assert_eq!(f16.to_f32_vec().unwrap(), [1.0, -1.0, 0.0, 2.0]);
+    assert_eq!(q8.row_bytes(1).unwrap(), &q8.data[34..]);
+    assert!(q8
+        .row_bytes(2)
+        .unwrap_err()
+        .to_string()
+        .contains("has 2 rows, asked for row 2"));
+}
+
+#[test]
+fn q8_0_tensor_dequantises_blocks_built_by_hand() {
+    // one Q8_0 block: d = 0.5 (f16 0x3800), quants -16..16
+    let mut block = vec![0x00, 0x38];
+    block.extend((-16i8..16).map(|q| q as u8));
+    let mut w = GgufWriter::new();
+    w.tensor("q", &[32], QuantType::Q8_0.ggml_id(), block);
+    let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let values = file.tensor("q").unwrap().to_f32_vec().unwrap();
+    let expected: Vec<f32> = (-16..16).map(|q| q as f32 * 0.5).collect();
+    assert_eq!(values, expected);
 }
 
 #[test]

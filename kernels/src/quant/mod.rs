@@ -7,11 +7,14 @@
 pub mod cuda;
 pub mod dequant;
 pub mod float16;
+pub mod int8;
 pub mod matmul;
 pub mod types;
 
 #[cfg(test)]
 mod dequant_tests;
+#[cfg(test)]
+mod int8_tests;
 #[cfg(test)]
 mod matmul_tests;
 #[cfg(test)]
@@ -19,5 +22,6 @@ pub(crate) mod testutil;
 
 pub use dequant::{dequantize_row, dequantize_row_to_vec};
 pub use float16::{bf16_to_f32, f16_to_f32, f32_to_f16};
+pub use int8::{int8_supported, quant_matmul_int8, quant_matmul_int8_with, Q8Activations};
 pub use matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
 pub use types::QuantType;

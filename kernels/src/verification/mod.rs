@@ -126,6 +126,28 @@ pub fn verify_batch<N: Prob, D: Decisions<N> + ?Sized>(
         .collect()
 }
 
+/// Verifies a batch in parallel (rayon), each sequence with its own clone of `decisions`.
+/// Because decisions are keyed by `(sequence, step, node, purpose)`, the verdicts equal
+/// [`verify_batch`]'s for counter-based decisions such as [`crate::sampling::Production`].
+///
+/// # Errors
+/// The first failing input's error (in input order).
+pub fn verify_batch_parallel<N, D>(
+    method: VerifyMethod,
+    inputs: &[VerifyInput<'_, N>],
+    decisions: &D,
+) -> Result<Vec<Verdict>>
+where
+    N: Prob,
+    D: Decisions<N> + Clone + Send + Sync,
+{
+    use rayon::prelude::*;
+    inputs
+        .par_iter()
+        .map(|input| verify_one(method, input, &mut decisions.clone()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +337,13 @@ mod tests {
         .unwrap();
         backward.reverse();
         assert_eq!(forward, backward);
+        let parallel = verify_batch_parallel(
+            VerifyMethod::ChainRejection,
+            &inputs,
+            &Replay::production(9),
+        )
+        .unwrap();
+        assert_eq!(parallel, forward);
         let alone = verify_one(
             VerifyMethod::ChainRejection,
             &inputs[4],

@@ -12,14 +12,14 @@
 //! ```
 
 mod metadata;
-mod quant_shim;
 mod reader;
 mod value;
 pub mod writer;
 
 pub use metadata::{FromValue, Metadata};
-pub use quant_shim::QuantType;
 pub use reader::{GgufFile, Tensor, TensorInfo};
+/// The GGML tensor types (re-exported from the kernels, which own the block layouts).
+pub use specdec_kernels::quant::QuantType;
 pub use value::{Array, Value, ValueType};
 pub use writer::GgufWriter;
 

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
 
-use super::quant_shim::QuantType;
 use memmap2::Mmap;
+use specdec_kernels::quant::{dequantize_row_to_vec, QuantType};
 
 use super::metadata::Metadata;
 use super::value::{Array, Value, ValueType};
@@ -65,6 +65,39 @@ impl Tensor<'_> {
     /// Dimensions in GGML order (innermost first).
     pub fn shape(&self) -> &[usize] {
         &self.info.shape
+    }
+
+    /// The stored bytes of row `row` (`shape[0]` elements), for `row < info.n_rows()`.
+    ///
+    /// # Errors
+    /// [`ModelError::Gguf`] naming the tensor when `row` is out of range.
+    pub fn row_bytes(&self, row: usize) -> Result<&[u8]> {
+        let n_rows = self.info.n_rows();
+        if row >= n_rows {
+            return Err(ModelError::Gguf {
+                path: String::new(),
+                offset: self.info.offset as u64,
+                reason: format!(
+                    "tensor `{}` has {n_rows} rows, asked for row {row}",
+                    self.info.name
+                ),
+            });
+        }
+        let per_row = self.data.len() / n_rows;
+        Ok(&self.data[row * per_row..(row + 1) * per_row])
+    }
+
+    /// The whole tensor dequantised to `f32`, in storage order (`shape[0]` fastest).
+    ///
+    /// # Errors
+    /// [`ModelError::Kernel`] if the kernels refuse the block layout (cannot happen for a
+    /// tensor the reader accepted).
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        Ok(dequantize_row_to_vec(
+            self.info.quant_type,
+            self.data,
+            self.info.n_elements(),
+        )?)
     }
 }
 
@@ -206,7 +239,7 @@ impl GgufFile {
             raw.push((start, name, shape, type_id, offset));
         }
         let data_offset = cur.pos.next_multiple_of(alignment);
-        if data_offset > bytes.len() {
+        if !raw.is_empty() && data_offset > bytes.len() {
             return Err(cur.error_here(format!(
                 "file ends at byte {} inside the padding before the tensor data",
                 bytes.len()

@@ -1,0 +1,459 @@
+//! The engine loop: speculative decoding end to end over a real [`LanguageModel`].
+//!
+//! Each step, for every active request of the batch:
+//!
+//! 1. **policy** — its [`SpeculationPolicy`] picks a [`Budget`] (0 = plain decoding this step);
+//! 2. **draft** — the [`Drafter`] proposes a [`DraftTree`] whose root is the request's last token
+//!    (sampled last step, not yet in the target's KV cache);
+//! 3. **target** — one [`LanguageModel::forward`] over all requests' trees at once (ragged batch,
+//!    tree attention), logits at every node;
+//! 4. **verify** — each node's logits go through the path-dependent [`Penalties`] (with the
+//!    node's own history) and [`prepare_logits`] (temperature, top-k, top-p); the
+//!    [`PairedVerifier`] accepts a path and draws the next token;
+//! 5. **commit** — the accepted path (root + accepted drafts) is committed to the target's KV,
+//!    the rest of the tree is dropped; stop conditions are checked token by token and KV past a
+//!    stop is rewound;
+//! 6. **observe** — the policy sees the [`StepOutcome`].
+//!
+//! Invariant between steps: the target's KV holds the request's context except its last token.
+//! Requests are admitted (prefilled) when a batch slot is free and retired independently
+//! (continuous batching). Plain decoding is this very loop with a budget of 0, so the baseline
+//! and every method share one numeric path; with a batch-invariant model greedy speculative
+//! output equals greedy plain output token for token.
+//!
+//! Randomness: one production [`Replay`] generator keyed by (seed, request id, step, node,
+//! purpose), so results do not depend on batch composition or order.
+
+mod draft_lm;
+mod processors;
+mod stop;
+
+pub use draft_lm::LmDraftModel;
+pub use processors::Penalties;
+pub use stop::{Detokenizer, FinishReason, StopRule};
+
+use std::time::Instant;
+
+use specdec_algorithms::drafters::{DraftRequest, Drafter};
+use specdec_algorithms::policy::{Budget, DepthTrial, SpeculationPolicy, StepOutcome};
+use specdec_algorithms::verify::PairedVerifier;
+use specdec_algorithms::AlgorithmError;
+use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
+use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
+use specdec_kernels::TreeTopology;
+use specdec_models::{LanguageModel, SeqId, SequenceStep};
+
+use crate::error::{HarnessError, Result};
+use crate::metrics::StepRecord;
+
+/// A drafter that never drafts: every step is plain decoding. The baseline's drafter.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoDrafter;
+
+impl Drafter<f32> for NoDrafter {
+    fn name(&self) -> String {
+        "none".into()
+    }
+
+    fn kind(&self) -> DraftKind {
+        DraftKind::Deterministic
+    }
+
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        _decisions: &mut dyn specdec_kernels::sampling::Decisions<f32>,
+    ) -> specdec_algorithms::Result<DraftTree<f32>> {
+        Ok(DraftTree::root_only(
+            request.root()?,
+            DraftKind::Deterministic,
+        ))
+    }
+}
+
+/// Settings shared by every request of a run.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Method name written into the step records.
+    pub method: String,
+    /// Temperature / top-k / top-p applied to the target (and by drafters to `q`).
+    pub sampling: SamplingParams,
+    /// Penalties applied to the target's logits at each node.
+    pub penalties: Penalties,
+    /// Seed of the production random generator.
+    pub seed: u64,
+    /// Most requests in flight at once (≥ 1).
+    pub batch_size: usize,
+}
+
+/// One request: a prompt and its stop conditions.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Stable id: keys the request's random decisions (results do not depend on batch order).
+    pub id: u64,
+    /// Prompt token ids (non-empty, shorter than the model's context).
+    pub prompt: Vec<u32>,
+    /// When to stop.
+    pub stop: StopRule,
+}
+
+/// What one request produced.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The request's id.
+    pub id: u64,
+    /// Generated token ids (prompt excluded), cut at the stop.
+    pub tokens: Vec<u32>,
+    /// Why it finished.
+    pub finish: FinishReason,
+    /// One record per target pass (`request` = position of the request in the input slice).
+    pub steps: Vec<StepRecord>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Seconds from admission (prefill included) to retirement.
+    pub elapsed_s: f64,
+}
+
+/// A request in flight.
+struct Active<'r> {
+    index: usize,
+    request: &'r Request,
+    seq: SeqId,
+    /// Prompt + output; the target's KV holds all but the last token.
+    context: Vec<u32>,
+    policy: Box<dyn SpeculationPolicy>,
+    step: u64,
+    steps: Vec<StepRecord>,
+    started: Instant,
+    prefill_s: f64,
+}
+
+impl Active<'_> {
+    fn output(&self) -> &[u32] {
+        &self.context[self.request.prompt.len()..]
+    }
+}
+
+/// The engine (see the module docs): a target model, a drafter, a paired verifier and a policy
+/// prototype (forked per request).
+pub struct Engine<'a> {
+    target: &'a mut dyn LanguageModel,
+    drafter: &'a mut dyn Drafter<f32>,
+    verifier: PairedVerifier<f32>,
+    policy: Box<dyn SpeculationPolicy>,
+    options: EngineOptions,
+}
+
+impl<'a> Engine<'a> {
+    /// Builds an engine.
+    ///
+    /// # Errors
+    /// [`HarnessError::Algorithm`] with [`AlgorithmError::DraftKindMismatch`] when the drafter's
+    /// trees are not of the kind the verifier is paired with (the pairing rule);
+    /// [`HarnessError::InvalidEngine`] for a batch size of 0 or invalid sampling / penalties.
+    pub fn new(
+        target: &'a mut dyn LanguageModel,
+        drafter: &'a mut dyn Drafter<f32>,
+        verifier: PairedVerifier<f32>,
+        policy: Box<dyn SpeculationPolicy>,
+        options: EngineOptions,
+    ) -> Result<Self> {
+        if drafter.kind() != verifier.kind() {
+            return Err(AlgorithmError::DraftKindMismatch {
+                verifier: verifier.verifier().name(),
+                expected: verifier.kind(),
+                found: drafter.kind(),
+            }
+            .into());
+        }
+        if options.batch_size == 0 {
+            return Err(HarnessError::InvalidEngine(
+                "batch size must be at least 1".into(),
+            ));
+        }
+        options.sampling.validate()?;
+        options.penalties.validate()?;
+        Ok(Self {
+            target,
+            drafter,
+            verifier,
+            policy,
+            options,
+        })
+    }
+
+    /// Runs every request to completion, at most `batch_size` at once, calling `on_done(index)`
+    /// as each retires. Returns one [`Generation`] per request, in input order.
+    ///
+    /// # Errors
+    /// An empty prompt or one that leaves no room in the model's context (named by request id);
+    /// any model, drafter or verifier error (NaN logits included). Requests already in flight
+    /// are released from the target's KV cache before the error returns.
+    pub fn run(
+        &mut self,
+        requests: &[Request],
+        on_done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Generation>> {
+        let mut decisions = Replay::production(self.options.seed);
+        let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
+        let mut waiting = requests.iter().enumerate();
+        let mut active: Vec<Active<'_>> = Vec::new();
+        let outcome = (|| -> Result<()> {
+            loop {
+                while active.len() < self.options.batch_size {
+                    let Some((index, request)) = waiting.next() else {
+                        break;
+                    };
+                    active.push(self.admit(index, request)?);
+                }
+                if active.is_empty() {
+                    return Ok(());
+                }
+                let finished = self.step(&mut active, &mut decisions)?;
+                for (position, finish) in finished.into_iter().rev() {
+                    let done = active.swap_remove(position);
+                    self.target.release(done.seq)?;
+                    let index = done.index;
+                    results[index] = Some(Generation {
+                        id: done.request.id,
+                        tokens: done.output().to_vec(),
+                        finish,
+                        prompt_tokens: done.request.prompt.len(),
+                        elapsed_s: done.started.elapsed().as_secs_f64(),
+                        steps: done.steps,
+                    });
+                    on_done(index);
+                }
+            }
+        })();
+        if let Err(err) = outcome {
+            for in_flight in &active {
+                let _ = self.target.release(in_flight.seq);
+            }
+            return Err(err);
+        }
+        Ok(results
+            .into_iter()
+            .map(|g| g.expect("every request retired"))
+            .collect())
+    }
+
+    /// Creates the request's target sequence and prefills all prompt tokens but the last.
+    fn admit<'r>(&mut self, index: usize, request: &'r Request) -> Result<Active<'r>> {
+        let started = Instant::now();
+        let prompt = &request.prompt;
+        if prompt.is_empty() {
+            return Err(HarnessError::InvalidRequest {
+                id: request.id,
+                reason: "the prompt is empty".into(),
+            });
+        }
+        if prompt.len() >= self.target.max_context() {
+            return Err(HarnessError::InvalidRequest {
+                id: request.id,
+                reason: format!(
+                    "the prompt has {} tokens, but the model's context holds {} (one more is \
+                     needed to generate)",
+                    prompt.len(),
+                    self.target.max_context()
+                ),
+            });
+        }
+        let seq = self.target.new_sequence()?;
+        let prefix = &prompt[..prompt.len() - 1];
+        if !prefix.is_empty() {
+            let chain = TreeTopology::chain(prefix.len());
+            let prefill = self
+                .target
+                .forward(&[SequenceStep::chain(seq, prefix, &chain)])
+                .and_then(|_| {
+                    let path: Vec<usize> = (0..prefix.len()).collect();
+                    self.target.commit(seq, &path)
+                });
+            if let Err(err) = prefill {
+                let _ = self.target.release(seq);
+                return Err(err.into());
+            }
+        }
+        Ok(Active {
+            index,
+            request,
+            seq,
+            context: prompt.clone(),
+            policy: self.policy.fork(),
+            step: 0,
+            steps: Vec::new(),
+            started,
+            prefill_s: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// One engine step over all active requests; returns the finished ones (position, reason),
+    /// positions ascending.
+    fn step(
+        &mut self,
+        active: &mut [Active<'_>],
+        decisions: &mut Production,
+    ) -> Result<Vec<(usize, FinishReason)>> {
+        let max_context = self.target.max_context();
+        // 1–2: budgets and drafts.
+        let mut trees = Vec::with_capacity(active.len());
+        let mut draft_s = Vec::with_capacity(active.len());
+        for seq in active.iter_mut() {
+            let t0 = Instant::now();
+            let mut budget = seq.policy.next_budget();
+            // Room left in the context for this step's tree depth (root included).
+            let room = max_context.saturating_sub(seq.context.len());
+            if budget.max_drafts() + 1 > room {
+                budget = Budget::chain(room.saturating_sub(1));
+            }
+            let request = DraftRequest {
+                sequence: seq.request.id,
+                step: seq.step,
+                context: &seq.context,
+                budget: &budget,
+            };
+            let tree = self.drafter.propose(&request, decisions)?;
+            if seq.context.len() + tree.topology().max_depth() > max_context {
+                return Err(HarnessError::InvalidEngine(format!(
+                    "drafter {} proposed a tree of depth {} beyond the budget {budget:?}",
+                    self.drafter.name(),
+                    tree.topology().max_depth()
+                )));
+            }
+            trees.push(tree);
+            draft_s.push(t0.elapsed().as_secs_f64());
+        }
+        // 3: one target pass over every tree.
+        let t0 = Instant::now();
+        let steps: Vec<SequenceStep<'_>> = active
+            .iter()
+            .zip(&trees)
+            .map(|(seq, tree)| SequenceStep::chain(seq.seq, tree.tokens(), tree.topology()))
+            .collect();
+        let logits = self.target.forward(&steps)?;
+        let target_s = t0.elapsed().as_secs_f64();
+        // 4–6 per request.
+        let batch = active.len();
+        let mut finished = Vec::new();
+        for (position, ((seq, tree), logits)) in
+            active.iter_mut().zip(&trees).zip(&logits).enumerate()
+        {
+            let t0 = Instant::now();
+            let history_start = seq.request.prompt.len().min(seq.context.len());
+            let mut target_probs = Vec::with_capacity(tree.len());
+            for node in 0..tree.len() {
+                let mut row = logits.row(node).to_vec();
+                if !self.options.penalties.is_off() {
+                    let mut history = seq.context[history_start..].to_vec();
+                    history.extend(
+                        tree.topology().path_to(node)[1..]
+                            .iter()
+                            .map(|&n| tree.token(n)),
+                    );
+                    self.options.penalties.apply(&history, &mut row);
+                }
+                target_probs.push(prepare_logits(&row, &self.options.sampling).map_err(|e| {
+                    HarnessError::InvalidEngine(format!(
+                        "request {}: target logits at tree node {node}: {e}",
+                        seq.request.id
+                    ))
+                })?);
+            }
+            let input = VerifyInput {
+                sequence: seq.request.id,
+                step: seq.step,
+                tree,
+                target_probs: &target_probs,
+            };
+            let verdict = self.verifier.verify(&input, decisions)?;
+            let verify_s = t0.elapsed().as_secs_f64();
+
+            let t0 = Instant::now();
+            // The KV keeps the root and the accepted drafts (the verdict lists drafts only).
+            let kv_path: Vec<usize> = std::iter::once(0)
+                .chain(verdict.accepted_path.iter().copied())
+                .collect();
+            self.target.commit(seq.seq, &kv_path)?;
+            let emitted = verdict.emitted_tokens(tree);
+            let mut kept = 0;
+            let mut finish = None;
+            for &token in &emitted {
+                seq.context.push(token);
+                kept += 1;
+                finish = seq.request.stop.check(seq.output());
+                if finish.is_none() && seq.context.len() >= max_context {
+                    finish = Some(FinishReason::ContextFull);
+                }
+                if finish.is_some() {
+                    break;
+                }
+            }
+            // KV now holds the old context + accepted drafts; it must hold all but the last
+            // kept token.
+            let accepted = verdict.accepted_len;
+            let surplus = (accepted + 1).saturating_sub(kept);
+            if surplus > 0 {
+                self.target.rewind(seq.seq, surplus)?;
+            }
+            let commit_s = t0.elapsed().as_secs_f64();
+
+            seq.policy
+                .observe(&outcome_of(tree.topology(), &verdict.accepted_path)?);
+            let proposed = tree.len() - 1;
+            seq.steps.push(StepRecord {
+                method: self.options.method.clone(),
+                request: seq.index,
+                step: seq.step as usize,
+                proposed,
+                draft_depth: tree.topology().max_depth(),
+                accepted,
+                emitted: kept,
+                draft_s: draft_s[position],
+                target_s,
+                verify_s,
+                commit_s,
+                overhead_s: if seq.step == 0 { seq.prefill_s } else { 0.0 },
+                kv_blocks: 0,
+                batch,
+            });
+            seq.step += 1;
+            if let Some(reason) = finish {
+                finished.push((position, reason));
+            }
+        }
+        Ok(finished)
+    }
+}
+
+/// The policy's view of a verified tree, from the accepted path including the root (node 0): at
+/// each depth along the path, the children of
+/// the path node (ranked by their order in the tree, which drafters fill best-first) and which
+/// one was accepted. A path ending at a node with children ended in a rejection; one ending at a
+/// leaf is censored.
+fn outcome_of(tree: &TreeTopology, accepted_path: &[usize]) -> Result<StepOutcome> {
+    let mut trials = Vec::with_capacity(accepted_path.len());
+    for (depth, &node) in accepted_path.iter().enumerate() {
+        let children = tree.children(node);
+        if children.is_empty() {
+            break;
+        }
+        let accepted_rank = accepted_path
+            .get(depth + 1)
+            .and_then(|next| children.iter().position(|c| c == next));
+        trials.push(DepthTrial {
+            candidate_ranks: (0..children.len()).collect(),
+            accepted_rank,
+        });
+    }
+    let outcome = StepOutcome {
+        proposed: tree.len().saturating_sub(1),
+        accepted: accepted_path.len().saturating_sub(1),
+        trials,
+    };
+    outcome.validate()?;
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests;

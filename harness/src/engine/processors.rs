@@ -1,0 +1,109 @@
+//! Path-dependent logit processors: repetition, frequency and presence penalties.
+//!
+//! A penalty depends on the tokens generated before the position being scored. In a draft tree
+//! every node has its own history — the output so far plus the drafted tokens on the path from
+//! the root to that node — so the engine applies the processor at each node with that node's
+//! own history, never with a sibling's tokens. Scoring a node in a tree therefore gives exactly
+//! what plain decoding would compute after the same tokens (tested exactly in the engine tests).
+//!
+//! Definitions (as in common serving systems), over the history's token counts `c[t]`:
+//! - repetition `r > 0` (1 = off): a seen token's logit `l` becomes `l / r` if `l > 0`, else `l * r`;
+//! - frequency `f`: `l -= f * c[t]`;
+//! - presence `a`: `l -= a` if `c[t] > 0`.
+
+use std::collections::HashMap;
+
+use crate::error::{HarnessError, Result};
+
+/// Repetition / frequency / presence penalties (all off by default).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Penalties {
+    /// Repetition penalty `r > 0`; 1 is off.
+    pub repetition: f32,
+    /// Frequency penalty per occurrence; 0 is off.
+    pub frequency: f32,
+    /// Presence penalty; 0 is off.
+    pub presence: f32,
+}
+
+impl Default for Penalties {
+    fn default() -> Self {
+        Self {
+            repetition: 1.0,
+            frequency: 0.0,
+            presence: 0.0,
+        }
+    }
+}
+
+impl Penalties {
+    /// True when every penalty is off (the processor is then skipped).
+    pub fn is_off(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks the values are finite and the repetition penalty is positive.
+    ///
+    /// # Errors
+    /// [`HarnessError::InvalidEngine`] naming the value.
+    pub fn validate(&self) -> Result<()> {
+        let finite =
+            self.repetition.is_finite() && self.frequency.is_finite() && self.presence.is_finite();
+        if !finite || self.repetition <= 0.0 {
+            return Err(HarnessError::InvalidEngine(format!(
+                "penalties must be finite with repetition > 0, got {self:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Applies the penalties for a position whose preceding generated tokens are `history`.
+    pub fn apply(&self, history: &[u32], logits: &mut [f32]) {
+        if self.is_off() {
+            return;
+        }
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for &token in history {
+            *counts.entry(token).or_default() += 1;
+        }
+        for (&token, &count) in &counts {
+            let Some(logit) = logits.get_mut(token as usize) else {
+                continue;
+            };
+            if self.repetition != 1.0 {
+                *logit = if *logit > 0.0 {
+                    *logit / self.repetition
+                } else {
+                    *logit * self.repetition
+                };
+            }
+            *logit -= self.frequency * count as f32 + self.presence;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn penalties_follow_their_definitions() {
+        let penalties = Penalties {
+            repetition: 2.0,
+            frequency: 0.5,
+            presence: 0.25,
+        };
+        let mut logits = vec![4.0, -4.0, 1.0];
+        penalties.apply(&[0, 1, 1], &mut logits);
+        assert_eq!(logits, vec![4.0 / 2.0 - 0.5 - 0.25, -8.0 - 1.0 - 0.25, 1.0]);
+        let mut untouched = vec![1.0, 2.0];
+        Penalties::default().apply(&[0, 1], &mut untouched);
+        assert_eq!(untouched, vec![1.0, 2.0]);
+        assert!(Penalties {
+            repetition: 0.0,
+            ..Penalties::default()
+        }
+        .validate()
+        .is_err());
+    }
+}

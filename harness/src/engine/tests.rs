@@ -1,0 +1,281 @@
+//! Engine tests on toy models: greedy equality, the sampled distribution at T = 1, stops inside
+//! an accepted block, path-dependent penalties, and clear errors for bad requests.
+
+use std::sync::Arc;
+
+use specdec_algorithms::drafters::{
+    ChainDrafter, ChainMode, NgramConfig, NgramDrafter, ShapeDrafter, TreeFill,
+};
+use specdec_algorithms::policy::{FixedPolicy, SpeculationPolicy};
+use specdec_algorithms::proof::{g_test_samples, target_distribution};
+use specdec_algorithms::trees::TreeShape;
+use specdec_algorithms::verify::{PairedVerifier, Verifier};
+use specdec_kernels::sampling::SamplingParams;
+use specdec_kernels::verification::{DraftKind, VerifyMethod};
+use specdec_models::toy::{ToyLanguageModel, ToyPair, ToyStyle};
+
+use super::*;
+
+const VOCAB: usize = 6;
+
+fn pair(seed: u64) -> ToyPair {
+    ToyPair::seeded(seed, VOCAB, 2, ToyStyle::default()).unwrap()
+}
+
+fn paired(method: VerifyMethod, kind: DraftKind) -> PairedVerifier<f32> {
+    let verifier: Arc<dyn Verifier<f32>> = Arc::new(method);
+    PairedVerifier::new(verifier, kind).unwrap()
+}
+
+fn options(sampling: SamplingParams, batch_size: usize) -> EngineOptions {
+    EngineOptions {
+        method: "test".into(),
+        sampling,
+        penalties: Penalties::default(),
+        seed: 7,
+        batch_size,
+    }
+}
+
+fn requests(n: usize, max_new_tokens: usize) -> Vec<Request> {
+    (0..n)
+        .map(|i| Request {
+            id: i as u64,
+            prompt: vec![(i % VOCAB) as u32, ((i * 7 + 1) % VOCAB) as u32, 2],
+            stop: StopRule::new(max_new_tokens, &[]),
+        })
+        .collect()
+}
+
+/// Runs `requests` with the given drafter/verifier/policy on the toy pair's target.
+fn run(
+    pair: &ToyPair,
+    drafter: &mut dyn Drafter<f32>,
+    verifier: PairedVerifier<f32>,
+    policy: Box<dyn SpeculationPolicy>,
+    options: EngineOptions,
+    requests: &[Request],
+) -> Vec<Generation> {
+    let mut target = ToyLanguageModel::new(pair.target.clone(), 256, vec![]);
+    let mut engine = Engine::new(&mut target, drafter, verifier, policy, options).unwrap();
+    engine.run(requests, &mut |_| {}).unwrap()
+}
+
+fn plain(pair: &ToyPair, options: EngineOptions, requests: &[Request]) -> Vec<Vec<u32>> {
+    let kind = DraftKind::Deterministic;
+    let verifier = if options.sampling.is_greedy() {
+        paired(VerifyMethod::Greedy, kind)
+    } else {
+        paired(VerifyMethod::TargetOnly, kind)
+    };
+    run(
+        pair,
+        &mut NoDrafter,
+        verifier,
+        Box::new(FixedPolicy::chain(0)),
+        options,
+        requests,
+    )
+    .into_iter()
+    .map(|g| g.tokens)
+    .collect()
+}
+
+fn draft_lm(pair: &ToyPair, sampling: SamplingParams) -> LmDraftModel<ToyLanguageModel> {
+    LmDraftModel::new(
+        ToyLanguageModel::new(pair.draft.clone(), 256, vec![]),
+        sampling,
+        8,
+    )
+}
+
+#[test]
+fn greedy_speculation_equals_plain_decoding_for_every_drafter_and_batch() {
+    let greedy = SamplingParams::greedy();
+    for seed in 0..4 {
+        let pair = pair(seed);
+        let reqs = requests(5, 12);
+        let expected = plain(&pair, options(greedy, 1), &reqs);
+        for batch in [1, 3] {
+            let mut chain = ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax);
+            let mut tree = ShapeDrafter::new(
+                draft_lm(&pair, greedy),
+                TreeFill::TopRanked,
+                TreeShape::from_branching(&[2, 2]),
+            );
+            let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+            let drafters: [(&mut dyn Drafter<f32>, Box<dyn SpeculationPolicy>); 3] = [
+                (&mut chain, Box::new(FixedPolicy::chain(3))),
+                (&mut tree, Box::new(FixedPolicy::chain(6))),
+                (&mut ngram, Box::new(FixedPolicy::chain(3))),
+            ];
+            for (drafter, policy) in drafters {
+                let name = drafter.name();
+                let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+                let got = run(
+                    &pair,
+                    drafter,
+                    verifier,
+                    policy,
+                    options(greedy, batch),
+                    &reqs,
+                );
+                let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+                assert_eq!(got, expected, "seed {seed}, batch {batch}, drafter {name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sampled_chain_speculation_matches_the_target_distribution() {
+    // T = 1: the first three generated tokens over many request ids (each id keys its own
+    // decisions) against the target's exact distribution, with a G-test.
+    let pair = pair(11);
+    let sampling = SamplingParams::with_temperature(1.0);
+    let reqs: Vec<Request> = (0..3000)
+        .map(|id| Request {
+            id,
+            prompt: vec![1, 2],
+            stop: StopRule::new(3, &[]),
+        })
+        .collect();
+    let mut drafter = ChainDrafter::new(draft_lm(&pair, sampling), ChainMode::Sample);
+    let verifier = paired(VerifyMethod::ChainRejection, DraftKind::Iid);
+    let got = run(
+        &pair,
+        &mut drafter,
+        verifier,
+        Box::new(FixedPolicy::chain(2)),
+        options(sampling, 4),
+        &reqs,
+    );
+    let samples: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+    let expected = target_distribution::<f64>(&pair.target, &sampling, &[1, 2], 3).unwrap();
+    let test = g_test_samples(&samples, &expected, 1e-3);
+    assert!(test.passed(), "{test}");
+}
+
+#[test]
+fn a_stop_inside_an_accepted_block_cuts_the_output_and_rewinds() {
+    let pair = pair(3);
+    let greedy = SamplingParams::greedy();
+    let reqs = requests(3, 30);
+    let full = plain(&pair, options(greedy, 1), &reqs);
+    // Stop on the 5th generated token of each plain run, as a one-token stop sequence.
+    let stopped: Vec<Request> = reqs
+        .iter()
+        .zip(&full)
+        .map(|(r, out)| {
+            let mut r = r.clone();
+            r.stop.stop_sequences = vec![out[4..5].to_vec()];
+            r
+        })
+        .collect();
+    let mut drafter = ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax);
+    let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+    let got = run(
+        &pair,
+        &mut drafter,
+        verifier,
+        Box::new(FixedPolicy::chain(4)),
+        options(greedy, 2),
+        &stopped,
+    );
+    for (g, out) in got.iter().zip(&full) {
+        let cut = out.iter().position(|&t| t == out[4]).unwrap() + 1;
+        assert_eq!(g.tokens, out[..cut].to_vec());
+        assert_eq!(g.finish, FinishReason::Stop);
+        assert_eq!(g.steps.iter().map(|s| s.emitted).sum::<usize>(), cut);
+    }
+}
+
+#[test]
+fn penalties_are_applied_per_node_from_the_nodes_own_path() {
+    let pair = pair(5);
+    let greedy = SamplingParams::greedy();
+    let reqs = requests(4, 15);
+    let mut opts = options(greedy, 2);
+    opts.penalties = Penalties {
+        repetition: 1.7,
+        frequency: 0.4,
+        presence: 0.3,
+    };
+    let expected = plain(&pair, opts.clone(), &reqs);
+    let unpenalised = plain(&pair, options(greedy, 2), &reqs);
+    assert_ne!(
+        expected, unpenalised,
+        "the penalties must change the output to test anything"
+    );
+    let mut tree = ShapeDrafter::new(
+        draft_lm(&pair, greedy),
+        TreeFill::TopRanked,
+        TreeShape::from_branching(&[3, 2, 1]),
+    );
+    let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+    let got = run(
+        &pair,
+        &mut tree,
+        verifier,
+        Box::new(FixedPolicy::chain(12)),
+        opts,
+        &reqs,
+    );
+    let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
+    let pair = pair(1);
+    let mut target = ToyLanguageModel::new(pair.target.clone(), 8, vec![]);
+    let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+    let wrong = paired(VerifyMethod::ChainRejection, DraftKind::Iid);
+    let err = Engine::new(
+        &mut target,
+        &mut ngram,
+        wrong,
+        Box::new(FixedPolicy::chain(2)),
+        options(SamplingParams::greedy(), 1),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("paired with"), "{err}");
+
+    let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+    let mut engine = Engine::new(
+        &mut target,
+        &mut ngram,
+        verifier,
+        Box::new(FixedPolicy::chain(2)),
+        options(SamplingParams::greedy(), 1),
+    )
+    .unwrap();
+    let long = Request {
+        id: 9,
+        prompt: vec![1; 8],
+        stop: StopRule::new(4, &[]),
+    };
+    let err = engine.run(&[long], &mut |_| {}).unwrap_err().to_string();
+    assert!(
+        err.contains("request 9") && err.contains("8 tokens"),
+        "{err}"
+    );
+    let empty = Request {
+        id: 3,
+        prompt: vec![],
+        stop: StopRule::new(4, &[]),
+    };
+    let err = engine.run(&[empty], &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("request 3") && err.contains("empty"), "{err}");
+    // A request near the end of the context finishes with ContextFull instead of overflowing.
+    let near = Request {
+        id: 4,
+        prompt: vec![1; 6],
+        stop: StopRule::new(10, &[]),
+    };
+    let done = engine.run(&[near], &mut |_| {}).unwrap();
+    assert_eq!(done[0].finish, FinishReason::ContextFull);
+    assert_eq!(done[0].tokens.len(), 2);
+}
