@@ -8,8 +8,8 @@ use crate::error::{HarnessError, Result};
 
 /// The `[prompts]` table, tagged by `source`.
 ///
-/// - `source = "humaneval"`: the HumanEval problems (fetched like the models), optionally the
-///   first `count`;
+/// - `source = "humaneval"`: the HumanEval problems (fetched like the models, read from the
+///   cache's `HumanEval.jsonl`), optionally the first `count`;
 /// - `source = "file"`: a file of prompts: `.jsonl` (each line a JSON string or an object with a
 ///   `prompt` field) or plain text with prompts separated by lines holding only `---`;
 ///   a relative `path` is resolved against the config file's folder;
@@ -65,8 +65,8 @@ pub struct Prompt {
 
 impl PromptSet {
     /// Loads the prompts. `base_dir` is the config file's folder (for relative file paths).
-    /// HumanEval needs the fetch cache and errors with [`HarnessError::NotYetAvailable`] until the
-    /// fetch script provides it.
+    /// HumanEval is read from the fetch cache (`scripts/fetch-models.sh humaneval`); a missing
+    /// file gives the models crate's error naming the fetch command.
     pub fn load(&self, base_dir: &Path) -> Result<Vec<Prompt>> {
         match self {
             PromptSet::Inline { texts } => Ok(texts
@@ -102,11 +102,19 @@ impl PromptSet {
                 }
                 Ok(prompts)
             }
-            PromptSet::Humaneval { .. } => Err(HarnessError::NotYetAvailable(
-                "HumanEval prompts need the fetch cache (scripts/fetch-models.sh); \
-                 use source = \"file\" or \"inline\" meanwhile"
-                    .to_string(),
-            )),
+            PromptSet::Humaneval { count } => {
+                let path = specdec_models::registry::resolve("humaneval")?;
+                let text =
+                    std::fs::read_to_string(&path).map_err(|e| HarnessError::io(&path, e))?;
+                let mut prompts = parse_prompt_file(&path, &text)?;
+                for (i, p) in prompts.iter_mut().enumerate() {
+                    p.id = format!("humaneval/{i}");
+                }
+                if let Some(n) = count {
+                    prompts.truncate(*n);
+                }
+                Ok(prompts)
+            }
         }
     }
 }
