@@ -28,7 +28,7 @@ pub fn prepare_logits_cuda(
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
     params.validate()?;
-    if vocab == 0 || vocab > u32::MAX as usize || logits.len() % vocab != 0 {
+    if vocab == 0 || vocab > u32::MAX as usize || !logits.len().is_multiple_of(vocab) {
         return Err(KernelError::ShapeMismatch {
             what: format!("logits [rows x {vocab}]"),
             expected: logits.len().div_ceil(vocab.max(1)) * vocab,
