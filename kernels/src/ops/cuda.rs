@@ -168,7 +168,7 @@ pub fn matmul_invariant_cuda(
     k: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    if k == 0 || a.len() % k != 0 || w.len() % k != 0 {
+    if k == 0 || !a.len().is_multiple_of(k) || !w.len().is_multiple_of(k) {
         return Err(mismatch(
             "matmul operands (multiples of k)",
             a.len().div_ceil(k.max(1)) * k,

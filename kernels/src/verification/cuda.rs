@@ -358,10 +358,10 @@ mod tests {
         let mut w: Vec<f32> = (0..vocab)
             .map(|i| {
                 let r = mix64(salt ^ (i as u64).wrapping_mul(0x9e37));
-                if r % 7 == 0 {
+                if r.is_multiple_of(7) {
                     0.0
                 } else {
-                    ((r >> 40) as f32 + 1.0) * if r % 97 == 0 { 50.0 } else { 1.0 }
+                    ((r >> 40) as f32 + 1.0) * if r.is_multiple_of(97) { 50.0 } else { 1.0 }
                 }
             })
             .collect();
@@ -403,7 +403,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .fold(0, |b, (i, v)| if *v > p[parent][b] { i } else { b });
-            tokens[node] = if r % 2 == 0 {
+            tokens[node] = if r.is_multiple_of(2) {
                 best as u32
             } else {
                 (r >> 20) as u32 % vocab as u32
