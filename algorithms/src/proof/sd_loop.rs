@@ -57,13 +57,7 @@ impl<N: Prob> SpecLoop<N> {
         prompt: Vec<u32>,
         n_tokens: usize,
     ) -> Result<Self> {
-        if drafter.kind() != verifier.kind() {
-            return Err(AlgorithmError::DraftKindMismatch {
-                verifier: verifier.verifier().name(),
-                expected: verifier.kind(),
-                found: drafter.kind(),
-            });
-        }
+        verifier.check_kind(drafter.kind())?;
         if prompt.is_empty() {
             return Err(AlgorithmError::Enumeration {
                 reason: "the prompt must hold at least one token (the first root)".into(),

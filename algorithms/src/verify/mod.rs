@@ -144,6 +144,21 @@ impl<N: Prob> PairedVerifier<N> {
         self.verifier.lossless() && self.verifier.draft_kinds().contains(&self.kind)
     }
 
+    /// Checks that trees of kind `found` (a drafter's) may be verified by this pair.
+    ///
+    /// # Errors
+    /// [`AlgorithmError::DraftKindMismatch`] naming both kinds.
+    pub fn check_kind(&self, found: DraftKind) -> Result<()> {
+        if found == self.kind {
+            return Ok(());
+        }
+        Err(AlgorithmError::DraftKindMismatch {
+            verifier: self.verifier.name(),
+            expected: self.kind,
+            found,
+        })
+    }
+
     /// Verifies one sequence.
     ///
     /// # Errors
@@ -154,13 +169,7 @@ impl<N: Prob> PairedVerifier<N> {
         input: &VerifyInput<'_, N>,
         decisions: &mut dyn Decisions<N>,
     ) -> Result<Verdict> {
-        if input.tree.kind() != self.kind {
-            return Err(AlgorithmError::DraftKindMismatch {
-                verifier: self.verifier.name(),
-                expected: self.kind,
-                found: input.tree.kind(),
-            });
-        }
+        self.check_kind(input.tree.kind())?;
         self.verifier.verify(input, decisions)
     }
 

@@ -37,7 +37,6 @@ use std::time::Instant;
 use specdec_algorithms::drafters::{DraftRequest, Drafter};
 use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome};
 use specdec_algorithms::verify::PairedVerifier;
-use specdec_algorithms::AlgorithmError;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
 use specdec_kernels::TreeTopology;
@@ -158,14 +157,7 @@ impl<'a> Engine<'a> {
         policy: Box<dyn SpeculationPolicy>,
         options: EngineOptions,
     ) -> Result<Self> {
-        if drafter.kind() != verifier.kind() {
-            return Err(AlgorithmError::DraftKindMismatch {
-                verifier: verifier.verifier().name(),
-                expected: verifier.kind(),
-                found: drafter.kind(),
-            }
-            .into());
-        }
+        verifier.check_kind(drafter.kind())?;
         if options.batch_size == 0 {
             return Err(HarnessError::InvalidEngine(
                 "batch size must be at least 1".into(),

@@ -27,7 +27,7 @@ use rayon::prelude::*;
 
 use crate::attention::simd;
 use crate::error::{KernelError, Result};
-use crate::kv::{BlockId, KvPages, KvPart};
+use crate::kv::{BlockId, KvLayout, KvPages, KvPart};
 use crate::tree::{TreeTopology, MASK_WORD_BITS};
 
 /// Logical keys per online-softmax chunk. Part of the numerical contract (batch invariance, and
@@ -94,38 +94,8 @@ pub fn tree_attention_into(
     let layout = pages.layout();
     let dim = layout.head_dim();
     let kv_heads = layout.num_kv_heads();
-    if params.num_q_heads == 0 || !params.num_q_heads.is_multiple_of(kv_heads) {
-        return Err(KernelError::InvalidConfig {
-            reason: format!(
-                "attention: {} query heads is not a positive multiple of {kv_heads} KV heads",
-                params.num_q_heads
-            ),
-        });
-    }
-    if params.layer >= layout.num_layers() {
-        return Err(KernelError::OutOfRange {
-            what: "attention layer".to_string(),
-            index: params.layer,
-            limit: layout.num_layers(),
-        });
-    }
-    let group = params.num_q_heads / kv_heads;
-    let token_out = params.num_q_heads * dim;
-    let mut offsets = Vec::with_capacity(batch.len());
-    let mut total = 0;
-    for (index, seq) in batch.iter().enumerate() {
-        let n = seq.tree.len();
-        if seq.queries.len() != n * token_out {
-            return Err(KernelError::ShapeMismatch {
-                what: format!("queries of batch entry {index} [n_new, num_q_heads, head_dim]"),
-                expected: n * token_out,
-                actual: seq.queries.len(),
-            });
-        }
-        pages.check_block_table(seq.block_table, seq.prefix_len + n)?;
-        offsets.push(total);
-        total += n * token_out;
-    }
+    let checked = check_batch(layout, pages.num_blocks(), params, batch)?;
+    let (group, offsets, total) = (checked.group, checked.offsets, checked.total);
     if out.len() != total {
         return Err(KernelError::ShapeMismatch {
             what: "attention output [Σ n_new, num_q_heads, head_dim]".to_string(),
@@ -181,6 +151,69 @@ struct Context<'p, 'a> {
     pages: &'p KvPages<'a>,
     params: &'p AttentionParams,
     group: usize,
+}
+
+/// What [`check_batch`] derives from a valid batch.
+pub(crate) struct CheckedBatch {
+    /// Query heads per KV head.
+    pub group: usize,
+    /// Floats per token of output: `num_q_heads * head_dim`.
+    pub token_out: usize,
+    /// Start of each sequence's rows in the output.
+    pub offsets: Vec<usize>,
+    /// Output length: `Σ n_new * token_out`.
+    pub total: usize,
+}
+
+/// The input checks of tree attention, shared by the CPU reference and the CUDA launcher: GQA
+/// heads, layer, query sizes and block tables (against a pool of `num_blocks` blocks).
+///
+/// # Errors
+/// As [`tree_attention_into`] (all but the `out` size).
+pub(crate) fn check_batch(
+    layout: &KvLayout,
+    num_blocks: usize,
+    params: &AttentionParams,
+    batch: &[AttentionSeq<'_>],
+) -> Result<CheckedBatch> {
+    let kv_heads = layout.num_kv_heads();
+    if params.num_q_heads == 0 || !params.num_q_heads.is_multiple_of(kv_heads) {
+        return Err(KernelError::InvalidConfig {
+            reason: format!(
+                "attention: {} query heads is not a positive multiple of {kv_heads} KV heads",
+                params.num_q_heads
+            ),
+        });
+    }
+    if params.layer >= layout.num_layers() {
+        return Err(KernelError::OutOfRange {
+            what: "attention layer".to_string(),
+            index: params.layer,
+            limit: layout.num_layers(),
+        });
+    }
+    let token_out = params.num_q_heads * layout.head_dim();
+    let mut offsets = Vec::with_capacity(batch.len());
+    let mut total = 0;
+    for (index, seq) in batch.iter().enumerate() {
+        let n = seq.tree.len();
+        if seq.queries.len() != n * token_out {
+            return Err(KernelError::ShapeMismatch {
+                what: format!("queries of batch entry {index} [n_new, num_q_heads, head_dim]"),
+                expected: n * token_out,
+                actual: seq.queries.len(),
+            });
+        }
+        layout.check_block_table(num_blocks, seq.block_table, seq.prefix_len + n)?;
+        offsets.push(total);
+        total += n * token_out;
+    }
+    Ok(CheckedBatch {
+        group: params.num_q_heads / kv_heads,
+        token_out,
+        offsets,
+        total,
+    })
 }
 
 fn run_task(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {

@@ -10,7 +10,7 @@
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::cpu::{AttentionParams, AttentionSeq};
+use super::cpu::{check_batch, AttentionParams, AttentionSeq};
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
 use crate::error::{KernelError, Result};
@@ -64,22 +64,9 @@ pub fn tree_attention_cuda(
     batch: &[AttentionSeq<'_>],
 ) -> Result<Vec<f32>> {
     let (dim, kv_heads) = (layout.head_dim(), layout.num_kv_heads());
-    if params.num_q_heads == 0 || !params.num_q_heads.is_multiple_of(kv_heads) {
-        return Err(KernelError::InvalidConfig {
-            reason: format!(
-                "attention: {} query heads is not a positive multiple of {kv_heads} KV heads",
-                params.num_q_heads
-            ),
-        });
-    }
-    if params.layer >= layout.num_layers() {
-        return Err(KernelError::OutOfRange {
-            what: "attention layer".into(),
-            index: params.layer,
-            limit: layout.num_layers(),
-        });
-    }
-    let group = params.num_q_heads / kv_heads;
+    let num_blocks = pool.len() / layout.block_elems();
+    let checked = check_batch(layout, num_blocks, params, batch)?;
+    let (group, token_out) = (checked.group, checked.token_out);
     if dim != 64 && dim != 128 {
         return Err(KernelError::InvalidParameter {
             what: "head_dim",
@@ -92,8 +79,6 @@ pub fn tree_attention_cuda(
             reason: format!("{group} query heads per KV head > {GPU_MAX_GROUP}"),
         });
     }
-    let num_blocks = pool.len() / layout.block_elems();
-    let token_out = params.num_q_heads * dim;
     let mut q = Vec::new();
     let (mut q_seq, mut q_node) = (Vec::new(), Vec::new());
     let (mut prefix_len, mut new_len) = (Vec::new(), Vec::new());
@@ -102,31 +87,7 @@ pub fn tree_attention_cuda(
     let mut max_visible = 1;
     for (index, seq) in batch.iter().enumerate() {
         let n = seq.tree.len();
-        if seq.queries.len() != n * token_out {
-            return Err(KernelError::ShapeMismatch {
-                what: format!("queries of batch entry {index} [n_new, num_q_heads, head_dim]"),
-                expected: n * token_out,
-                actual: seq.queries.len(),
-            });
-        }
         let needed = layout.blocks_for(seq.prefix_len + n);
-        if seq.block_table.len() < needed {
-            return Err(KernelError::ShapeMismatch {
-                what: format!("block table of batch entry {index}"),
-                expected: needed,
-                actual: seq.block_table.len(),
-            });
-        }
-        if let Some(&b) = seq.block_table[..needed]
-            .iter()
-            .find(|&&b| b as usize >= num_blocks)
-        {
-            return Err(KernelError::OutOfRange {
-                what: "block id".into(),
-                index: b as usize,
-                limit: num_blocks,
-            });
-        }
         q.extend_from_slice(seq.queries);
         for node in 0..n {
             q_seq.push(index as u32);

@@ -138,6 +138,39 @@ impl KvLayout {
     pub fn blocks_for(&self, tokens: usize) -> usize {
         tokens.div_ceil(self.block_size)
     }
+
+    /// Checks that `block_table` names blocks of a pool of `num_blocks` blocks and covers
+    /// `tokens` slots (the CPU pages and the CUDA pool share this check).
+    ///
+    /// # Errors
+    /// [`KernelError::ShapeMismatch`] if the table is too short; [`KernelError::OutOfRange`]
+    /// naming the first block id outside the pool.
+    pub fn check_block_table(
+        &self,
+        num_blocks: usize,
+        block_table: &[BlockId],
+        tokens: usize,
+    ) -> Result<()> {
+        let needed = self.blocks_for(tokens);
+        if block_table.len() < needed {
+            return Err(KernelError::ShapeMismatch {
+                what: format!("block table for {tokens} tokens"),
+                expected: needed,
+                actual: block_table.len(),
+            });
+        }
+        if let Some(&bad) = block_table[..needed]
+            .iter()
+            .find(|&&b| b as usize >= num_blocks)
+        {
+            return Err(KernelError::OutOfRange {
+                what: "block id in block table".to_string(),
+                index: bad as usize,
+                limit: num_blocks,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A read-only view over a pool of KV blocks: `data.len() == num_blocks * layout.block_elems()`.
@@ -198,28 +231,9 @@ impl<'a> KvPages<'a> {
     /// Checks that `block_table` names blocks of this pool and covers `tokens` slots.
     ///
     /// # Errors
-    /// [`KernelError::ShapeMismatch`] if the table is too short; [`KernelError::OutOfRange`]
-    /// naming the first block id outside the pool.
+    /// As [`KvLayout::check_block_table`].
     pub fn check_block_table(&self, block_table: &[BlockId], tokens: usize) -> Result<()> {
-        let needed = self.layout.blocks_for(tokens);
-        if block_table.len() < needed {
-            return Err(KernelError::ShapeMismatch {
-                what: format!("block table for {tokens} tokens"),
-                expected: needed,
-                actual: block_table.len(),
-            });
-        }
-        let num_blocks = self.num_blocks();
-        if let Some(&bad) = block_table[..needed]
-            .iter()
-            .find(|&&b| b as usize >= num_blocks)
-        {
-            return Err(KernelError::OutOfRange {
-                what: "block id in block table".to_string(),
-                index: bad as usize,
-                limit: num_blocks,
-            });
-        }
-        Ok(())
+        self.layout
+            .check_block_table(self.num_blocks(), block_table, tokens)
     }
 }
