@@ -1,8 +1,16 @@
 //! The `specdec` command.
 
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
+use specdec::harness::config::ExperimentConfig;
+use specdec::harness::generate::{generate, GenerateOptions};
+use specdec::harness::runner::run_experiment;
 
 /// specdec: speculative decoding, kernel first.
+///
+/// Start with `scripts/quickstart.sh`, or try one prompt:
+/// `specdec generate --target smollm2-135m --method ngram --prompt "def fib(n):"`.
 #[derive(Debug, Parser)]
 #[command(name = "specdec", version, about, long_about = None)]
 struct Cli {
@@ -14,6 +22,57 @@ struct Cli {
 enum Command {
     /// Print the versions of the workspace crates.
     Version,
+    /// Generate from one prompt, streaming the text, then print one summary line (tokens,
+    /// tokens/s, acceptance rate, mean accepted length τ).
+    ///
+    /// Methods: plain (no drafts), linear (draft model chain of K; needs --draft), tree (draft
+    /// model tree; needs --draft), ngram (prompt lookup), layer-skip (the target with some blocks
+    /// skipped drafts), staged (n-gram checked and extended by the draft model, or by layer-skip
+    /// without --draft), auto (cost-model policy; chains of the draft model, or n-gram).
+    ///
+    /// Example: specdec generate --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
+    /// --method linear --k 4 --prompt "def quicksort(xs):"
+    Generate {
+        /// Target model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (fetched by
+        /// scripts/fetch-models.sh), or a path to a .gguf file.
+        #[arg(long)]
+        target: String,
+        /// Draft model (same tokenizer as the target), as for --target.
+        #[arg(long)]
+        draft: Option<String>,
+        /// plain, linear, tree, ngram, layer-skip, staged or auto.
+        #[arg(long, default_value = "ngram")]
+        method: String,
+        /// Drafts per step (chain length; node budget for trees; largest K for auto).
+        #[arg(long, default_value_t = 4)]
+        k: usize,
+        /// The prompt text.
+        #[arg(long)]
+        prompt: String,
+        /// Softmax temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f64,
+        /// Most tokens to generate.
+        #[arg(long, default_value_t = 128)]
+        max_tokens: usize,
+        /// Wrap the prompt in the model's chat template (instruct models).
+        #[arg(long)]
+        chat: bool,
+        /// Seed of the random draws (T > 0).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
+    Run {
+        /// The experiment file, e.g. experiments/quickstart.toml.
+        config: PathBuf,
+        /// Results folder [default: results/NAME, NAME from the config].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Prove the verifiers exact: enumerate every verifier x tree kind (and the negative
     /// controls) on seeded toy models and print the total-variation table.
     Prove,
@@ -24,6 +83,39 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Version => {
             println!("specdec {}", env!("CARGO_PKG_VERSION"));
+        }
+        Command::Generate {
+            target,
+            draft,
+            method,
+            k,
+            prompt,
+            temperature,
+            max_tokens,
+            chat,
+            seed,
+        } => {
+            let options = GenerateOptions {
+                target,
+                draft,
+                method,
+                k,
+                prompt,
+                temperature,
+                max_tokens,
+                chat,
+                seed,
+            };
+            let summary = generate(&options, &mut std::io::stdout().lock())?;
+            eprintln!("{}", summary.line());
+        }
+        Command::Run { config, out, quiet } => {
+            let loaded = ExperimentConfig::load(&config)?;
+            let out = out.unwrap_or_else(|| PathBuf::from("results").join(&loaded.config.name));
+            run_experiment(&loaded, &out, !quiet)?;
+            let summary = out.join("summary.md");
+            print!("{}", std::fs::read_to_string(&summary).unwrap_or_default());
+            println!("results and plots: {}", out.display());
         }
         Command::Prove => prove()?,
     }

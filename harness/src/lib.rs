@@ -13,6 +13,7 @@
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod generate;
 pub mod metrics;
 pub mod report;
 pub mod repro;

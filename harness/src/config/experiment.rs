@@ -313,7 +313,7 @@ fn validate_drafter(d: &DrafterConfig) -> std::result::Result<(), String> {
             if levels.is_empty() {
                 return Err("staged.levels is empty".into());
             }
-            for l in levels {
+            for l in levels.iter().filter(|l| *l != "layer_skip") {
                 ModelSource::parse(l)?;
             }
         }

@@ -65,8 +65,8 @@ pub struct Prompt {
 
 impl PromptSet {
     /// Loads the prompts. `base_dir` is the config file's folder (for relative file paths).
-    /// HumanEval needs the fetch cache and errors with [`HarnessError::NotYetAvailable`] until the
-    /// fetch script provides it.
+    /// HumanEval is read from the fetch cache (`scripts/fetch-models.sh humaneval`); a missing
+    /// file is an error naming that command.
     pub fn load(&self, base_dir: &Path) -> Result<Vec<Prompt>> {
         match self {
             PromptSet::Inline { texts } => Ok(texts
@@ -102,13 +102,48 @@ impl PromptSet {
                 }
                 Ok(prompts)
             }
-            PromptSet::Humaneval { .. } => Err(HarnessError::NotYetAvailable(
-                "HumanEval prompts need the fetch cache (scripts/fetch-models.sh); \
-                 use source = \"file\" or \"inline\" meanwhile"
-                    .to_string(),
-            )),
+            PromptSet::Humaneval { count } => {
+                let path = specdec_models::registry::resolve("humaneval")?;
+                let text =
+                    std::fs::read_to_string(&path).map_err(|e| HarnessError::io(&path, e))?;
+                let mut prompts = parse_humaneval(&path, &text)?;
+                if let Some(n) = count {
+                    prompts.truncate(*n);
+                }
+                Ok(prompts)
+            }
         }
     }
+}
+
+/// HumanEval's JSONL: one object per line with `task_id` and `prompt`.
+fn parse_humaneval(path: &Path, text: &str) -> Result<Vec<Prompt>> {
+    let mut prompts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |message: String| HarnessError::ResultParse {
+            path: path.to_path_buf(),
+            line: i + 1,
+            message,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        let field = |name: &str| {
+            value
+                .get(name)
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .ok_or_else(|| bad(format!("expected a string field `{name}`")))
+        };
+        prompts.push(Prompt {
+            id: field("task_id")?.to_ascii_lowercase(),
+            text: field("prompt")?,
+            nominal_tokens: None,
+        });
+    }
+    Ok(prompts)
 }
 
 fn parse_prompt_file(path: &Path, text: &str) -> Result<Vec<Prompt>> {

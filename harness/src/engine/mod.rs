@@ -142,9 +142,17 @@ pub struct Engine<'a> {
     verifier: PairedVerifier<f32>,
     policy: Box<dyn SpeculationPolicy>,
     options: EngineOptions,
+    on_tokens: Option<&'a mut dyn FnMut(u64, &[u32])>,
 }
 
 impl<'a> Engine<'a> {
+    /// Calls `callback(request id, new tokens)` after each step with the tokens that step added
+    /// to a request's output (cut at a stop), in order: for streaming.
+    pub fn on_tokens(mut self, callback: &'a mut dyn FnMut(u64, &[u32])) -> Self {
+        self.on_tokens = Some(callback);
+        self
+    }
+
     /// Builds an engine.
     ///
     /// # Errors
@@ -179,6 +187,7 @@ impl<'a> Engine<'a> {
             verifier,
             policy,
             options,
+            on_tokens: None,
         })
     }
 
@@ -391,6 +400,10 @@ impl<'a> Engine<'a> {
             }
             // KV now holds the old context + accepted drafts; it must hold all but the last
             // kept token.
+            if let Some(callback) = self.on_tokens.as_mut() {
+                let len = seq.context.len();
+                callback(seq.request.id, &seq.context[len - kept..]);
+            }
             let accepted = verdict.accepted_len;
             let surplus = (accepted + 1).saturating_sub(kept);
             if surplus > 0 {

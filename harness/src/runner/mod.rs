@@ -6,8 +6,12 @@
 //! [`StepRecord`]s). [`backend_for`] picks the backend from the config: simulation today; the toy
 //! and real-model backends answer [`HarnessError::NotYetAvailable`] until the engine lands.
 
+mod engine_backend;
 mod simulated;
 
+pub use engine_backend::{
+    build_method, check_same_tokenizer, BuiltMethod, EngineBackend, LoadedModel, ModelSet,
+};
 pub use simulated::SimulationBackend;
 
 use std::path::Path;
@@ -86,11 +90,7 @@ pub fn backend_for(config: &ExperimentConfig) -> Result<Box<dyn Backend>> {
                 .into(),
         ));
     }
-    Err(HarnessError::NotYetAvailable(format!(
-        "model `{}` needs the model runner, which is not wired into the harness yet; \
-         use a [simulation] table meanwhile",
-        config.models.target
-    )))
+    Ok(Box::new(EngineBackend::new(config)?))
 }
 
 /// Runs a loaded config on the backend [`backend_for`] picks, and writes the results to
