@@ -43,7 +43,8 @@ enum Command {
         /// plain, linear, tree, ngram, layer-skip, staged or auto.
         #[arg(long, default_value = "ngram")]
         method: String,
-        /// Drafts per step (chain length; node budget for trees; largest K for auto).
+        /// Drafts per step (chain length; node budget for trees, whose full shape has 21 nodes;
+        /// largest K for auto).
         #[arg(long, default_value_t = 4)]
         k: usize,
         /// The prompt text.

@@ -126,7 +126,7 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
         "linear" | "chain" => (DrafterConfig::Chain, fixed),
         "tree" => (
             DrafterConfig::Tree {
-                branching: vec![4, 2, 1, 1],
+                branching: vec![3, 2, 1, 1],
             },
             fixed,
         ),

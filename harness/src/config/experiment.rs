@@ -169,7 +169,7 @@ impl ExperimentConfig {
         }
         let target =
             ModelSource::parse(&self.models.target).map_err(|e| invalid("models.target", e))?;
-        if let Some(d) = &self.models.draft {
+        if let Some(d) = self.models.draft.as_ref().filter(|d| *d != "layer_skip") {
             ModelSource::parse(d).map_err(|e| invalid("models.draft", e))?;
         }
         if target == ModelSource::Simulated && self.simulation.is_none() {

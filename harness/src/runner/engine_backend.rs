@@ -190,6 +190,17 @@ impl ModelSet<'_> {
         LmDraftModel::new(model, self.sampling, self.batch_size + 2)
     }
 
+    /// A draft model for deterministic top-ranked trees: at T = 0 its distribution is the plain
+    /// softmax (T = 1), whose ranking gives the siblings (a one-hot `q` would leave one child);
+    /// greedy verification does not read `q`.
+    fn lm_ranked(&self, model: LlamaModel) -> LmDraftModel<LlamaModel> {
+        let mut params = self.sampling;
+        if params.temperature == 0.0 {
+            params.temperature = 1.0;
+        }
+        LmDraftModel::new(model, params, self.batch_size + 2)
+    }
+
     fn named_draft(&self, method: &MethodConfig) -> Result<String> {
         self.default_draft.map(str::to_string).ok_or_else(|| {
             HarnessError::InvalidEngine(format!(
@@ -342,7 +353,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let shape = TreeShape::from_branching(branching);
             let mut model = models.draft_model(&name)?;
             let ratio = models.draft_cost(&mut model, needs_cost)?;
-            let lm = models.lm(model);
+            let lm = models.lm_ranked(model);
             (
                 Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
                 false,
@@ -356,7 +367,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let shape = sequoia_tree(&alphas, *nodes, 8)?.shape;
             let mut model = models.draft_model(&name)?;
             let ratio = models.draft_cost(&mut model, needs_cost)?;
-            let lm = models.lm(model);
+            let lm = models.lm_ranked(model);
             (
                 Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
                 false,
@@ -368,7 +379,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let name = models.named_draft(method)?;
             let mut model = models.draft_model(&name)?;
             let ratio = models.draft_cost(&mut model, needs_cost)?;
-            let lm = models.lm(model);
+            let lm = models.lm_ranked(model);
             (
                 Box::new(DynamicTreeDrafter::new(lm, *nodes, *top_k, *top_k)?),
                 false,
@@ -548,7 +559,7 @@ impl EngineBackend {
         let target_file = LoadedModel::open(target)?;
         let target = target_file.instantiate(batch_size)?;
         let mut drafts = HashMap::new();
-        if let Some(name) = draft {
+        if let Some(name) = draft.filter(|n| *n != "layer_skip") {
             let loaded = LoadedModel::open(name)?;
             check_same_tokenizer(&target_file, &loaded)?;
             drafts.insert(name.to_string(), loaded);
@@ -574,6 +585,11 @@ impl EngineBackend {
     /// The target model.
     pub fn target_mut(&mut self) -> &mut LlamaModel {
         &mut self.target
+    }
+
+    /// Sets the seed of the production random generator for later runs.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
     }
 
     /// Builds `method` against this backend's models.
