@@ -286,8 +286,8 @@ fn smollm2_sampling_at_t1_follows_the_target() {
             .collect()
     };
     let vocab = expected.len();
-    let layer_skip = method("layer-skip", DrafterConfig::LayerSkip { keep: None }, 3);
-    let n = 300;
+    let layer_skip = method("layer-skip", DrafterConfig::LayerSkip { keep: None }, 2);
+    let n = 200;
     for m in [MethodConfig::baseline(), layer_skip] {
         let counts = first_token_counts(&mut backend, &m, &prompt, n, vocab);
         let test = g_test(&counts, &expected, 0.001);
