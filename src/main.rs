@@ -1,15 +1,16 @@
-//! The `specdec` command.
+//! The `specdec` command: a thin dispatcher over `specdec_harness::cli` (and, for `prove`, the
+//! algorithms crate).
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use specdec::harness::config::ExperimentConfig;
-use specdec::harness::generate::{generate, GenerateOptions};
-use specdec::harness::runner::run_experiment;
+use specdec_harness::cli;
+use specdec_harness::generate::{generate, GenerateOptions};
 
 /// specdec: speculative decoding, kernel first.
 ///
-/// Start with `scripts/quickstart.sh`, or try one prompt:
+/// Start with `scripts/quickstart.sh` (real models), or `specdec run experiments/toy-chain.toml`
+/// (no model needed), then look at results/NAME/summary.md and its SVG plots. One prompt:
 /// `specdec generate --target smollm2-135m --method ngram --prompt "def fib(n):"`.
 #[derive(Debug, Parser)]
 #[command(name = "specdec", version, about, long_about = None)]
@@ -64,8 +65,13 @@ enum Command {
         seed: u64,
     },
     /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
+    ///
+    /// The config lists models, prompts, sampling settings and methods; the plain-decoding
+    /// baseline is added when missing. See experiments/README.md for the format. Simulation
+    /// configs ([simulation] table), toy-model configs (target = "toy") and real models (run by
+    /// the engine) all run. Try experiments/quickstart.toml, toy-chain.toml or sim-fixed-k.toml.
     Run {
-        /// The experiment file, e.g. experiments/quickstart.toml.
+        /// The experiment file, e.g. experiments/sim-fixed-k.toml.
         config: PathBuf,
         /// Results folder [default: results/NAME, NAME from the config].
         #[arg(long)]
@@ -74,14 +80,45 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Re-render the summary, CSV and plots of a results folder from its saved JSONL.
+    Report {
+        /// A folder written by `specdec run`, e.g. results/sim-fixed-k.
+        results_dir: PathBuf,
+    },
+    /// Simulate fixed-K chains against plain decoding with an injected acceptance rate and a
+    /// given cost curve (no models): a quick what-if.
+    ///
+    /// Example: specdec simulate --alpha 0.8 --k 1,2,4,8 --draft-ms 1 --target-ms 10
+    Simulate {
+        #[command(flatten)]
+        args: cli::SimulateArgs,
+        /// Results folder [default: results/simulate].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Reproduce a paper's table and plot (see experiments/repro/NAME/README.md).
+    ///
+    /// leviathan: expected tokens per pass E(α, γ) and walltime gain, analytic vs simulated.
+    /// placement: co-located vs remote draft behind PCIe / NVLink / network links.
+    Repro {
+        /// Which reproduction: leviathan or placement.
+        #[arg(value_parser = cli::REPRODUCTIONS)]
+        name: String,
+        /// Output folder [default: results/repro/NAME].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Prove the verifiers exact: enumerate every verifier x tree kind (and the negative
     /// controls) on seeded toy models and print the total-variation table.
     Prove,
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
+    let args = Cli::parse();
+    match args.command {
         Command::Version => {
             println!("specdec {}", env!("CARGO_PKG_VERSION"));
         }
@@ -111,12 +148,14 @@ fn main() -> anyhow::Result<()> {
             eprintln!("{}", summary.line());
         }
         Command::Run { config, out, quiet } => {
-            let loaded = ExperimentConfig::load(&config)?;
-            let out = out.unwrap_or_else(|| PathBuf::from("results").join(&loaded.config.name));
-            run_experiment(&loaded, &out, !quiet)?;
-            let summary = out.join("summary.md");
-            print!("{}", std::fs::read_to_string(&summary).unwrap_or_default());
-            println!("results and plots: {}", out.display());
+            cli::run(&config, out.as_deref(), quiet)?;
+        }
+        Command::Report { results_dir } => cli::report(&results_dir)?,
+        Command::Simulate { args, out, quiet } => {
+            cli::simulate(&args, out.as_deref(), quiet)?;
+        }
+        Command::Repro { name, out } => {
+            cli::repro(&name, out.as_deref())?;
         }
         Command::Prove => prove()?,
     }

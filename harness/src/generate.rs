@@ -144,7 +144,11 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
             } else {
                 DrafterConfig::Ngram { n: 3 }
             },
-            Some(PolicyConfig::CostOptimal { k_max: k.max(1) }),
+            Some(PolicyConfig::CostOptimal {
+                k_max: k.max(1),
+                min_gain: 0.02,
+                probe_every: 16,
+            }),
         ),
         other => {
             let known: Vec<&str> = GENERATE_METHODS.iter().map(|(n, _)| *n).collect();

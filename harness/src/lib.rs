@@ -7,14 +7,18 @@
 //! - [`metrics`]: per-step / per-request records and per-configuration aggregates;
 //! - [`report`]: JSONL, CSV, markdown and SVG outputs with provenance;
 //! - [`simulation`]: an injected acceptance process and cost model in place of models;
+//! - [`policies`]: `specdec_algorithms` speculation policies built from method configs;
 //! - [`runner`]: runs an experiment on a [`runner::Backend`] with a progress bar;
-//! - [`repro`]: paper reproductions that need no models.
+//! - [`repro`]: paper reproductions that need no models;
+//! - [`cli`]: the work behind the `specdec` subcommands.
 
+pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod metrics;
+pub mod policies;
 pub mod report;
 pub mod repro;
 pub mod runner;

@@ -201,6 +201,8 @@ fn qwen_pair_greedy_speculation_equals_plain() {
             policy: Some(PolicyConfig::Aimd {
                 k_min: 1,
                 k_max: 6,
+                start_k: Some(2),
+                increase: 1,
                 decrease: 0.5,
             }),
         },

@@ -1,47 +1,26 @@
 //! Quantised matmul at the real shapes of Qwen2.5-Coder-1.5B (hidden 1536, FFN 8960):
 //! `[8960 x 1536]` gate/up projections in Q4_K and Q6_K, for n_tokens 1, 2, 4, 8, 16, on the
-//! detected SIMD level and (n_tokens 1 and 4 only) on the portable path for comparison.
+//! detected SIMD level and (n_tokens 1 and 4 only) on the portable path for comparison, for the
+//! exact f32-activation path (`f32-*`) and the 8-bit-activation path (`int8-*`).
 //! Throughput is reported as bytes of weights swept per second.
 //!
-//! Weights are synthetic (random quant bytes, moderate scales): speed does not depend on values.
+//! Weights are synthetic ([`synthetic_weights`]): speed does not depend on values.
 //!
 //! `cargo bench -p specdec-kernels --bench quant_matmul` (set `RAYON_NUM_THREADS` to pin threads).
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
-use specdec_kernels::quant::{f32_to_f16, quant_matmul_with, QuantMatrix, QuantType, SimdLevel};
+use specdec_kernels::quant::{
+    quant_matmul_int8_with, quant_matmul_with, synthetic_weights, Q8Activations, QuantMatrix,
+    QuantType, SimdLevel,
+};
 
 const ROWS: usize = 8960;
 const COLS: usize = 1536;
 
-/// Random bytes with every block's f16 scale fields set to a small finite value.
-fn synthetic_weights(ty: QuantType) -> Vec<u8> {
-    let mut state = 0x1234_5678_9abc_def0u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state as u8
-    };
-    let mut data: Vec<u8> = (0..ROWS * ty.row_bytes(COLS).unwrap())
-        .map(|_| next())
-        .collect();
-    let scale = f32_to_f16(0.001).to_le_bytes();
-    let scale_offsets: &[usize] = match ty {
-        QuantType::Q6_K => &[208],
-        _ => &[0, 2],
-    };
-    for block in data.chunks_exact_mut(ty.block_bytes()) {
-        for &at in scale_offsets {
-            block[at..at + 2].copy_from_slice(&scale);
-        }
-    }
-    data
-}
-
 fn bench(c: &mut Criterion) {
     let best = SimdLevel::detect();
     for ty in [QuantType::Q4_K, QuantType::Q6_K] {
-        let data = synthetic_weights(ty);
+        let data = synthetic_weights(ty, ROWS, COLS, 1).unwrap();
         let w = QuantMatrix::new(ty, ROWS, COLS, &data).unwrap();
         let mut group = c.benchmark_group(format!("matmul_{}x{}_{}", ROWS, COLS, ty.name()));
         group.throughput(Throughput::Bytes(data.len() as u64));
@@ -55,11 +34,24 @@ fn bench(c: &mut Criterion) {
             if n_tokens == 1 || n_tokens == 4 {
                 levels.push(SimdLevel::Portable);
             }
-            for level in levels {
+            for &level in &levels {
                 group.bench_with_input(
-                    BenchmarkId::new(format!("{level:?}"), n_tokens),
+                    BenchmarkId::new(format!("f32-{level:?}"), n_tokens),
                     &n_tokens,
                     |b, &n| b.iter(|| quant_matmul_with(&w, &x, n, &mut out, level).unwrap()),
+                );
+            }
+            // int8 activations, quantisation included in the timing
+            for &level in &levels {
+                group.bench_with_input(
+                    BenchmarkId::new(format!("int8-{level:?}"), n_tokens),
+                    &n_tokens,
+                    |b, &n| {
+                        b.iter(|| {
+                            let acts = Q8Activations::quantize(&x, n, COLS).unwrap();
+                            quant_matmul_int8_with(&w, &acts, &mut out, level).unwrap()
+                        })
+                    },
                 );
             }
         }

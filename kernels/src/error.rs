@@ -25,6 +25,30 @@ pub enum KernelError {
         /// The size given.
         actual: usize,
     },
+    /// A CUDA library or device this operation needs is not available (probed without panicking).
+    #[error("CUDA unavailable: {what}")]
+    CudaUnavailable {
+        /// What is missing (a library, a device ordinal).
+        what: String,
+    },
+    /// A CUDA driver, NVRTC or cuBLAS call failed.
+    #[error("CUDA call {call} failed: {message}")]
+    Cuda {
+        /// The call (and the kernel or buffer it concerned).
+        call: String,
+        /// The error as the library reported it.
+        message: String,
+    },
+    /// NVRTC refused to compile a kernel source.
+    #[error("NVRTC could not compile {source_name} for {arch}:\n{log}")]
+    KernelCompile {
+        /// The `.cu` file.
+        source_name: String,
+        /// The architecture asked for (`sm_90`, …).
+        arch: String,
+        /// The compiler log.
+        log: String,
+    },
     /// A GGML tensor type id that this crate cannot read (unknown, or known but unsupported).
     #[error("unsupported GGML tensor type id {id} ({name})")]
     UnsupportedQuantType {

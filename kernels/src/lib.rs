@@ -14,6 +14,7 @@
 //! Nothing in this crate depends on any other specdec crate.
 
 pub mod attention;
+pub mod cuda;
 pub mod error;
 pub mod kv;
 pub mod ops;

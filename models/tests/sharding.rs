@@ -27,8 +27,9 @@ const OPTIONS: LlamaOptions = LlamaOptions {
 };
 
 /// Bound on the relative logit gap between 1 and 2 ranks. Splitting a row-parallel product
-/// into two partial sums changes the f32 summation order only; measured ≈1e-6 relative on both
-/// the synthetic model and Qwen2.5-Coder-0.5B (see the printed figures); bound 1e-4.
+/// into two partial sums changes the f32 summation order only. Measured (max |Δ| / max |logit|
+/// over all positions of the prompt): 4.6e-7 synthetic, 4.7e-7 Qwen2.5-Coder-0.5B, 1.3e-6
+/// Qwen2.5-Coder-1.5B (FFN 8960 = 35 super-blocks, split 18 + 17); bound 1e-4.
 const SHARD_TOL: f32 = 1e-4;
 
 #[test]
@@ -101,28 +102,31 @@ fn too_many_ranks_are_refused() {
     );
 }
 
+/// Greedy tokens and logit gap of 1 vs 2 ranks on registry model `name`.
+fn two_ranks_match_one(name: &str, prompt: &[u32], n_new: usize) {
+    let Some(file) = gguf(name) else { return };
+    let mut single = load(&file);
+    let mut sharded = ShardedModel::from_gguf(&file, OPTIONS, 2).unwrap();
+    let plans: Vec<_> = sharded.ranks().iter().map(|r| r.plan().clone()).collect();
+    eprintln!("{name} plans: {plans:?}");
+    let gap = relative_gap(
+        &prefill(&mut single, prompt),
+        &prefill(&mut sharded, prompt),
+    );
+    eprintln!("{name}: relative logit gap 1 vs 2 ranks {gap:.2e}");
+    assert!(gap <= SHARD_TOL, "relative gap {gap:e}");
+    let a = greedy(&mut single, prompt, n_new);
+    let b = greedy(&mut sharded, prompt, n_new);
+    assert_eq!(a, b, "{name}: greedy tokens differ between 1 and 2 ranks");
+}
+
 #[test]
 fn qwen_05b_two_ranks_match_one() {
-    let Some(file) = gguf("qwen2.5-coder-0.5b") else {
-        return;
-    };
-    let mut single = load(&file);
-    let config = single.config().clone();
-    let weights = specdec_models::llama::read_weights(&file, &config).unwrap();
-    let special = specdec_models::llama::read_special_tokens(&file);
-    let mut sharded = ShardedModel::new(&config, &weights, &special, OPTIONS, 2).unwrap();
-    eprintln!(
-        "qwen 0.5b plans: {:?}",
-        sharded.ranks().iter().map(|r| r.plan()).collect::<Vec<_>>()
-    );
-    let prompt = [750u32, 75698, 1445, 1648];
-    let gap = relative_gap(
-        &prefill(&mut single, &prompt),
-        &prefill(&mut sharded, &prompt),
-    );
-    eprintln!("qwen 0.5b: relative logit gap 1 vs 2 ranks {gap:.2e}");
-    assert!(gap <= SHARD_TOL, "relative gap {gap:e}");
-    let a = greedy(&mut single, &prompt, 16);
-    let b = greedy(&mut sharded, &prompt, 16);
-    assert_eq!(a, b, "greedy tokens differ between 1 and 2 ranks");
+    two_ranks_match_one("qwen2.5-coder-0.5b", &[750, 75698, 1445, 1648], 16);
+}
+
+#[test]
+#[ignore = "Qwen2.5-Coder-1.5B is slow on CPU and not fetched by default; run with --ignored"]
+fn qwen_15b_two_ranks_match_one() {
+    two_ranks_match_one("qwen2.5-coder-1.5b", &[750, 75698, 1445, 1648], 8);
 }

@@ -133,3 +133,6 @@ pub trait Drafter<N> {
         decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>>;
 }
+
+#[cfg(test)]
+mod tests;

@@ -49,6 +49,9 @@ pub struct CostModelPolicy {
     min_gain: f64,
     prober: Prober,
     predicted_rate: f64,
+    replan_every: usize,
+    plan: Option<(Budget, f64)>,
+    since_plan: usize,
 }
 
 impl CostModelPolicy {
@@ -74,7 +77,24 @@ impl CostModelPolicy {
             min_gain: 0.02,
             prober: Prober::new(16),
             predicted_rate: 1.0,
+            replan_every: match search {
+                TreeSearch::Chain { .. } => 1,
+                TreeSearch::Tree { .. } => 4,
+            },
+            plan: None,
+            since_plan: 0,
         })
+    }
+
+    /// Recomputes the optimum only every `steps` speculative observations (default 1 for chains,
+    /// 4 for trees, whose dynamic program costs `O(depth · ranks · nodes²)`), reusing it between.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] if `steps` is 0.
+    pub fn with_replan_every(mut self, steps: usize) -> Result<Self> {
+        ensure_param(steps >= 1, "replan_every", "must be at least 1")?;
+        self.replan_every = steps;
+        Ok(self)
     }
 
     /// Uses `stats` (e.g. with decay, or warm-started from a calibration run) instead of fresh
@@ -82,6 +102,7 @@ impl CostModelPolicy {
     pub fn with_stats(mut self, stats: AcceptanceStats) -> Self {
         self.fresh_stats = stats.clone();
         self.stats = stats;
+        self.plan = None;
         self
     }
 
@@ -159,7 +180,11 @@ impl SpeculationPolicy for CostModelPolicy {
     }
 
     fn next_budget(&mut self) -> Budget {
-        let (budget, rate) = self.optimum();
+        if self.plan.is_none() || self.since_plan >= self.replan_every {
+            self.plan = Some(self.optimum());
+            self.since_plan = 0;
+        }
+        let (budget, rate) = self.plan.clone().expect("planned above");
         if !budget.is_plain() && rate >= 1.0 + self.min_gain {
             self.prober.restart();
             self.predicted_rate = rate;
@@ -175,7 +200,9 @@ impl SpeculationPolicy for CostModelPolicy {
 
     fn observe(&mut self, outcome: &StepOutcome) {
         // Invalid outcomes are ignored, per the trait contract.
-        let _ = self.stats.observe(outcome);
+        if self.stats.observe(outcome).is_ok() && outcome.proposed > 0 {
+            self.since_plan += 1;
+        }
     }
 
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
@@ -183,6 +210,8 @@ impl SpeculationPolicy for CostModelPolicy {
         fresh.stats = self.fresh_stats.clone();
         fresh.prober.restart();
         fresh.predicted_rate = 1.0;
+        fresh.plan = None;
+        fresh.since_plan = 0;
         Box::new(fresh)
     }
 }
@@ -280,6 +309,35 @@ mod tests {
             .unwrap()
             .with_stats(warm(0.2, 8, 5000));
         assert_eq!(low.optimum().0, Budget::Plain);
+    }
+
+    #[test]
+    fn replans_on_schedule() {
+        let costs = CostModel::new(CostCurve::linear(0.0).unwrap(), 0.1, 0.0).unwrap();
+        let mut policy = CostModelPolicy::new(costs, TreeSearch::Chain { max_k: 6 })
+            .unwrap()
+            .with_replan_every(3)
+            .unwrap();
+        assert!(CostModelPolicy::new(
+            CostModel::new(CostCurve::linear(0.0).unwrap(), 0.0, 0.0).unwrap(),
+            TreeSearch::Chain { max_k: 6 }
+        )
+        .unwrap()
+        .with_replan_every(0)
+        .is_err());
+        let first = policy.next_budget();
+        assert_eq!(
+            first,
+            Budget::Chain(2),
+            "prior α̂ = 0.5 everywhere, draft cost 0.1 per pass"
+        );
+        // Two rejections: the plan is kept until the third observation.
+        for _ in 0..2 {
+            policy.observe(&StepOutcome::chain(2, 0).unwrap());
+            assert_eq!(policy.next_budget(), first);
+        }
+        policy.observe(&StepOutcome::chain(2, 0).unwrap());
+        assert_ne!(policy.next_budget(), first);
     }
 
     #[test]

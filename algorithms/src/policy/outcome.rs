@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use specdec_kernels::TreeTopology;
+
 use crate::error::{AlgorithmError, Result};
 use crate::trees::TreeShape;
 
@@ -118,39 +120,65 @@ impl StepOutcome {
     /// [`AlgorithmError::InvalidOutcome`] if the path does not start at the root or is not a
     /// parent-to-child walk of the shape.
     pub fn tree(shape: &TreeShape, accepted_path: &[usize]) -> Result<Self> {
-        let topology = shape.topology();
         if accepted_path.first() != Some(&0) {
             return Err(AlgorithmError::InvalidOutcome {
                 reason: "the accepted path must start at the root (node 0)".to_string(),
             });
         }
-        let mut trials = Vec::with_capacity(accepted_path.len());
-        for (step, &node) in accepted_path.iter().enumerate() {
+        Self::walk(shape.topology(), &accepted_path[1..], |node| {
+            shape.rank(node)
+        })
+    }
+
+    /// The outcome of a verifier's verdict on a draft tree: `accepted_path` lists the accepted
+    /// draft nodes from the root's child down, root excluded (as in
+    /// `specdec_kernels::verification::Verdict::accepted_path`). A node's rank is its position
+    /// among its siblings in index order, the order verifiers try them.
+    ///
+    /// # Errors
+    /// [`AlgorithmError::InvalidOutcome`] if the path is not a parent-to-child walk from the root.
+    pub fn from_verdict(topology: &TreeTopology, accepted_path: &[usize]) -> Result<Self> {
+        Self::walk(topology, accepted_path, |node| {
+            let parent = topology.parent(node).unwrap_or(0);
+            topology
+                .children(parent)
+                .iter()
+                .position(|&c| c == node)
+                .unwrap_or(0)
+        })
+    }
+
+    fn walk(
+        topology: &TreeTopology,
+        below_root: &[usize],
+        rank: impl Fn(usize) -> usize,
+    ) -> Result<Self> {
+        let bad = |reason: String| Err(AlgorithmError::InvalidOutcome { reason });
+        let mut trials = Vec::with_capacity(below_root.len() + 1);
+        let mut node = 0;
+        for step in 0..=below_root.len() {
             if node >= topology.len() {
-                return Err(AlgorithmError::InvalidOutcome {
-                    reason: format!(
-                        "path node {node} is outside a tree of {} nodes",
-                        topology.len()
-                    ),
-                });
+                return bad(format!(
+                    "path node {node} is outside a tree of {} nodes",
+                    topology.len()
+                ));
             }
             let children = topology.children(node);
+            let next = below_root.get(step).copied();
             if children.is_empty() {
-                if step + 1 < accepted_path.len() {
-                    return Err(AlgorithmError::InvalidOutcome {
-                        reason: format!("path continues below leaf node {node}"),
-                    });
+                if next.is_some() {
+                    return bad(format!("path continues below leaf node {node}"));
                 }
                 break;
             }
-            let mut candidate_ranks: Vec<usize> = children.iter().map(|&c| shape.rank(c)).collect();
+            let mut candidate_ranks: Vec<usize> = children.iter().map(|&c| rank(c)).collect();
             candidate_ranks.sort_unstable();
-            let accepted_rank = match accepted_path.get(step + 1) {
-                Some(&next) if topology.parent(next) == Some(node) => Some(shape.rank(next)),
-                Some(&next) => {
-                    return Err(AlgorithmError::InvalidOutcome {
-                        reason: format!("path node {next} is not a child of node {node}"),
-                    })
+            let accepted_rank = match next {
+                Some(child) if child < topology.len() && topology.parent(child) == Some(node) => {
+                    Some(rank(child))
+                }
+                Some(child) => {
+                    return bad(format!("path node {child} is not a child of node {node}"))
                 }
                 None => None,
             };
@@ -158,10 +186,13 @@ impl StepOutcome {
                 candidate_ranks,
                 accepted_rank,
             });
+            if let Some(child) = next {
+                node = child;
+            }
         }
         let outcome = Self {
-            proposed: shape.drafts(),
-            accepted: accepted_path.len() - 1,
+            proposed: topology.len().saturating_sub(1),
+            accepted: below_root.len(),
             trials,
         };
         outcome.validate()?;
@@ -265,6 +296,11 @@ mod tests {
         assert!(StepOutcome::tree(&shape, &[0, 3]).is_err());
         assert!(StepOutcome::tree(&shape, &[1]).is_err());
         assert!(StepOutcome::tree(&shape, &[0, 1, 2]).is_err());
+        // From a verdict: ranks are sibling positions, which match the shape's here.
+        let v = StepOutcome::from_verdict(shape.topology(), &[2, 3]).unwrap();
+        assert_eq!(v, StepOutcome::tree(&shape, &[0, 2, 3]).unwrap());
+        assert!(StepOutcome::from_verdict(shape.topology(), &[3]).is_err());
+        assert!(StepOutcome::from_verdict(shape.topology(), &[9]).is_err());
     }
 
     #[test]

@@ -78,6 +78,21 @@ impl PidPolicy {
         })
     }
 
+    /// A controller with the gains the tests use (`kp = 2, ki = 0.5, kd = 0`, in drafts per unit
+    /// of acceptance error) around the middle of `min_k..=max_k`.
+    ///
+    /// # Errors
+    /// As [`PidPolicy::new`].
+    pub fn with_default_gains(set_point: f64, min_k: usize, max_k: usize) -> Result<Self> {
+        Self::new(
+            set_point,
+            (min_k + max_k) as f64 / 2.0,
+            [2.0, 0.5, 0.0],
+            min_k,
+            max_k,
+        )
+    }
+
     /// The current chain length.
     pub fn k(&self) -> usize {
         self.k
@@ -165,5 +180,8 @@ mod tests {
         p.observe(&StepOutcome::plain());
         assert_eq!(p.k(), 4);
         assert_eq!(p.fork().next_budget(), Budget::Chain(2));
+        let d = PidPolicy::with_default_gains(0.5, 2, 6).unwrap();
+        assert_eq!(d.k(), 4);
+        assert!(PidPolicy::with_default_gains(0.5, 0, 6).is_err());
     }
 }

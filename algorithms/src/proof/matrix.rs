@@ -130,7 +130,7 @@ pub fn run_case(case: &ProofCase) -> Result<ProofRow> {
     })
 }
 
-/// Builds a case on the seeded toy pair `seed` (vocabulary `vocab`, order `order`), N = 3,
+/// Builds a case on the seeded toy pair `(seed, vocab, order)` (see [`ToyPair::seeded`]), N = 3,
 /// prompt `[0, 1]`. The pairing rule is enforced unless `expectation` is a control. Lossless cases
 /// use [`ToyStyle::default`] tables (zeros and one-hot rows included); controls and lossy cases use
 /// [`ToyStyle::DENSE`] tables, where every mistake has room to show.
@@ -141,9 +141,7 @@ pub fn case(
     verifier: Arc<dyn Verifier<BigRational>>,
     drafter: ToyDrafter,
     params: SamplingParams,
-    seed: u64,
-    vocab: usize,
-    order: usize,
+    (seed, vocab, order): (u64, usize, usize),
     expectation: Expectation,
 ) -> Result<ProofCase> {
     let style = match expectation {
@@ -167,89 +165,53 @@ pub fn case(
 /// # Errors
 /// Model construction errors.
 pub fn standard_cases() -> Result<Vec<ProofCase>> {
-    let method = |m: VerifyMethod| -> Arc<dyn Verifier<BigRational>> { Arc::new(m) };
+    use VerifyMethod::{ChainRejection, Greedy, MultiRoundIid, RecursiveRejection, TargetOnly};
     let t = SamplingParams::with_temperature;
-    let chain = ToyDrafter::Chain { k: 3 };
+    let chain = |k| ToyDrafter::Chain { k };
     let tree = |kind| ToyDrafter::Tree {
         widths: vec![2, 2],
         kind,
     };
-    let lossless = Expectation::Lossless;
-    let mut cases = Vec::new();
-    for kind in DraftKind::ALL {
-        cases.push(case(
-            method(VerifyMethod::Greedy),
-            tree(kind),
-            t(0.0),
-            11,
-            3,
-            1,
-            lossless,
-        )?);
-    }
-    cases.push(case(
-        method(VerifyMethod::Greedy),
-        chain.clone(),
-        t(0.0),
-        12,
-        4,
-        2,
-        lossless,
-    )?);
-    for (params, order) in [(t(1.0), 1), (t(0.5), 2), (t(0.0), 1)] {
-        cases.push(case(
-            method(VerifyMethod::ChainRejection),
-            chain.clone(),
-            params,
-            13,
-            3,
-            order,
-            lossless,
-        )?);
-    }
     let filtered = SamplingParams {
         top_k: Some(3),
         top_p: Some(0.875),
         ..t(1.0)
     };
-    cases.push(case(
-        method(VerifyMethod::ChainRejection),
-        chain.clone(),
-        filtered,
-        14,
-        4,
-        1,
-        lossless,
-    )?);
+    let (iid, wor, det) = (
+        DraftKind::Iid,
+        DraftKind::WithoutReplacement,
+        DraftKind::Deterministic,
+    );
+    // (verifier, drafter, parameters, (seed, vocabulary, order)).
+    let mut lossless = vec![
+        (Greedy, tree(iid), t(0.0), (11, 3, 1)),
+        (Greedy, tree(wor), t(0.0), (11, 3, 1)),
+        (Greedy, tree(det), t(0.0), (11, 3, 1)),
+        (Greedy, chain(3), t(0.0), (12, 4, 2)),
+        (ChainRejection, chain(3), t(1.0), (13, 3, 1)),
+        (ChainRejection, chain(3), t(0.5), (13, 3, 2)),
+        (ChainRejection, chain(3), t(0.0), (13, 3, 1)),
+        (ChainRejection, chain(3), filtered, (14, 4, 1)),
+    ];
     for params in [t(1.0), t(0.5), t(0.0)] {
-        cases.push(case(
-            method(VerifyMethod::MultiRoundIid),
-            tree(DraftKind::Iid),
-            params,
-            15,
-            3,
-            1,
-            lossless,
-        )?);
-        cases.push(case(
-            method(VerifyMethod::RecursiveRejection),
-            tree(DraftKind::WithoutReplacement),
-            params,
-            16,
-            3,
-            1,
-            lossless,
-        )?);
+        lossless.push((MultiRoundIid, tree(iid), params, (15, 3, 1)));
+        lossless.push((RecursiveRejection, tree(wor), params, (16, 3, 1)));
     }
+    // The largest cases: four tokens, a 2x2 tree (6 drafts) and a chain of 4.
+    lossless.push((MultiRoundIid, tree(iid), t(1.0), (5, 4, 1)));
+    lossless.push((RecursiveRejection, tree(wor), t(1.0), (5, 4, 1)));
+    lossless.push((ChainRejection, chain(4), t(1.0), (5, 4, 1)));
     for kind in DraftKind::ALL {
+        lossless.push((TargetOnly, tree(kind), t(0.5), (17, 3, 2)));
+    }
+    let mut cases = Vec::new();
+    for (method, drafter, params, toy) in lossless {
         cases.push(case(
-            method(VerifyMethod::TargetOnly),
-            tree(kind),
-            t(0.5),
-            17,
-            3,
-            2,
-            lossless,
+            Arc::new(method),
+            drafter,
+            params,
+            toy,
+            Expectation::Lossless,
         )?);
     }
     let typical = VerifyMethod::Typical {
@@ -257,27 +219,27 @@ pub fn standard_cases() -> Result<Vec<ProofCase>> {
         delta: 0.09,
     };
     cases.push(case(
-        method(typical),
-        ToyDrafter::Chain { k: 2 },
+        Arc::new(typical),
+        chain(2),
         t(1.0),
-        18,
-        3,
-        1,
+        (18, 3, 1),
         Expectation::Lossy,
     )?);
     cases.push(case(
-        method(VerifyMethod::MultiRoundIid),
-        tree(DraftKind::Deterministic),
+        Arc::new(MultiRoundIid),
+        tree(det),
         t(1.0),
-        19,
-        3,
-        1,
+        (19, 3, 1),
         Expectation::Control,
     )?);
     for flaw in ChainFlaw::ALL {
-        let verifier = Arc::new(BrokenChain(flaw));
-        let drafter = ToyDrafter::Chain { k: 2 };
-        let mut c = case(verifier, drafter, t(1.0), 20, 3, 1, Expectation::Control)?;
+        let mut c = case(
+            Arc::new(BrokenChain(flaw)),
+            chain(2),
+            t(1.0),
+            (20, 3, 1),
+            Expectation::Control,
+        )?;
         if !flaw.is_lossy() {
             c.expectation = Expectation::Lossless;
         }

@@ -150,24 +150,12 @@ impl SequoiaPlanner {
         let nodes = nodes.min(self.max_nodes);
         let depth = depth.min(self.max_depth);
         let mut paths: Vec<Vec<usize>> = Vec::new();
-        let mut stack: Vec<(Vec<usize>, usize, usize)> = vec![(Vec::new(), depth, nodes + 1)];
-        while let Some((path, d, m)) = stack.pop() {
-            if d == 0 {
-                continue;
-            }
-            let mut budget = m - 1;
-            for r in 0..self.weights.len() {
-                let s = self.choice[d][r][budget];
-                if s == 0 {
-                    break;
-                }
-                let mut child = path.clone();
-                child.push(r);
-                paths.push(child.clone());
-                stack.push((child, d - 1, s));
-                budget -= s;
-            }
-        }
+        self.walk(nodes, depth, Vec::new(), |path: &Vec<usize>, rank| {
+            let mut child = path.clone();
+            child.push(rank);
+            paths.push(child.clone());
+            child
+        });
         let shape =
             TreeShape::from_choices(&paths).expect("DP paths are prefix-closed and distinct");
         PlannedTree {
@@ -180,22 +168,57 @@ impl SequoiaPlanner {
     /// optimal tree maximising `E / cost`, where `cost = costs.step_cost(drafts, depth)` (a plain
     /// step, `E = 1` at cost 1, is among the candidates). Returns the tree and its `E / cost`.
     pub fn best_for_cost(&self, costs: &CostModel) -> (PlannedTree, f64) {
-        let mut best = (self.tree(0, 0), 1.0);
+        let mut best = ((0, 0), 1.0);
         for depth in 1..=self.max_depth {
             for nodes in 1..=self.max_nodes {
                 // Skip budgets that cannot improve on a smaller one at this depth.
                 if self.g[depth][nodes + 1] <= self.g[depth][nodes] {
                     continue;
                 }
-                let planned = self.tree(nodes, depth);
-                let cost = costs.step_cost(planned.shape.drafts(), planned.shape.max_depth());
-                let rate = planned.expected_length / cost;
+                let (drafts, used_depth) = self.size_and_depth(nodes, depth);
+                let rate = self.expected_length(nodes, depth) / costs.step_cost(drafts, used_depth);
                 if rate > best.1 {
-                    best = (planned, rate);
+                    best = ((nodes, depth), rate);
                 }
             }
         }
-        best
+        let ((nodes, depth), rate) = best;
+        (self.tree(nodes, depth), rate)
+    }
+
+    /// Draft nodes and depth of [`SequoiaPlanner::tree`]`(nodes, depth)`, without building it.
+    pub fn size_and_depth(&self, nodes: usize, depth: usize) -> (usize, usize) {
+        let (mut drafts, mut deepest) = (0, 0);
+        self.walk(nodes, depth, 0usize, |&at, _rank| {
+            drafts += 1;
+            deepest = deepest.max(at + 1);
+            at + 1
+        });
+        (drafts, deepest)
+    }
+
+    /// Walks the optimal tree for `(nodes, depth)` parents first, calling `child(parent, rank)`
+    /// for every draft node; `child` returns the node's own value, passed on to its children.
+    fn walk<T>(&self, nodes: usize, depth: usize, root: T, mut child: impl FnMut(&T, usize) -> T) {
+        let mut stack = vec![(
+            depth.min(self.max_depth),
+            nodes.min(self.max_nodes) + 1,
+            root,
+        )];
+        while let Some((d, m, at)) = stack.pop() {
+            if d == 0 {
+                continue;
+            }
+            let mut budget = m - 1;
+            for r in 0..self.weights.len() {
+                let s = self.choice[d][r][budget];
+                if s == 0 {
+                    break;
+                }
+                stack.push((d - 1, s, child(&at, r)));
+                budget -= s;
+            }
+        }
     }
 }
 
@@ -296,6 +319,10 @@ mod tests {
                     assert!(
                         (e - dp).abs() < 1e-12,
                         "reconstructed tree value {e} vs {dp}"
+                    );
+                    assert_eq!(
+                        planner.size_and_depth(n, d),
+                        (planned.shape.drafts(), planned.shape.max_depth())
                     );
                 }
             }

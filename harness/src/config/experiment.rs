@@ -38,6 +38,9 @@ pub struct ExperimentConfig {
     /// models.
     #[serde(default)]
     pub simulation: Option<SimulationConfig>,
+    /// The toy models used when `models.target = "toy"` (defaults when absent).
+    #[serde(default)]
+    pub toy: Option<ToyConfig>,
     /// The method configurations to compare (the baseline among them after validation).
     pub methods: Vec<MethodConfig>,
 }
@@ -55,6 +58,40 @@ pub enum BaselineRule {
     Add,
     /// Refuse the config.
     Require,
+}
+
+/// The `[toy]` table: a seeded pair of toy probability-table models (`specdec_models::toy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToyConfig {
+    /// Vocabulary size, 2..=64 [default: 8].
+    #[serde(default = "eight")]
+    pub vocab: usize,
+    /// Context length the tables condition on, 0..=3 (0: context-free, where the acceptance
+    /// rate of chain rejection sampling is exactly Σ min(p, q)) [default: 1].
+    #[serde(default = "one")]
+    pub order: usize,
+    /// Seed of the tables (target from `seed`, draft from `seed + 1`) [default: 0].
+    #[serde(default)]
+    pub seed: u64,
+    /// Every entry positive (no zeros, no one-hot rows) [default: false].
+    #[serde(default)]
+    pub dense: bool,
+}
+
+fn eight() -> usize {
+    8
+}
+
+impl Default for ToyConfig {
+    fn default() -> Self {
+        ToyConfig {
+            vocab: 8,
+            order: 1,
+            seed: 0,
+            dense: false,
+        }
+    }
 }
 
 /// The `[sampling]` table.
@@ -180,6 +217,20 @@ impl ExperimentConfig {
                     .into(),
             ));
         }
+        if let Some(toy) = &self.toy {
+            if !(2..=64).contains(&toy.vocab) {
+                return Err(invalid(
+                    "toy.vocab",
+                    format!("{} is not in 2..=64", toy.vocab),
+                ));
+            }
+            if toy.order > 3 {
+                return Err(invalid(
+                    "toy.order",
+                    format!("{} is not in 0..=3", toy.order),
+                ));
+            }
+        }
         if let Some(sim) = &self.simulation {
             sim.validate()
                 .map_err(|e| invalid("simulation", e.to_string()))?;
@@ -300,10 +351,8 @@ fn validate_drafter(d: &DrafterConfig) -> std::result::Result<(), String> {
                 return Err("tree.branching holds 0: every depth needs at least 1 child".into());
             }
         }
-        DrafterConfig::DynamicTree { nodes, top_k } => {
-            if *nodes == 0 || *top_k == 0 {
-                return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
-            }
+        DrafterConfig::DynamicTree { nodes, top_k } if *nodes == 0 || *top_k == 0 => {
+            return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
         }
         DrafterConfig::Sequoia { nodes } if *nodes == 0 => {
             return Err("sequoia needs nodes ≥ 1".into());
@@ -323,65 +372,31 @@ fn validate_drafter(d: &DrafterConfig) -> std::result::Result<(), String> {
 }
 
 fn validate_policy(d: &DrafterConfig, p: &PolicyConfig) -> std::result::Result<(), String> {
-    let unit = |x: f64| x > 0.0 && x < 1.0;
     match p {
-        PolicyConfig::Fixed { k } => {
-            if *k == 0 && d.is_linear() {
-                return Err(format!(
-                    "K = 0 for the linear method `{}`: a chain needs K ≥ 1 (use drafter kind = \"none\" for plain decoding)",
-                    d.kind()
-                ));
-            }
-            if *k == 0 {
-                return Err("K = 0: a drafting method needs a budget ≥ 1".into());
-            }
-        }
-        PolicyConfig::Aimd {
-            k_min,
+        PolicyConfig::Fixed { k: 0 } if d.is_linear() => Err(format!(
+            "K = 0 for the linear method `{}`: a chain needs K ≥ 1 (use drafter kind = \"none\" for plain decoding)",
+            d.kind()
+        )),
+        PolicyConfig::Fixed { k: 0 } => Err("K = 0: a drafting method needs a budget ≥ 1".into()),
+        PolicyConfig::CostOptimal {
             k_max,
-            decrease,
-        } => {
-            if *k_min == 0 || k_max < k_min {
-                return Err(format!(
-                    "aimd needs 1 ≤ k_min ≤ k_max, got {k_min}..{k_max}"
-                ));
-            }
-            if !unit(*decrease) {
-                return Err(format!("aimd.decrease {decrease} is not in (0, 1)"));
-            }
-        }
-        PolicyConfig::Pid {
-            target_acceptance,
-            k_min,
-            k_max,
-        } => {
-            if *k_min == 0 || k_max < k_min {
-                return Err(format!("pid needs 1 ≤ k_min ≤ k_max, got {k_min}..{k_max}"));
-            }
-            if !unit(*target_acceptance) {
-                return Err(format!(
-                    "pid.target_acceptance {target_acceptance} is not in (0, 1)"
-                ));
-            }
-        }
-        PolicyConfig::CostOptimal { k_max } if *k_max == 0 => {
-            return Err("cost_optimal needs k_max ≥ 1".into())
-        }
-        PolicyConfig::Threshold {
-            k,
-            min_acceptance,
+            min_gain,
             probe_every,
         } => {
-            if *k == 0 || *probe_every == 0 {
-                return Err("threshold needs k ≥ 1 and probe_every ≥ 1".into());
+            if *k_max == 0 {
+                return Err("cost_optimal needs k_max ≥ 1".into());
             }
-            if !(0.0..=1.0).contains(min_acceptance) {
-                return Err(format!(
-                    "threshold.min_acceptance {min_acceptance} is not in [0, 1]"
-                ));
+            if !(min_gain.is_finite() && *min_gain >= 0.0) {
+                return Err(format!("cost_optimal.min_gain {min_gain} must be ≥ 0"));
             }
+            if *probe_every == 0 {
+                return Err("cost_optimal needs probe_every ≥ 1".into());
+            }
+            Ok(())
         }
-        _ => {}
+        // The algorithms crate checks the remaining parameters when it builds the policy.
+        other => crate::policies::policy_for(other, None)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
     }
-    Ok(())
 }

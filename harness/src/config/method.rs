@@ -166,27 +166,35 @@ impl VerifierConfig {
     }
 }
 
-/// The speculation policy of a method, tagged by `kind`: how many drafts (K, or tree nodes) to
-/// propose next, per sequence.
+/// The speculation policy of a method, tagged by `kind`: how many drafts to propose next, per
+/// sequence. Each kind builds the `specdec_algorithms::policy` policy of the same name (see
+/// [`crate::policies::policy_for`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum PolicyConfig {
-    /// Always K drafts.
+    /// Always K drafts (`FixedPolicy`).
     Fixed {
         /// Drafts per step (≥ 1 for a linear method).
         k: usize,
     },
-    /// Additive increase (+1 after a fully accepted step), multiplicative decrease (× `decrease`
-    /// after a rejection), within [k_min, k_max].
+    /// Additive increase after a fully accepted step, multiplicative decrease after a rejection,
+    /// within [k_min, k_max] (`AimdPolicy`).
     Aimd {
         /// Smallest K (≥ 1).
         k_min: usize,
         /// Largest K (≥ k_min).
         k_max: usize,
+        /// First K [default: k_min].
+        #[serde(default)]
+        start_k: Option<usize>,
+        /// Drafts added after a fully accepted step [default: 1].
+        #[serde(default = "one")]
+        increase: usize,
         /// Factor in (0, 1) applied after a rejection.
         decrease: f64,
     },
-    /// PID controller steering the acceptance rate to `target_acceptance` by changing K.
+    /// PID controller steering the acceptance rate to `target_acceptance` by changing K
+    /// (`PidPolicy`).
     Pid {
         /// Acceptance rate to hold, in (0, 1).
         target_acceptance: f64,
@@ -194,22 +202,50 @@ pub enum PolicyConfig {
         k_min: usize,
         /// Largest K (≥ k_min).
         k_max: usize,
+        /// K at zero error [default: the middle of the range].
+        #[serde(default)]
+        base_k: Option<f64>,
+        /// Gains [kp, ki, kd], drafts per unit of acceptance error [default: [2.0, 0.5, 0.0]].
+        #[serde(default = "default_gains")]
+        gains: [f64; 3],
     },
-    /// argmax_K E[tokens](α̂, K) / (draft_cost(K) + verify_cost(K)), α̂ estimated online.
+    /// argmax_K E[tokens](α̂, K) / (draft_cost(K) + verify_cost(K)), α̂ estimated online
+    /// (`CostModelPolicy` over chains). Needs a cost model: the `[simulation]` one in simulation
+    /// mode, measured costs from the engine otherwise.
     CostOptimal {
         /// Largest K considered (≥ 1).
         k_max: usize,
+        /// Predicted gain over plain decoding needed to speculate [default: 0.02].
+        #[serde(default = "default_min_gain")]
+        min_gain: f64,
+        /// Plain steps between 1-draft probes while not speculating [default: 16].
+        #[serde(default = "sixteen")]
+        probe_every: usize,
     },
-    /// Fixed K, switched off (K = 0) when the acceptance rate falls below `min_acceptance`,
-    /// probing again every `probe_every` steps.
+    /// Fixed K, switched off (plain decoding) when the acceptance estimate falls below
+    /// `min_acceptance`, probing with one draft every `probe_every` plain steps
+    /// (`DisableGate` around `FixedPolicy`).
     Threshold {
         /// K while speculating (≥ 1).
         k: usize,
-        /// Acceptance rate below which speculation stops, in [0, 1].
+        /// Acceptance below which speculation stops, in [0, 1].
         min_acceptance: f64,
-        /// Steps between probes while off (≥ 1).
+        /// Plain steps between probes while off (≥ 1).
         probe_every: usize,
     },
+}
+
+fn one() -> usize {
+    1
+}
+fn sixteen() -> usize {
+    16
+}
+fn default_gains() -> [f64; 3] {
+    [2.0, 0.5, 0.0]
+}
+fn default_min_gain() -> f64 {
+    0.02
 }
 
 impl PolicyConfig {
@@ -221,7 +257,7 @@ impl PolicyConfig {
             PolicyConfig::Pid {
                 target_acceptance, ..
             } => format!("pid target={target_acceptance}"),
-            PolicyConfig::CostOptimal { k_max } => format!("cost_optimal k<={k_max}"),
+            PolicyConfig::CostOptimal { k_max, .. } => format!("cost_optimal k<={k_max}"),
             PolicyConfig::Threshold {
                 k, min_acceptance, ..
             } => format!("threshold k={k} off<{min_acceptance}"),

@@ -27,7 +27,7 @@ mod method;
 mod models;
 mod prompts;
 
-pub use experiment::{BaselineRule, ExperimentConfig, LoadedConfig, SamplingConfig};
+pub use experiment::{BaselineRule, ExperimentConfig, LoadedConfig, SamplingConfig, ToyConfig};
 pub use method::{DrafterConfig, MethodConfig, PolicyConfig, VerifierConfig};
 pub use models::{KnownModel, ModelSource, ModelsConfig};
 pub use prompts::{Prompt, PromptSet};

@@ -8,8 +8,8 @@ use crate::error::{HarnessError, Result};
 
 /// The `[prompts]` table, tagged by `source`.
 ///
-/// - `source = "humaneval"`: the HumanEval problems (fetched like the models), optionally the
-///   first `count`;
+/// - `source = "humaneval"`: the HumanEval problems (fetched like the models, read from the
+///   cache's `HumanEval.jsonl`), optionally the first `count`;
 /// - `source = "file"`: a file of prompts: `.jsonl` (each line a JSON string or an object with a
 ///   `prompt` field) or plain text with prompts separated by lines holding only `---`;
 ///   a relative `path` is resolved against the config file's folder;
@@ -66,7 +66,7 @@ pub struct Prompt {
 impl PromptSet {
     /// Loads the prompts. `base_dir` is the config file's folder (for relative file paths).
     /// HumanEval is read from the fetch cache (`scripts/fetch-models.sh humaneval`); a missing
-    /// file is an error naming that command.
+    /// file gives the models crate's error naming the fetch command.
     pub fn load(&self, base_dir: &Path) -> Result<Vec<Prompt>> {
         match self {
             PromptSet::Inline { texts } => Ok(texts
@@ -106,7 +106,10 @@ impl PromptSet {
                 let path = specdec_models::registry::resolve("humaneval")?;
                 let text =
                     std::fs::read_to_string(&path).map_err(|e| HarnessError::io(&path, e))?;
-                let mut prompts = parse_humaneval(&path, &text)?;
+                let mut prompts = parse_prompt_file(&path, &text)?;
+                for (i, p) in prompts.iter_mut().enumerate() {
+                    p.id = format!("humaneval/{i}");
+                }
                 if let Some(n) = count {
                     prompts.truncate(*n);
                 }
@@ -114,36 +117,6 @@ impl PromptSet {
             }
         }
     }
-}
-
-/// HumanEval's JSONL: one object per line with `task_id` and `prompt`.
-fn parse_humaneval(path: &Path, text: &str) -> Result<Vec<Prompt>> {
-    let mut prompts = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |message: String| HarnessError::ResultParse {
-            path: path.to_path_buf(),
-            line: i + 1,
-            message,
-        };
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
-        let field = |name: &str| {
-            value
-                .get(name)
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-                .ok_or_else(|| bad(format!("expected a string field `{name}`")))
-        };
-        prompts.push(Prompt {
-            id: field("task_id")?.to_ascii_lowercase(),
-            text: field("prompt")?,
-            nominal_tokens: None,
-        });
-    }
-    Ok(prompts)
 }
 
 fn parse_prompt_file(path: &Path, text: &str) -> Result<Vec<Prompt>> {

@@ -35,7 +35,7 @@ pub use stop::{Detokenizer, FinishReason, StopRule};
 use std::time::Instant;
 
 use specdec_algorithms::drafters::{DraftRequest, Drafter};
-use specdec_algorithms::policy::{Budget, DepthTrial, SpeculationPolicy, StepOutcome};
+use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome};
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_algorithms::AlgorithmError;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
@@ -411,8 +411,10 @@ impl<'a> Engine<'a> {
             }
             let commit_s = t0.elapsed().as_secs_f64();
 
-            seq.policy
-                .observe(&outcome_of(tree.topology(), &verdict.accepted_path)?);
+            seq.policy.observe(&StepOutcome::from_verdict(
+                tree.topology(),
+                &verdict.accepted_path,
+            )?);
             let proposed = tree.len() - 1;
             seq.steps.push(StepRecord {
                 method: self.options.method.clone(),
@@ -437,35 +439,6 @@ impl<'a> Engine<'a> {
         }
         Ok(finished)
     }
-}
-
-/// The policy's view of a verified tree, from the accepted path including the root (node 0): at
-/// each depth along the path, the children of
-/// the path node (ranked by their order in the tree, which drafters fill best-first) and which
-/// one was accepted. A path ending at a node with children ended in a rejection; one ending at a
-/// leaf is censored.
-fn outcome_of(tree: &TreeTopology, accepted_path: &[usize]) -> Result<StepOutcome> {
-    let mut trials = Vec::with_capacity(accepted_path.len());
-    for (depth, &node) in accepted_path.iter().enumerate() {
-        let children = tree.children(node);
-        if children.is_empty() {
-            break;
-        }
-        let accepted_rank = accepted_path
-            .get(depth + 1)
-            .and_then(|next| children.iter().position(|c| c == next));
-        trials.push(DepthTrial {
-            candidate_ranks: (0..children.len()).collect(),
-            accepted_rank,
-        });
-    }
-    let outcome = StepOutcome {
-        proposed: tree.len().saturating_sub(1),
-        accepted: accepted_path.len().saturating_sub(1),
-        trials,
-    };
-    outcome.validate()?;
-    Ok(outcome)
 }
 
 #[cfg(test)]

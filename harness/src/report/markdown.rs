@@ -12,14 +12,25 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
     if !provenance.config.description.is_empty() {
         let _ = writeln!(md, "{}\n", provenance.config.description);
     }
-    let time_unit = if provenance.backend == "simulation" {
-        "simulated"
+    let time_unit = match provenance.backend.as_str() {
+        "simulation" => "simulated from the cost model",
+        "toy" => "wall time of the toy loop, which has no model cost: compare acceptance and τ, not speed",
+        _ => "measured",
+    };
+    // Milliseconds per token, or microseconds when every method is faster than 0.1 ms per token.
+    let slowest = summaries
+        .iter()
+        .filter(|s| s.generated_tokens > 0)
+        .map(|s| s.time_split.total_s() / s.generated_tokens as f64)
+        .fold(0.0f64, f64::max);
+    let (unit, scale) = if slowest < 1e-4 {
+        ("µs", 1e6)
     } else {
-        "measured"
+        ("ms", 1e3)
     };
     let _ = writeln!(
         md,
-        "| method | drafter / verifier / policy | tokens/s | speedup | per-prompt speedup (95% CI) | acceptance | τ (95% CI) | draft / target / verify / commit / overhead (ms per token) |"
+        "| method | drafter / verifier / policy | tokens/s | speedup | per-prompt speedup (95% CI) | acceptance | τ (95% CI) | draft / target / verify / commit / overhead ({unit} per token) |"
     );
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---|");
     for s in summaries {
@@ -35,7 +46,7 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
             if s.generated_tokens == 0 {
                 0.0
             } else {
-                x * 1e3 / s.generated_tokens as f64
+                x * scale / s.generated_tokens as f64
             }
         };
         let split: Vec<String> = s
@@ -48,7 +59,11 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
             md,
             "| {}{} | {} | {:.1} | {:.2}× | {} | {} | {:.2} [{:.2}, {:.2}] | {} |",
             s.method,
-            if s.is_baseline { " (baseline)" } else { "" },
+            if s.is_baseline && s.method != "baseline" {
+                " (baseline)"
+            } else {
+                ""
+            },
             s.description,
             s.tokens_per_s,
             s.speedup,

@@ -27,7 +27,7 @@ pub use jsonl::{read_jsonl, write_jsonl};
 pub use markdown::summary_markdown;
 pub use plots::{
     bar_chart, line_plot, plot_acceptance_by_depth, plot_speedup, plot_tau, plot_time_split, Bar,
-    Series, SeriesStyle,
+    Legend, Series, SeriesStyle,
 };
 pub use provenance::{crate_versions, hash_file, Provenance};
 

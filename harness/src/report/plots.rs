@@ -10,6 +10,14 @@ use crate::metrics::MethodSummary;
 
 const SIZE: (u32, u32) = (900, 520);
 
+/// Bar slots 0..n for a segmented axis: plotters' integer ranges include their end, so n bars
+/// need the range 0..n-1 (one bar still needs a non-empty range).
+fn segments(
+    n: usize,
+) -> plotters::coord::ranged1d::SegmentedCoord<plotters::coord::types::RangedCoordusize> {
+    (0..n.saturating_sub(1).max(1)).into_segmented()
+}
+
 fn plot_err<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> HarnessError + '_ {
     move |e| HarnessError::Plot {
         path: path.to_path_buf(),
@@ -51,7 +59,7 @@ pub fn bar_chart(
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(60)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..y_max)
+        .build_cartesian_2d(segments(n), 0.0..y_max)
         .map_err(&err)?;
     let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
     chart
@@ -127,6 +135,17 @@ pub struct Series {
     pub color: usize,
 }
 
+/// Where the legend of a line plot goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Legend {
+    /// Top left corner.
+    UpperLeft,
+    /// Bottom left corner.
+    LowerLeft,
+    /// Bottom right corner.
+    LowerRight,
+}
+
 /// Draws series on linear axes with a legend. `log_x` draws the x axis logarithmically (all x
 /// must then be > 0).
 pub fn line_plot(
@@ -136,6 +155,7 @@ pub fn line_plot(
     y_desc: &str,
     series: &[Series],
     log_x: bool,
+    legend: Legend,
 ) -> Result<()> {
     let err = plot_err(path);
     let all = series.iter().flat_map(|s| s.points.iter());
@@ -197,7 +217,11 @@ pub fn line_plot(
                 .configure_series_labels()
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(match legend {
+                    Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+                    Legend::LowerLeft => SeriesLabelPosition::LowerLeft,
+                    Legend::LowerRight => SeriesLabelPosition::LowerRight,
+                })
                 .draw()
                 .map_err(&err)?;
         }};
@@ -277,6 +301,7 @@ pub fn plot_acceptance_by_depth(path: &Path, summaries: &[MethodSummary]) -> Res
         "P(accept depth d | depth d-1 accepted)",
         &series,
         false,
+        Legend::LowerLeft,
     )
 }
 
@@ -303,7 +328,7 @@ pub fn plot_time_split(path: &Path, summaries: &[MethodSummary]) -> Result<()> {
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(60)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..y_max)
+        .build_cartesian_2d(segments(n), 0.0..y_max)
         .map_err(&err)?;
     let labels: Vec<String> = summaries.iter().map(|s| s.method.clone()).collect();
     chart

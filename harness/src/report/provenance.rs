@@ -34,7 +34,8 @@ pub struct Provenance {
     pub backend: String,
     /// The sampling seed of the run.
     pub seed: u64,
-    /// SHA-256 of every model file given by path, by config entry.
+    /// SHA-256 of every model file given by path (hashed at run time), and of every model given by
+    /// registry name (the pinned hash the fetch script verifies, marked `(registry pin)`).
     pub model_hashes: BTreeMap<String, String>,
     /// Unix seconds at the start of the run.
     pub started_unix_s: u64,
@@ -59,8 +60,16 @@ impl Provenance {
         let mut model_hashes = BTreeMap::new();
         let entries = std::iter::once(&config.models.target).chain(config.models.draft.iter());
         for entry in entries {
-            if let Ok(ModelSource::Gguf(path)) = ModelSource::parse(entry) {
-                model_hashes.insert(entry.clone(), hash_file(&path)?);
+            match ModelSource::parse(entry) {
+                Ok(ModelSource::Gguf(path)) => {
+                    model_hashes.insert(entry.clone(), hash_file(&path)?);
+                }
+                Ok(ModelSource::Named(_)) => {
+                    if let Some(e) = specdec_models::registry::entry(entry) {
+                        model_hashes.insert(entry.clone(), format!("{} (registry pin)", e.sha256));
+                    }
+                }
+                _ => {}
             }
         }
         Ok(Provenance {

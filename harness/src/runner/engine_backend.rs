@@ -33,8 +33,8 @@ use specdec_algorithms::drafters::{
     StagedDrafter, TreeFill,
 };
 use specdec_algorithms::policy::{
-    AimdPolicy, Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, FixedPolicy, PidPolicy,
-    SpeculationPolicy, TreeSearch,
+    Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, FixedPolicy, SpeculationPolicy,
+    TreeSearch,
 };
 use specdec_algorithms::trees::{sequoia_tree, TreeShape};
 use specdec_algorithms::verify::PairedVerifier;
@@ -51,6 +51,7 @@ use crate::config::{DrafterConfig, ExperimentConfig, MethodConfig, PolicyConfig,
 use crate::engine::{Engine, EngineOptions, Generation, LmDraftModel, NoDrafter, Penalties};
 use crate::engine::{Request, StopRule};
 use crate::error::{HarnessError, Result};
+use crate::policies::policy_for;
 
 /// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
 const KV_TOKENS_PER_SEQUENCE: usize = 2048;
@@ -443,69 +444,59 @@ fn build_policy(
     let Some(policy) = &method.policy else {
         return Ok(Box::new(FixedPolicy::new(Budget::Plain)));
     };
-    let not_for_trees = |what: &str| {
-        HarnessError::InvalidEngine(format!(
-            "method `{}`: the {what} policy steers a chain length; drafter `{}` drafts trees \
-             (use fixed or cost_optimal)",
-            method.name,
-            method.drafter.kind()
-        ))
-    };
-    Ok(match policy {
-        PolicyConfig::Fixed { k } => Box::new(FixedPolicy::new(budget_of(*k, is_chain, shape))),
-        PolicyConfig::Aimd {
-            k_min,
-            k_max,
-            decrease,
-        } => {
-            if !is_chain {
-                return Err(not_for_trees("aimd"));
-            }
-            Box::new(AimdPolicy::new(*k_min, *k_min, *k_max, 1, *decrease)?)
-        }
-        PolicyConfig::Pid {
-            target_acceptance,
-            k_min,
-            k_max,
-        } => {
-            if !is_chain {
-                return Err(not_for_trees("pid"));
-            }
-            let base = (*k_min + *k_max) as f64 / 2.0;
-            Box::new(PidPolicy::new(
-                *target_acceptance,
-                base,
-                [4.0, 0.5, 0.0],
-                *k_min,
-                *k_max,
-            )?)
-        }
-        PolicyConfig::Threshold {
-            k,
-            min_acceptance,
-            probe_every,
-        } => Box::new(
-            DisableGate::new(FixedPolicy::new(budget_of(*k, is_chain, shape)))
-                .with_threshold(*min_acceptance)?
-                .with_probe(*probe_every, Budget::chain(1))?,
-        ),
-        PolicyConfig::CostOptimal { k_max } => {
+    let costs = match policy {
+        PolicyConfig::CostOptimal { .. } => {
             let curve = models.verify_curve()?;
             let (per_pass, per_node) = match cost {
                 DraftCost::PerPass(c) => (c, 0.0),
                 DraftCost::PerNode(c) => (0.0, c),
             };
-            let costs = CostModel::new(curve, per_pass, per_node)?;
-            let search = if is_chain {
-                TreeSearch::Chain { max_k: *k_max }
-            } else {
-                TreeSearch::Tree {
-                    max_nodes: *k_max,
-                    max_depth: 8,
-                    max_ranks: 4,
-                }
+            Some(CostModel::new(curve, per_pass, per_node)?)
+        }
+        _ => None,
+    };
+    if is_chain {
+        return policy_for(policy, costs.as_ref());
+    }
+    // Tree drafters: K is a node budget within the drafter's shape.
+    Ok(match policy {
+        PolicyConfig::Fixed { k } => Box::new(FixedPolicy::new(budget_of(*k, false, shape))),
+        PolicyConfig::Threshold {
+            k,
+            min_acceptance,
+            probe_every,
+        } => Box::new(
+            DisableGate::new(FixedPolicy::new(budget_of(*k, false, shape)))
+                .with_threshold(*min_acceptance)?
+                .with_probe(*probe_every, Budget::TreeNodes(1))?,
+        ),
+        PolicyConfig::CostOptimal {
+            k_max,
+            min_gain,
+            probe_every,
+        } => {
+            let search = TreeSearch::Tree {
+                max_nodes: *k_max,
+                max_depth: 8,
+                max_ranks: 4,
             };
-            Box::new(CostModelPolicy::new(costs, search)?)
+            Box::new(
+                CostModelPolicy::new(costs.expect("measured above"), search)?
+                    .with_min_gain(*min_gain, *probe_every)?,
+            )
+        }
+        PolicyConfig::Aimd { .. } | PolicyConfig::Pid { .. } => {
+            return Err(HarnessError::InvalidEngine(format!(
+                "method `{}`: the {} policy steers a chain length; drafter `{}` drafts trees \
+                 (use fixed, threshold or cost_optimal)",
+                method.name,
+                if matches!(policy, PolicyConfig::Aimd { .. }) {
+                    "aimd"
+                } else {
+                    "pid"
+                },
+                method.drafter.kind()
+            )))
         }
     })
 }

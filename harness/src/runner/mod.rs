@@ -3,16 +3,20 @@
 //!
 //! The engine plugs in here: it implements [`Backend`] (run one method over a list of requests,
 //! batching them as it likes, and return one [`RequestOutcome`] per request with its
-//! [`StepRecord`]s). [`backend_for`] picks the backend from the config: simulation today; the toy
-//! and real-model backends answer [`HarnessError::NotYetAvailable`] until the engine lands.
+//! [`StepRecord`]s). [`backend_for`] picks the backend from the config: the simulation, the toy
+//! models (the [`crate::engine`] loop on `specdec_models::toy` tables), or — until a model
+//! runner backend is wired — a
+//! [`HarnessError::NotYetAvailable`] for real models.
 
 mod engine_backend;
 mod simulated;
+mod toy;
 
 pub use engine_backend::{
     build_method, check_same_tokenizer, BuiltMethod, EngineBackend, LoadedModel, ModelSet,
 };
 pub use simulated::SimulationBackend;
+pub use toy::{toy_pair, ToyBackend};
 
 use std::path::Path;
 
@@ -72,8 +76,8 @@ pub trait Backend {
     ) -> Result<MethodOutcome>;
 }
 
-/// Picks the backend for a config: `[simulation]` → [`SimulationBackend`]; `toy` and real models
-/// → [`HarnessError::NotYetAvailable`] until the engine lands.
+/// Picks the backend for a config: `[simulation]` → [`SimulationBackend`]; target `toy` →
+/// [`ToyBackend`]; real models → [`HarnessError::NotYetAvailable`] until the engine lands.
 pub fn backend_for(config: &ExperimentConfig) -> Result<Box<dyn Backend>> {
     if let Some(sim) = &config.simulation {
         return Ok(Box::new(SimulationBackend::new(
@@ -84,11 +88,7 @@ pub fn backend_for(config: &ExperimentConfig) -> Result<Box<dyn Backend>> {
     }
     let target = ModelSource::parse(&config.models.target).map_err(HarnessError::Simulation)?;
     if target == ModelSource::Toy {
-        return Err(HarnessError::NotYetAvailable(
-            "the toy models need the engine loop (specdec-models toy tables + the harness engine); \
-             use a [simulation] table meanwhile"
-                .into(),
-        ));
+        return Ok(Box::new(ToyBackend::new(config)?));
     }
     Ok(Box::new(EngineBackend::new(config)?))
 }

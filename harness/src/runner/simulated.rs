@@ -1,9 +1,10 @@
 //! The simulation backend.
 
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
-use crate::config::{DrafterConfig, MethodConfig};
-use crate::error::{HarnessError, Result};
-use crate::simulation::{budget_policy_for, simulate_request, SimulationConfig, SplitMix64};
+use crate::config::{MethodConfig, PolicyConfig};
+use crate::error::Result;
+use crate::policies::{method_policy, require_chain_method};
+use crate::simulation::{simulate_request, SimulationConfig, SplitMix64};
 
 /// Runs methods on the injected acceptance process and cost model, one request at a time. Every
 /// method sees the same random stream per request (common random numbers), so differences between
@@ -37,29 +38,31 @@ impl Backend for SimulationBackend {
         requests: &[RequestSpec<'_>],
         on_request_done: &mut dyn FnMut(usize),
     ) -> Result<MethodOutcome> {
-        if !matches!(method.drafter, DrafterConfig::None | DrafterConfig::Chain) {
-            return Err(HarnessError::NotYetAvailable(format!(
-                "the simulation models chains only; method `{}` uses drafter `{}`",
-                method.name,
-                method.drafter.kind()
-            )));
-        }
+        require_chain_method(method, "the simulation")?;
+        let costs = match &method.policy {
+            Some(PolicyConfig::CostOptimal { k_max, .. }) => {
+                Some(self.sim.cost.policy_costs(*k_max)?)
+            }
+            _ => None,
+        };
+        let template = method_policy(method, costs.as_ref())?;
         let mut elapsed_s = 0.0;
         let mut outcomes = Vec::with_capacity(requests.len());
         for spec in requests {
-            let mut policy = budget_policy_for(method)?;
+            let mut policy = template.fork();
             let mut rng = SplitMix64::stream(self.seed, spec.index as u64);
             let prompt_tokens = spec.prompt.nominal_tokens.unwrap_or(0);
+            let acceptance = self.sim.acceptance.for_request(spec.index);
             let r = simulate_request(
                 &method.name,
                 spec.index,
                 prompt_tokens,
                 self.max_tokens,
-                &self.sim.acceptance,
+                &acceptance,
                 &self.sim.cost,
                 policy.as_mut(),
                 &mut rng,
-            );
+            )?;
             elapsed_s += r.elapsed_s;
             outcomes.push(RequestOutcome {
                 request: spec.index,

@@ -19,6 +19,12 @@ pub enum AcceptanceProcess {
         /// Acceptance probabilities, each in [0, 1], at least one.
         alphas: Vec<f64>,
     },
+    /// A fixed α per request: request i uses `alphas[i % len]` (prompts of varied difficulty,
+    /// where per-sequence adaptive policies can pay).
+    PerRequest {
+        /// Acceptance probabilities, each in [0, 1], at least one.
+        alphas: Vec<f64>,
+    },
 }
 
 impl AcceptanceProcess {
@@ -26,7 +32,9 @@ impl AcceptanceProcess {
     pub fn validate(&self) -> Result<()> {
         let alphas: &[f64] = match self {
             AcceptanceProcess::Fixed { alpha } => std::slice::from_ref(alpha),
-            AcceptanceProcess::ByDepth { alphas } => alphas,
+            AcceptanceProcess::ByDepth { alphas } | AcceptanceProcess::PerRequest { alphas } => {
+                alphas
+            }
         };
         if alphas.is_empty() {
             return Err(HarnessError::Simulation(
@@ -41,13 +49,33 @@ impl AcceptanceProcess {
         Ok(())
     }
 
-    /// α at depth `depth` (1-based; depth 0 is treated as 1).
+    /// The process one request sees: `PerRequest` resolves to its request's fixed α, the others
+    /// are the same for every request.
+    pub fn for_request(&self, request: usize) -> AcceptanceProcess {
+        match self {
+            AcceptanceProcess::PerRequest { alphas } if !alphas.is_empty() => {
+                AcceptanceProcess::Fixed {
+                    alpha: alphas[request % alphas.len()],
+                }
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// α at depth `depth` (1-based; depth 0 is treated as 1). For `PerRequest` this is the mean
+    /// over requests (use [`AcceptanceProcess::for_request`] to simulate one).
     pub fn alpha_at(&self, depth: usize) -> f64 {
         match self {
             AcceptanceProcess::Fixed { alpha } => *alpha,
             AcceptanceProcess::ByDepth { alphas } => {
                 let i = depth.max(1) - 1;
-                alphas[i.min(alphas.len() - 1)]
+                alphas
+                    .get(i.min(alphas.len().saturating_sub(1)))
+                    .copied()
+                    .unwrap_or(0.0)
+            }
+            AcceptanceProcess::PerRequest { alphas } => {
+                alphas.iter().sum::<f64>() / alphas.len().max(1) as f64
             }
         }
     }

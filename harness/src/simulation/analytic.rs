@@ -1,14 +1,13 @@
 //! Closed forms: expected tokens per target pass and expected speedup.
 
+use specdec_algorithms::policy::{expected_tokens as expected_tokens_of, expected_tokens_constant};
+
 use super::{AcceptanceProcess, CostModel};
 
 /// Leviathan et al. (2023), eq. 1: expected tokens per target pass with γ drafts, each accepted
 /// with probability α independently: (1 − α^(γ+1)) / (1 − α); γ + 1 at α = 1.
 pub fn leviathan_expected_tokens(alpha: f64, gamma: usize) -> f64 {
-    if (1.0 - alpha).abs() < 1e-15 {
-        return (gamma + 1) as f64;
-    }
-    (1.0 - alpha.powi(gamma as i32 + 1)) / (1.0 - alpha)
+    expected_tokens_constant(alpha, gamma)
 }
 
 /// Leviathan et al. (2023), theorem 3.8: expected walltime improvement
@@ -21,13 +20,8 @@ pub fn leviathan_walltime_gain(alpha: f64, gamma: usize, c: f64) -> f64 {
 /// Expected tokens per target pass for a chain of `k` drafts under `acceptance`:
 /// 1 + Σ_{d=1..k} Π_{j≤d} α_j.
 pub fn expected_tokens(acceptance: &AcceptanceProcess, k: usize) -> f64 {
-    let mut total = 1.0;
-    let mut reach = 1.0;
-    for d in 1..=k {
-        reach *= acceptance.alpha_at(d);
-        total += reach;
-    }
-    total
+    let alphas: Vec<f64> = (1..=k).map(|d| acceptance.alpha_at(d)).collect();
+    expected_tokens_of(&alphas)
 }
 
 /// Expected speedup over plain decoding of a fixed-K chain under a cost model, ignoring the

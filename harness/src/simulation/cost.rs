@@ -206,6 +206,35 @@ impl CostModel {
         Ok(())
     }
 
+    /// The same costs in the units of `specdec_algorithms`' cost-model policy (relative to one
+    /// plain step), exact for chains of 1..=`k_max` drafts: the verify curve holds the whole
+    /// non-drafting cost of a step with n − 1 drafts (target pass, verify, commit, overhead, the
+    /// link's latency and per-step bytes), the draft cost per pass is the draft cost per token,
+    /// and the link's per-draft bytes are the cost per drafted token.
+    pub fn policy_costs(&self, k_max: usize) -> Result<specdec_algorithms::policy::CostModel> {
+        use specdec_algorithms::policy::{CostCurve as PolicyCurve, CostModel as PolicyCosts};
+        let plain_ms = self.step(0).total_s() * 1e3;
+        let link_fixed_ms = self.link.as_ref().map_or(0.0, |l| l.ms(0));
+        let link_per_draft_ms = self.link.as_ref().map_or(0.0, |l| l.ms(1) - l.ms(0));
+        let mut points = vec![(1, plain_ms)];
+        for n in 2..=k_max.max(1) + 1 {
+            points.push((
+                n,
+                self.target.ms(n)
+                    + self.verify_ms
+                    + self.commit_ms
+                    + self.overhead_ms
+                    + link_fixed_ms,
+            ));
+        }
+        let curve = PolicyCurve::from_measurements(&points)?;
+        Ok(PolicyCosts::new(
+            curve,
+            self.draft_ms_per_token / plain_ms,
+            link_per_draft_ms / plain_ms,
+        )?)
+    }
+
     /// The cost of a step with `k` drafts (`k = 0`: plain decoding).
     pub fn step(&self, k: usize) -> StepCost {
         if k == 0 {
@@ -264,6 +293,36 @@ mod tests {
             per_token_ms: 1.0,
         };
         assert!(c.validate().unwrap_err().to_string().contains("base_ms"));
+    }
+
+    #[test]
+    fn policy_costs_agree_with_step_costs() {
+        let m = CostModel {
+            draft_ms_per_token: 1.5,
+            target: CostCurve::Points {
+                tokens: vec![1, 4, 16],
+                ms: vec![10.0, 13.0, 20.0],
+            },
+            verify_ms: 0.2,
+            commit_ms: 0.1,
+            overhead_ms: 0.3,
+            link: Some(LinkModel {
+                latency_us: 40.0,
+                bandwidth_gb_per_s: 2.0,
+                bytes_per_draft_token: 1e5,
+                bytes_per_step: 64.0,
+            }),
+        };
+        let p = m.policy_costs(12).unwrap();
+        let plain = m.step(0).total_s();
+        for k in 1..=12 {
+            let rel = m.step(k).total_s() / plain;
+            assert!(
+                (p.chain_cost(k) - rel).abs() < 1e-9,
+                "k {k}: {} vs {rel}",
+                p.chain_cost(k)
+            );
+        }
     }
 
     #[test]

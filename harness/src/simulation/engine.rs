@@ -1,8 +1,12 @@
 //! One simulated request: the policy picks K, the acceptance process decides, the cost model
 //! charges time.
 
-use super::{AcceptanceProcess, BudgetPolicy, CostModel, SplitMix64};
+use specdec_algorithms::policy::{SpeculationPolicy, StepOutcome};
+
+use super::{AcceptanceProcess, CostModel, SplitMix64};
+use crate::error::Result;
 use crate::metrics::StepRecord;
+use crate::policies::next_chain_len;
 
 /// KV cache block size (tokens) assumed by the simulation's block count.
 pub const SIM_BLOCK_TOKENS: usize = 16;
@@ -17,10 +21,11 @@ pub struct SimulatedRequest {
 }
 
 /// Simulates one request of `max_tokens` tokens (≥ 1) after a prompt of `prompt_tokens` tokens.
-/// Each step: K = `policy.next_budget()`; K = 0 is a plain step emitting one token; otherwise the
-/// accepted length a is drawn from `acceptance` and a + 1 tokens are emitted (cut at
-/// `max_tokens`). Time per step comes from `cost.step(K)`. KV blocks count committed tokens in
-/// blocks of [`SIM_BLOCK_TOKENS`].
+/// Each step: the policy's budget gives K (plain: K = 0, a plain step emitting one token);
+/// otherwise the accepted length a is drawn from `acceptance`, a + 1 tokens are emitted (cut at
+/// `max_tokens`) and the policy observes the chain outcome. Time per step comes from
+/// `cost.step(K)`. KV blocks count committed tokens in blocks of [`SIM_BLOCK_TOKENS`].
+/// Tree budgets are refused ([`HarnessError::NotYetAvailable`]): the simulation models chains.
 #[allow(clippy::too_many_arguments)]
 pub fn simulate_request(
     method: &str,
@@ -29,20 +34,20 @@ pub fn simulate_request(
     max_tokens: usize,
     acceptance: &AcceptanceProcess,
     cost: &CostModel,
-    policy: &mut dyn BudgetPolicy,
+    policy: &mut dyn SpeculationPolicy,
     rng: &mut SplitMix64,
-) -> SimulatedRequest {
+) -> Result<SimulatedRequest> {
     let mut steps = Vec::new();
     let mut generated = 0usize;
     let mut elapsed_s = 0.0;
     while generated < max_tokens {
-        let k = policy.next_budget();
+        let k = next_chain_len(policy, "the simulation")?;
         let accepted = if k == 0 {
             0
         } else {
             acceptance.draw_accepted(k, || rng.uniform())
         };
-        policy.observe(k, accepted);
+        policy.observe(&StepOutcome::chain(k, accepted)?);
         let emitted = (accepted + 1).min(max_tokens - generated);
         generated += emitted;
         let c = cost.step(k);
@@ -64,12 +69,14 @@ pub fn simulate_request(
             batch: 1,
         });
     }
-    SimulatedRequest { steps, elapsed_s }
+    Ok(SimulatedRequest { steps, elapsed_s })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{expected_tokens, CostCurve, FixedBudget};
+    use specdec_algorithms::policy::{Budget, FixedPolicy};
+
+    use super::super::{expected_tokens, CostCurve};
     use super::*;
 
     fn cost() -> CostModel {
@@ -95,9 +102,10 @@ mod tests {
             7,
             &AcceptanceProcess::Fixed { alpha: 0.9 },
             &cost(),
-            &mut FixedBudget(0),
+            &mut FixedPolicy::new(Budget::Plain),
             &mut SplitMix64::new(1),
-        );
+        )
+        .unwrap();
         assert_eq!(r.steps.len(), 7);
         assert!((r.elapsed_s - 0.07).abs() < 1e-12);
         assert_eq!(r.steps.last().unwrap().kv_blocks, 2);
@@ -112,9 +120,10 @@ mod tests {
             10,
             &AcceptanceProcess::Fixed { alpha: 1.0 },
             &cost(),
-            &mut FixedBudget(4),
+            &mut FixedPolicy::chain(4),
             &mut SplitMix64::new(1),
-        );
+        )
+        .unwrap();
         // 5 + 5 tokens in two passes.
         assert_eq!(all.steps.len(), 2);
         assert!(all.steps.iter().all(|s| s.accepted == 4));
@@ -125,9 +134,10 @@ mod tests {
             3,
             &AcceptanceProcess::Fixed { alpha: 0.0 },
             &cost(),
-            &mut FixedBudget(4),
+            &mut FixedPolicy::chain(4),
             &mut SplitMix64::new(1),
-        );
+        )
+        .unwrap();
         assert_eq!(none.steps.len(), 3);
         assert!(none.steps.iter().all(|s| s.accepted == 0 && s.emitted == 1));
     }
@@ -144,9 +154,10 @@ mod tests {
             50_000,
             &acc,
             &cost(),
-            &mut FixedBudget(3),
+            &mut FixedPolicy::chain(3),
             &mut SplitMix64::new(3),
-        );
+        )
+        .unwrap();
         let passes = r.steps.len() as f64;
         let tau = r.steps.iter().map(|s| s.accepted + 1).sum::<usize>() as f64 / passes;
         assert!((tau - expected_tokens(&acc, 3)).abs() < 0.05, "tau {tau}");

@@ -20,7 +20,6 @@ mod acceptance;
 mod analytic;
 mod cost;
 mod engine;
-mod policy;
 mod rng;
 
 pub use acceptance::AcceptanceProcess;
@@ -29,7 +28,6 @@ pub use analytic::{
 };
 pub use cost::{CostCurve, CostModel, LinkModel};
 pub use engine::{simulate_request, SimulatedRequest};
-pub use policy::{budget_policy_for, BudgetPolicy, FixedBudget};
 pub use rng::SplitMix64;
 
 use serde::{Deserialize, Serialize};

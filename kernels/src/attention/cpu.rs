@@ -11,7 +11,8 @@
 //! Query `(node i, head h)` reduces over the **logical key sequence**
 //! `prefix 0..prefix_len, then the root-to-i path by depth`, numbered `0..prefix_len + depth(i) + 1`
 //! and split into chunks at multiples of [`KEY_CHUNK`]. Per chunk: scores `dot(q, k) * scale`, chunk
-//! maximum, one rescale of the running `(max, sum, acc)` state, then keys added in order. That
+//! maximum, one rescale of the running `(max, sum, acc)` state, then weights `exp(s - max)` (a fixed polynomial, `simd::exp_nonpositive`) added
+//! to `sum` and `weight · v` to `acc`, keys in order. That
 //! sequence of operations depends only on the query, its visible keys and their logical order —
 //! never on the block size, the physical blocks, the rest of the tree or the batch. So a token's
 //! output is bit-identical alone (its path committed as prefix), in a chain, in a tree or in a batch.
@@ -184,19 +185,27 @@ struct Context<'p, 'a> {
 
 fn run_task(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if simd::has_avx2() {
-        // SAFETY: the CPU supports AVX2 (checked just above at run time).
-        return unsafe { run_task_avx2(ctx, seq, task) };
+    if let Some(avx2) = simd::Avx2::detect() {
+        // SAFETY: `avx2` exists only if the CPU supports AVX2.
+        return unsafe { run_task_avx2(ctx, seq, task, avx2) };
     }
-    run_task_body(ctx, seq, task)
+    run_task_body(ctx, seq, task, simd::Portable)
 }
 
 /// The same code as [`run_task_body`], compiled for AVX2 (results are bit-identical: see
 /// [`simd`]).
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn run_task_avx2(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
-    run_task_body(ctx, seq, task)
+unsafe fn run_task_avx2(
+    ctx: &Context<'_, '_>,
+    seq: &AttentionSeq<'_>,
+    task: &Task,
+    avx2: simd::Avx2,
+) -> Vec<f32> {
+    run_task_body(ctx, seq, task, avx2)
 }
 
 /// Running online-softmax state of one query row.
@@ -209,8 +218,9 @@ struct RowState<'o> {
 impl RowState<'_> {
     /// Adds one chunk of keys (in logical order) to the state of query `q`.
     #[inline(always)]
-    fn absorb(
+    fn absorb<D: simd::Dot>(
         &mut self,
+        kernel: D,
         q: &[f32],
         keys: &[&[f32]],
         values: &[&[f32]],
@@ -220,28 +230,35 @@ impl RowState<'_> {
         let scores = &mut scores[..keys.len()];
         let mut chunk_max = f32::NEG_INFINITY;
         for (s, k) in scores.iter_mut().zip(keys) {
-            *s = simd::dot(q, k) * scale;
+            *s = kernel.dot(q, k) * scale;
             chunk_max = chunk_max.max(*s);
         }
         let new_max = self.max.max(chunk_max);
         if new_max > self.max {
             if self.max != f32::NEG_INFINITY {
-                let alpha = (self.max - new_max).exp();
+                let alpha = simd::exp_nonpositive(self.max - new_max);
                 self.sum *= alpha;
                 simd::scale(self.acc, alpha);
             }
             self.max = new_max;
         }
-        for (s, v) in scores.iter().zip(values) {
-            let p = (s - new_max).exp();
-            self.sum += p;
-            simd::axpy(self.acc, p, v);
+        for s in scores.iter_mut() {
+            *s = simd::exp_nonpositive(*s - new_max);
         }
+        for p in scores.iter() {
+            self.sum += p;
+        }
+        simd::accumulate(self.acc, scores, values);
     }
 }
 
 #[inline(always)]
-fn run_task_body(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
+fn run_task_body<D: simd::Dot>(
+    ctx: &Context<'_, '_>,
+    seq: &AttentionSeq<'_>,
+    task: &Task,
+    kernel: D,
+) -> Vec<f32> {
     let pages = ctx.pages;
     let layout = pages.layout();
     let (dim, bs) = (layout.head_dim(), layout.block_size());
@@ -281,7 +298,7 @@ fn run_task_body(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> 
             values.push(row_at(pos, KvPart::Value));
         }
         for (r, state) in task.rows.clone().zip(states.iter_mut()) {
-            state.absorb(query(r), &keys, &values, scale, &mut scores);
+            state.absorb(kernel, query(r), &keys, &values, scale, &mut scores);
         }
     }
 
@@ -316,7 +333,7 @@ fn run_task_body(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> 
                 keys.push(row_at(pos, KvPart::Key));
                 values.push(row_at(pos, KvPart::Value));
             }
-            state.absorb(query(r), &keys, &values, scale, &mut scores);
+            state.absorb(kernel, query(r), &keys, &values, scale, &mut scores);
         }
     }
 

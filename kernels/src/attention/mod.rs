@@ -2,6 +2,7 @@
 //! trees, GQA, online softmax in f32, batch-invariant by construction (see [`cpu`]).
 
 pub mod cpu;
+pub mod cuda;
 mod simd;
 
 #[cfg(test)]

@@ -28,6 +28,7 @@
 
 pub mod allocator;
 pub mod cache;
+pub mod cuda;
 pub mod layout;
 
 #[cfg(test)]

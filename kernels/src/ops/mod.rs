@@ -6,6 +6,7 @@
 //! `[n_tokens × dim]` f32 slices.
 
 pub mod activation;
+pub mod cuda;
 pub mod embedding;
 pub mod norm;
 pub mod rope;

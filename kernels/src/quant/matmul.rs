@@ -8,12 +8,14 @@
 //! **How.** Parallel (rayon) over blocks of output rows; each weight row is read once for all
 //! `n_tokens` (one sweep of the weights per call). A row is dequantised 256 elements at a time
 //! into an L1-resident buffer and immediately consumed by every token, tokens being processed
-//! four at a time so the dequantised weights stay in registers.
+//! up to four at a time so the dequantised weights stay in registers. Sixty-four lanes give
+//! four independent fused-multiply-add chains per token (AVX-512), so even one token is not
+//! bound by the FMA latency.
 //!
-//! **Fixed reduction order (batch invariance, path invariance).** Each output element has 16
-//! partial sums ("lanes"): element `c` of the row goes to lane `c % 16` as
+//! **Fixed reduction order (batch invariance, path invariance).** Each output element has 64
+//! partial sums ("lanes"): element `c` of the row goes to lane `c % 64` as
 //! `lane = fma(w[c], x[c], lane)`, for `c` in increasing order; at the end the lanes are folded
-//! pairwise (`l[k] += l[k + 8]`, then `+4`, `+2`, `+1`). The sequence of rounded operations for
+//! pairwise (`l[k] += l[k + 32]` for k < 32, then `+16`, `+8`, `+4`, `+2`, `+1`). The sequence of rounded operations for
 //! one output element depends only on that token's activations and the weight row, never on
 //! `n_tokens`, the token's position in the batch, the thread split or the SIMD level: all
 //! [`SimdLevel`]s give bit-identical results (they use the same fused multiply-adds and the
@@ -28,11 +30,33 @@ use super::types::QuantType;
 use crate::error::{KernelError, Result};
 
 /// Partial sums per output element (see the module docs).
-pub const LANES: usize = 16;
+pub const LANES: usize = 64;
 /// Elements dequantised at a time (a multiple of every block length).
 const CHUNK: usize = 256;
-/// Tokens sharing one pass over a dequantised chunk.
-const TOKEN_GROUP: usize = 4;
+
+/// Splits tokens `0..$n` into consecutive groups of the largest listed size (the list must be
+/// `1, 2, ..., max`), the last group taking the remainder, and evaluates `$body` for each group
+/// with `$t` its first token and `$G` its size as a `const` (so kernels monomorphise per size).
+/// How tokens are grouped never changes a token's arithmetic (see the module docs).
+macro_rules! for_token_groups {
+    ($n:expr, [$($size:literal),+], $t:ident, $G:ident => $body:expr) => {{
+        let n: usize = $n;
+        let max: usize = 0 $(.max($size))+;
+        let mut $t = 0;
+        while $t < n {
+            let group = (n - $t).min(max);
+            match group {
+                $($size => {
+                    const $G: usize = $size;
+                    $body
+                })+
+                _ => {}
+            }
+            $t += group;
+        }
+    }};
+}
+pub(crate) use for_token_groups;
 /// Output rows per parallel task.
 const ROWS_PER_TASK: usize = 16;
 
@@ -115,7 +139,7 @@ pub enum SimdLevel {
     Portable,
     /// x86_64 AVX2 + FMA.
     Avx2,
-    /// x86_64 AVX-512 (F, BW, VL) + FMA.
+    /// x86_64 AVX-512 (F, BW, VL, VNNI) + AVX2 + FMA.
     Avx512,
 }
 
@@ -131,6 +155,21 @@ impl SimdLevel {
         })
     }
 
+    /// `Ok` when this CPU can run kernels of this level.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidParameter`] naming the level otherwise.
+    pub fn ensure_available(self) -> Result<()> {
+        if self.is_available() {
+            Ok(())
+        } else {
+            Err(KernelError::InvalidParameter {
+                what: "simd level",
+                reason: format!("{self:?} is not supported by this CPU"),
+            })
+        }
+    }
+
     /// Whether this CPU can run kernels of this level.
     pub fn is_available(self) -> bool {
         match self {
@@ -142,6 +181,7 @@ impl SimdLevel {
                 is_x86_feature_detected!("avx512f")
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
                     && is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("fma")
             }
@@ -179,33 +219,38 @@ pub fn quant_matmul_with(
 ) -> Result<()> {
     check_len("activations [n_tokens x cols]", n_tokens * w.cols, x.len())?;
     check_len("output [n_tokens x rows]", n_tokens * w.rows, out.len())?;
-    if !level.is_available() {
-        return Err(KernelError::InvalidParameter {
-            what: "simd level",
-            reason: format!("{level:?} is not supported by this CPU"),
-        });
-    }
+    level.ensure_available()?;
     if n_tokens == 0 || w.rows == 0 {
         return Ok(());
     }
-    // Row-major [rows x n_tokens] scratch so each task owns a contiguous slice; transposed after.
-    let mut by_row = vec![0.0f32; w.rows * n_tokens];
-    by_row
-        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
-        .enumerate()
-        .for_each(|(task, chunk)| {
-            let first_row = task * ROWS_PER_TASK;
-            with_block_format!(w.ty, F => run_rows::<F>(level, w, x, n_tokens, first_row, chunk));
-        });
-    for (r, vals) in by_row.chunks_exact(n_tokens).enumerate() {
-        for (t, &v) in vals.iter().enumerate() {
-            out[t * w.rows + r] = v;
-        }
-    }
+    par_over_rows(w.rows, n_tokens, out, |first_row, chunk| {
+        with_block_format!(w.ty, F => run_rows::<F>(level, w, x, n_tokens, first_row, chunk));
+    });
     Ok(())
 }
 
-fn check_len(what: &str, expected: usize, actual: usize) -> Result<()> {
+/// Runs `task(first_row, scratch)` in parallel over blocks of [`ROWS_PER_TASK`] output rows,
+/// `scratch` being those rows' outputs as `[rows_in_block × n_tokens]`, then transposes the
+/// results into `out` (`[n_tokens × rows]`). Each output element is written by one task only.
+pub(crate) fn par_over_rows(
+    rows: usize,
+    n_tokens: usize,
+    out: &mut [f32],
+    task: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let mut by_row = vec![0.0f32; rows * n_tokens];
+    by_row
+        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
+        .enumerate()
+        .for_each(|(i, chunk)| task(i * ROWS_PER_TASK, chunk));
+    for (r, vals) in by_row.chunks_exact(n_tokens).enumerate() {
+        for (t, &v) in vals.iter().enumerate() {
+            out[t * rows + r] = v;
+        }
+    }
+}
+
+pub(crate) fn check_len(what: &str, expected: usize, actual: usize) -> Result<()> {
     if expected != actual {
         return Err(KernelError::ShapeMismatch {
             what: what.to_string(),
@@ -272,16 +317,10 @@ fn rows_generic<F: BlockFormat>(
     let mut buf = [0.0f32; CHUNK];
     for (i, out_row) in out.chunks_exact_mut(n_tokens).enumerate() {
         let row = w.row(first_row + i);
-        let mut t = 0;
-        while t + TOKEN_GROUP <= n_tokens {
-            let sums = row_dot::<F, TOKEN_GROUP>(row, cols, &x[t * cols..], &mut buf);
-            out_row[t..t + TOKEN_GROUP].copy_from_slice(&sums);
-            t += TOKEN_GROUP;
-        }
-        while t < n_tokens {
-            out_row[t] = row_dot::<F, 1>(row, cols, &x[t * cols..], &mut buf)[0];
-            t += 1;
-        }
+        for_token_groups!(n_tokens, [1, 2, 3, 4], t, G => {
+            let sums = row_dot::<F, G>(row, cols, &x[t * cols..], &mut buf);
+            out_row[t..t + G].copy_from_slice(&sums);
+        });
     }
 }
 
@@ -300,27 +339,26 @@ fn row_dot<F: BlockFormat, const G: usize>(
         let bytes = &row[c * chunk_bytes..c * chunk_bytes + len / F::LEN * F::BYTES];
         let wv = &mut buf[..len];
         dequantize_blocks::<F>(bytes, wv);
+        let xs: [&[f32]; G] = std::array::from_fn(|g| &x[g * cols + start..g * cols + start + len]);
         let full = len / LANES * LANES;
-        for v in (0..full).step_by(LANES) {
-            let wl: &[f32; LANES] = wv[v..v + LANES].try_into().expect("lane slice");
-            for (g, a) in acc.iter_mut().enumerate() {
-                let xo = g * cols + start + v;
-                let xl: &[f32; LANES] = x[xo..xo + LANES].try_into().expect("lane slice");
+        for (v, wl) in wv[..full].chunks_exact(LANES).enumerate() {
+            for (a, xg) in acc.iter_mut().zip(&xs) {
+                let xl = &xg[v * LANES..(v + 1) * LANES];
                 for k in 0..LANES {
                     a[k] = wl[k].mul_add(xl[k], a[k]);
                 }
             }
         }
         for e in full..len {
-            for (g, a) in acc.iter_mut().enumerate() {
-                a[e % LANES] = wv[e].mul_add(x[g * cols + start + e], a[e % LANES]);
+            for (a, xg) in acc.iter_mut().zip(&xs) {
+                a[e % LANES] = wv[e].mul_add(xg[e], a[e % LANES]);
             }
         }
     }
     acc.map(fold_lanes)
 }
 
-/// Folds the 16 lanes pairwise in the fixed order of the module docs.
+/// Folds the 64 lanes pairwise in the fixed order of the module docs.
 #[inline(always)]
 pub(crate) fn fold_lanes(mut l: [f32; LANES]) -> f32 {
     let mut width = LANES / 2;

@@ -2,8 +2,8 @@
 //! invariance (bit-exact), SIMD-level invariance (bit-exact) and shape errors.
 
 use super::dequant::dequantize_row_to_vec;
-use super::matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
-use super::testutil::{random_row, TestRng};
+use super::matmul::{quant_matmul, quant_matmul_with, QuantMatrix};
+use super::testutil::{assert_rows_bit_identical, available_levels, random_row, TestRng};
 use super::types::QuantType;
 use crate::error::KernelError;
 
@@ -81,15 +81,7 @@ fn a_token_is_bit_identical_alone_and_in_any_batch() {
         for n in 2..=16 {
             let mut out = vec![0.0; n * rows];
             quant_matmul(&w, &batch[..n * cols], n, &mut out).unwrap();
-            for (t, want) in alone.iter().enumerate().take(n) {
-                let got = &out[t * rows..(t + 1) * rows];
-                assert!(
-                    got.iter()
-                        .zip(want)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{ty}: token {t} differs inside a batch of {n}"
-                );
-            }
+            assert_rows_bit_identical(&out, &alone, rows, &format!("{ty} in a batch of {n}"));
         }
     }
 }
@@ -97,10 +89,7 @@ fn a_token_is_bit_identical_alone_and_in_any_batch() {
 #[test]
 fn every_simd_level_is_bit_identical() {
     let mut rng = TestRng(12);
-    let levels: Vec<SimdLevel> = [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512]
-        .into_iter()
-        .filter(|l| l.is_available())
-        .collect();
+    let levels = available_levels();
     for ty in QuantType::ALL {
         let (rows, cols, n) = (17, cols_for(ty), 6);
         let data = random_matrix(ty, rows, cols, &mut rng);

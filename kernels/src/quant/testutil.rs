@@ -130,3 +130,24 @@ pub fn random_row(ty: QuantType, n: usize, rng: &mut TestRng) -> Vec<u8> {
     }
     row
 }
+
+/// Every [`super::SimdLevel`] this CPU can run, portable first.
+pub fn available_levels() -> Vec<super::SimdLevel> {
+    use super::SimdLevel;
+    [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .filter(|l| l.is_available())
+        .collect()
+}
+
+/// Asserts that each token's row of `batch` (`[n × rows]`) is bit-identical to `alone[t]`.
+pub fn assert_rows_bit_identical(batch: &[f32], alone: &[Vec<f32>], rows: usize, what: &str) {
+    for (t, (got, want)) in batch.chunks_exact(rows).zip(alone).enumerate() {
+        assert!(
+            got.iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{what}: token {t} differs"
+        );
+    }
+}

@@ -85,8 +85,8 @@ impl SamplingParams {
     }
 }
 
-fn invalid(name: &'static str, reason: String) -> KernelError {
-    KernelError::InvalidParameter { what: name, reason }
+fn invalid(what: &'static str, reason: String) -> KernelError {
+    KernelError::InvalidParameter { what, reason }
 }
 
 /// Checks that `probs` is a usable distribution: non-empty, entries `>= 0`, positive total.

@@ -203,6 +203,43 @@ mod tests {
         assert_eq!(categorical_from_word(7, &[1e-12f64]), None);
     }
 
+    proptest::proptest! {
+        /// With dyadic inputs (at most 8 significant bits) the f32 product `u * q` is exact, so the
+        /// replay rule must equal the exact comparison `u * q < p` on rationals.
+        #[test]
+        fn accept_rule_is_the_exact_comparison_on_dyadic_inputs(
+            p in 0u32..=256, q in 0u32..=256, u24 in 0u32..(1 << 24),
+        ) {
+            let (pf, qf) = (p as f32 / 256.0, q as f32 / 256.0);
+            let word = GivenUniforms::word_for_u24(u24);
+            let exact = q > 0 && u64::from(u24) * u64::from(q) < u64::from(p) << 24;
+            proptest::prop_assert_eq!(accept_from_word(word, pf, qf), exact);
+        }
+
+        /// The categorical rule picks the lowest index whose fixed-point prefix sum exceeds
+        /// `floor(word * T / 2^64)`, never a zero-weight index, and is monotone in the word.
+        #[test]
+        fn categorical_rule_is_the_fixed_point_inverse_cdf(
+            weights in proptest::collection::vec(0u32..=8, 1..6), word in proptest::num::u64::ANY,
+        ) {
+            let w: Vec<f32> = weights.iter().map(|&x| x as f32 / 32.0).collect();
+            let picked = categorical_from_word(word, &w);
+            let fixed: Vec<u64> = weights.iter().map(|&x| u64::from(x) << 27).collect();
+            let total: u64 = fixed.iter().sum();
+            if total == 0 {
+                proptest::prop_assert_eq!(picked, None);
+            } else {
+                let t = ((u128::from(word) * u128::from(total)) >> 64) as u64;
+                let mut prefix = 0;
+                let expected = fixed.iter().position(|f| { prefix += f; prefix > t });
+                proptest::prop_assert_eq!(picked, expected);
+                proptest::prop_assert!(weights[picked.unwrap()] > 0);
+                let later = categorical_from_word(word.saturating_add(1 << 40), &w).unwrap();
+                proptest::prop_assert!(later >= picked.unwrap());
+            }
+        }
+    }
+
     #[test]
     fn categorical_frequencies_follow_weights() {
         let mut dec = Replay::production(3);

@@ -4,7 +4,9 @@
 //! already part of the output, not a draft — and whose nodes `1..` are drafted tokens, plus:
 //! - the token at every node (`tokens[0]` is the root's token);
 //! - the draft distribution `q` at every **expanded** node (a node with children): the
-//!   distribution (after temperature / top-k / top-p) the node's children were drawn from;
+//!   distribution (after temperature / top-k / top-p) the node's children were drawn from —
+//!   required for the sampled kinds, optional for deterministic trees, and optional (but allowed)
+//!   at leaves, where a drafter may record the draft's next-token distribution too;
 //! - how the children were drawn ([`DraftKind`]).
 //!
 //! Children of one node are kept in increasing index order, which is the order they were drawn

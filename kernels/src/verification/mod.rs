@@ -21,6 +21,7 @@
 //! fixed-point prefix sums over a 64-bit word), drawn with the keys listed in each method's docs,
 //! and normalisations divide by the fixed-point total ([`crate::sampling::Prob::total`]).
 
+pub mod cuda;
 pub mod draft_tree;
 pub mod greedy;
 pub mod input;
@@ -122,6 +123,28 @@ pub fn verify_batch<N: Prob, D: Decisions<N> + ?Sized>(
     inputs
         .iter()
         .map(|input| verify_one(method, input, decisions))
+        .collect()
+}
+
+/// Verifies a batch in parallel (rayon), each sequence with its own clone of `decisions`.
+/// Because decisions are keyed by `(sequence, step, node, purpose)`, the verdicts equal
+/// [`verify_batch`]'s for counter-based decisions such as [`crate::sampling::Production`].
+///
+/// # Errors
+/// The first failing input's error (in input order).
+pub fn verify_batch_parallel<N, D>(
+    method: VerifyMethod,
+    inputs: &[VerifyInput<'_, N>],
+    decisions: &D,
+) -> Result<Vec<Verdict>>
+where
+    N: Prob,
+    D: Decisions<N> + Clone + Send + Sync,
+{
+    use rayon::prelude::*;
+    inputs
+        .par_iter()
+        .map(|input| verify_one(method, input, &mut decisions.clone()))
         .collect()
 }
 
@@ -314,6 +337,13 @@ mod tests {
         .unwrap();
         backward.reverse();
         assert_eq!(forward, backward);
+        let parallel = verify_batch_parallel(
+            VerifyMethod::ChainRejection,
+            &inputs,
+            &Replay::production(9),
+        )
+        .unwrap();
+        assert_eq!(parallel, forward);
         let alone = verify_one(
             VerifyMethod::ChainRejection,
             &inputs[4],

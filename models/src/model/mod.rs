@@ -2,7 +2,7 @@
 //!
 //! A model owns the KV cache of its sequences. One call to [`LanguageModel::forward`] takes a
 //! ragged batch of [`SequenceStep`]s — for each sequence, its new tokens and their shape (a
-//! [`TreeTopology`]: a chain for a prefill chunk or plain decoding, a tree for verifying a draft
+//! [`TreeTopology`](specdec_kernels::TreeTopology): a chain for a prefill chunk or plain decoding, a tree for verifying a draft
 //! tree) — and returns f32 logits `[n_new, vocab]` per sequence. The K/V of the new tokens are
 //! written to the cache as **speculative** entries: they are visible to later forwards of the same
 //! sequence only once [`LanguageModel::commit`] has kept a root-to-node path of them. New token
@@ -46,10 +46,11 @@ pub trait LanguageModel: Send {
     fn new_sequence(&mut self) -> Result<SeqId>;
 
     /// Opens a new sequence sharing the committed tokens of `seq` (copy on write where the cache
-    /// pages are shared). Speculative entries of `seq` are not copied.
+    /// pages are shared).
     ///
     /// # Errors
-    /// When `seq` is unknown or the cache is full.
+    /// When `seq` is unknown, has uncommitted speculative entries (commit or `rewind(seq, 0)`
+    /// first), or the cache is full.
     fn fork(&mut self, seq: SeqId) -> Result<SeqId>;
 
     /// Closes `seq`, freeing its cache entries.
@@ -72,7 +73,8 @@ pub trait LanguageModel: Send {
     ///
     /// # Errors
     /// Unknown or repeated sequence ids, token ids outside the vocabulary, a token/tree length
-    /// mismatch, a context overflow or a full KV cache. On error no sequence has changed.
+    /// mismatch, a context overflow or a full KV cache. On error no committed token has changed
+    /// (uncommitted speculative entries of the batch's sequences may have been discarded).
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>>;
 
     /// Keeps the new tokens on `path` of the last forward of `seq` as committed tokens, in path

@@ -4,7 +4,11 @@
 use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
-use crate::llama::{LlamaConfig, LlamaModel, LlamaOptions, ModelWeights, SpecialTokens};
+use crate::gguf::GgufFile;
+use crate::llama::{
+    read_config, read_special_tokens, read_weights, LlamaConfig, LlamaModel, LlamaOptions,
+    ModelWeights, SpecialTokens,
+};
 use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
 use crate::shard::ThreadCommunicator;
 
@@ -61,6 +65,22 @@ impl ShardedModel {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { ranks, comms })
+    }
+
+    /// Splits the decoder in a parsed GGUF file among `world` ranks.
+    ///
+    /// # Errors
+    /// As [`crate::llama::LlamaModel::from_gguf`] and [`ShardedModel::new`].
+    pub fn from_gguf(file: &Arc<GgufFile>, options: LlamaOptions, world: usize) -> Result<Self> {
+        let config = read_config(file)?;
+        let weights = read_weights(file, &config)?;
+        Self::new(
+            &config,
+            &weights,
+            &read_special_tokens(file),
+            options,
+            world,
+        )
     }
 
     /// The ranks, rank `r` at index `r`.

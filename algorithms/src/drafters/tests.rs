@@ -1,0 +1,252 @@
+//! Structural tests of the drafters on small explicit tables (exact compositions with the
+//! verifiers are in `algorithms/tests/compositions.rs`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use specdec_kernels::sampling::{Decisions, Replay};
+use specdec_kernels::verification::DraftKind;
+
+use super::*;
+use crate::trees::TreeShape;
+
+/// Order-1 table over 4 tokens: row `t` is the distribution after token `t`.
+const TABLE: [[f64; 4]; 4] = [
+    [0.5, 0.25, 0.125, 0.125],
+    [0.0, 0.0, 0.75, 0.25],
+    [0.25, 0.5, 0.0, 0.25],
+    [0.0, 0.0, 0.0, 1.0],
+];
+
+fn table_model() -> FnModel<impl FnMut(&[u32]) -> Vec<f64>> {
+    FnModel::new(4, |ctx: &[u32]| {
+        TABLE[*ctx.last().unwrap() as usize].to_vec()
+    })
+}
+
+fn request<'a>(context: &'a [u32], budget: &'a Budget) -> DraftRequest<'a> {
+    DraftRequest {
+        sequence: 3,
+        step: 1,
+        context,
+        budget,
+    }
+}
+
+fn production() -> specdec_kernels::sampling::Production {
+    Replay::production(42)
+}
+
+#[test]
+fn chain_argmax_follows_the_table() {
+    let mut d = ChainDrafter::new(table_model(), ChainMode::Argmax);
+    let tree: DraftTree<f64> = d
+        .propose(&request(&[0], &Budget::Chain(3)), &mut production())
+        .unwrap();
+    assert_eq!(tree.tokens(), &[0, 0, 0, 0]);
+    let tree: DraftTree<f64> = d
+        .propose(&request(&[1], &Budget::Chain(3)), &mut production())
+        .unwrap();
+    assert_eq!(tree.tokens(), &[1, 2, 1, 2]);
+    assert_eq!(tree.kind(), DraftKind::Deterministic);
+    assert_eq!(tree.draft_probs(0), Some(&TABLE[1][..]));
+    assert_eq!(tree.draft_probs(3), None, "leaves carry no q");
+    let plain: DraftTree<f64> = d
+        .propose(&request(&[1], &Budget::Plain), &mut production())
+        .unwrap();
+    assert_eq!(plain.len(), 1);
+    assert!(d
+        .propose(&request(&[], &Budget::Chain(1)), &mut production())
+        .is_err());
+}
+
+#[test]
+fn chain_samples_stay_in_support() {
+    let mut d = ChainDrafter::new(table_model(), ChainMode::Sample);
+    for seed in 0..50 {
+        let tree: DraftTree<f64> = d
+            .propose(
+                &request(&[1], &Budget::Chain(4)),
+                &mut Replay::production(seed),
+            )
+            .unwrap();
+        assert_eq!(tree.draft_count(), 4);
+        assert_eq!(tree.kind(), DraftKind::Iid);
+        for node in 1..tree.len() {
+            let q = tree.draft_probs(node - 1).unwrap();
+            assert!(q[tree.token(node) as usize] > 0.0);
+            assert_eq!(q, &TABLE[tree.token(node - 1) as usize][..]);
+        }
+    }
+}
+
+#[test]
+fn top_ranked_fill_and_budget_cut() {
+    let mut d = ShapeDrafter::new(table_model(), TreeFill::TopRanked, TreeShape::k_ary(2, 2));
+    let tree: DraftTree<f64> = d
+        .propose(&request(&[2], &Budget::TreeNodes(6)), &mut production())
+        .unwrap();
+    // Root 2: top-2 are 1 (0.5) then 0 (0.25, tie with 3 goes to the lower id).
+    // Under 1: 2 (0.75), 3 (0.25). Under 0: 0 (0.5), 1 (0.25).
+    assert_eq!(tree.tokens(), &[2, 1, 0, 2, 3, 0, 1]);
+    let cut: DraftTree<f64> = d
+        .propose(&request(&[2], &Budget::TreeNodes(3)), &mut production())
+        .unwrap();
+    assert_eq!(cut.tokens(), &[2, 1, 0, 2]);
+    // After token 3 only token 3 has mass: the rank-1 children are dropped with their subtrees.
+    let narrow: DraftTree<f64> = d
+        .propose(&request(&[3], &Budget::TreeNodes(6)), &mut production())
+        .unwrap();
+    assert_eq!(narrow.tokens(), &[3, 3, 3]);
+    // An explicit shape wins over the default.
+    let shape = Arc::new(TreeShape::from_choices(&[vec![0], vec![0, 0], vec![0, 0, 0]]).unwrap());
+    let chain: DraftTree<f64> = d
+        .propose(&request(&[1], &Budget::Tree(shape)), &mut production())
+        .unwrap();
+    assert_eq!(chain.tokens(), &[1, 2, 1, 2]);
+}
+
+#[test]
+fn without_replacement_siblings_are_distinct() {
+    let mut d = ShapeDrafter::new(
+        table_model(),
+        TreeFill::WithoutReplacement,
+        TreeShape::k_ary(3, 1),
+    );
+    for seed in 0..30 {
+        let tree: DraftTree<f64> = d
+            .propose(
+                &request(&[1], &Budget::TreeNodes(3)),
+                &mut Replay::production(seed),
+            )
+            .unwrap();
+        // Only tokens 2 and 3 have mass after 1: the third child is dropped.
+        let children: BTreeSet<u32> = (1..tree.len()).map(|n| tree.token(n)).collect();
+        assert_eq!(children, BTreeSet::from([2, 3]));
+        assert_eq!(tree.kind(), DraftKind::WithoutReplacement);
+    }
+    let mut iid = ShapeDrafter::new(table_model(), TreeFill::Iid, TreeShape::k_ary(3, 1));
+    let tree: DraftTree<f64> = iid
+        .propose(&request(&[3], &Budget::TreeNodes(3)), &mut production())
+        .unwrap();
+    assert_eq!(tree.tokens(), &[3, 3, 3, 3], "i.i.d. children may repeat");
+}
+
+/// All token paths of depth ≤ `depth` with positive probability, with their probabilities.
+fn all_paths(last: u32, depth: usize) -> Vec<(Vec<u32>, f64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(vec![], last, 1.0)];
+    while let Some((path, tok, p)) = stack.pop() {
+        if path.len() == depth {
+            continue;
+        }
+        for t in 0..4u32 {
+            let q = TABLE[tok as usize][t as usize];
+            if q > 0.0 {
+                let mut next = path.clone();
+                next.push(t);
+                out.push((next.clone(), p * q));
+                stack.push((next, t, p * q));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn dynamic_tree_keeps_the_most_probable_paths() {
+    // With full expansion the kept nodes are exactly the N most probable paths.
+    let mut d = DynamicTreeDrafter::new(table_model(), 3, 64, 4).unwrap();
+    for n in [1, 3, 5, 8] {
+        let tree: DraftTree<f64> = d
+            .propose(&request(&[2], &Budget::TreeNodes(n)), &mut production())
+            .unwrap();
+        assert_eq!(tree.draft_count(), n);
+        let kept: Vec<f64> = (1..tree.len())
+            .map(|node| {
+                let mut prob = 1.0;
+                let mut prev = 2;
+                for &m in &tree.topology().path_to(node)[1..] {
+                    prob *= TABLE[prev as usize][tree.token(m) as usize];
+                    prev = tree.token(m);
+                }
+                prob
+            })
+            .collect();
+        let mut best: Vec<f64> = all_paths(2, 3).into_iter().map(|(_, p)| p).collect();
+        best.sort_by(|a, b| b.partial_cmp(a).unwrap());
+        let mut kept_sorted = kept.clone();
+        kept_sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
+        assert_eq!(kept_sorted, best[..n].to_vec(), "n = {n}");
+        for node in 0..tree.len() {
+            assert_eq!(
+                tree.draft_probs(node).is_some(),
+                !tree.topology().children(node).is_empty()
+            );
+        }
+    }
+    assert!(DynamicTreeDrafter::new(table_model(), 0, 1, 1).is_err());
+}
+
+#[test]
+fn ngram_drafter_budgets() {
+    let mut d = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+    let ctx = [5, 6, 7, 5, 6, 8, 5, 6];
+    let chain: DraftTree<f64> = d
+        .propose(&request(&ctx, &Budget::Chain(2)), &mut production())
+        .unwrap();
+    assert_eq!(chain.tokens(), &[6, 8, 5]);
+    assert_eq!(chain.kind(), DraftKind::Deterministic);
+    let tree: DraftTree<f64> = d
+        .propose(&request(&ctx, &Budget::TreeNodes(4)), &mut production())
+        .unwrap();
+    assert_eq!(tree.topology().children(0).len(), 2);
+    assert_eq!(tree.draft_count(), 4);
+    assert!(NgramDrafter::new(NgramConfig::default(), 0).is_err());
+}
+
+/// A level-0 drafter proposing fixed tokens as a deterministic chain.
+struct Fixed(Vec<u32>);
+
+impl Drafter<f64> for Fixed {
+    fn name(&self) -> String {
+        "fixed".into()
+    }
+    fn kind(&self) -> DraftKind {
+        DraftKind::Deterministic
+    }
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        _d: &mut dyn Decisions<f64>,
+    ) -> Result<DraftTree<f64>> {
+        let mut b = TreeBuilder::new(request.root()?);
+        let mut node = 0;
+        for &t in self.0.iter().take(request.budget.max_drafts()) {
+            node = b.push(node, t);
+        }
+        b.finish(DraftKind::Deterministic)
+    }
+}
+
+#[test]
+fn staged_keeps_checked_tokens_and_extends_from_q1() {
+    // Level 1 is deterministic after token 3 (always 3): a level-0 proposal of 3s is accepted,
+    // a proposal of 0s is rejected at once and replaced by 3s.
+    for proposal in [vec![3, 3], vec![0, 0]] {
+        let mut d = StagedDrafter::new(Fixed(proposal), table_model());
+        let tree: DraftTree<f64> = d
+            .propose(&request(&[3], &Budget::Chain(4)), &mut production())
+            .unwrap();
+        assert_eq!(tree.tokens(), &[3, 3, 3, 3, 3]);
+        assert_eq!(tree.kind(), DraftKind::Iid);
+        for node in 0..4 {
+            assert_eq!(tree.draft_probs(node), Some(&TABLE[3][..]));
+        }
+    }
+    let mut d = StagedDrafter::new(Fixed(vec![1]), table_model());
+    let plain: DraftTree<f64> = d
+        .propose(&request(&[3], &Budget::Plain), &mut production())
+        .unwrap();
+    assert_eq!(plain.len(), 1);
+}

@@ -1,0 +1,479 @@
+//! Exact composition tests: drafter × lossless verifier × speculation policy on toy models.
+//!
+//! For each composition, every random branch of every round is enumerated with exact rational
+//! probabilities (core's [`enumerate`]), the policy is updated from each branch's outcome (so
+//! dynamic K changes the drafts along the way), and the resulting distribution of the first
+//! `N` generated tokens must equal the target's own exactly. A negative control (a staged drafter
+//! whose level 1 forwards an unchecked level-0 token) must be caught.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use specdec_algorithms::drafters::{
+    ngram_chain, ChainDrafter, ChainMode, DraftModel, DraftRequest, Drafter, DynamicTreeDrafter,
+    FnModel, NgramConfig, NgramDrafter, ShapeDrafter, StagedDrafter, TreeBuilder, TreeFill,
+};
+use specdec_algorithms::policy::{
+    AimdPolicy, Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, FixedPolicy, PidPolicy,
+    SpeculationPolicy, StepOutcome, TreeSearch,
+};
+use specdec_algorithms::proof::{enumerate, target_distribution, Distribution};
+use specdec_algorithms::trees::{sequoia_tree, TreeShape};
+use specdec_algorithms::verify::PairedVerifier;
+use specdec_algorithms::Result;
+use specdec_kernels::sampling::{prepare_probs, BigRational, Decisions, SamplingParams};
+use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput, VerifyMethod};
+use specdec_models::toy::{strategies::toy_pair, ToyModel, ToyPair, ToyStyle};
+
+type Q = BigRational;
+
+/// A toy model as a draft model, rows prepared with `params`.
+fn model(toy: &ToyModel, params: SamplingParams) -> impl DraftModel<Q> {
+    let toy = toy.clone();
+    FnModel::new(toy.vocab(), move |ctx: &[u32]| {
+        prepare_probs(&toy.next_probs_as::<Q>(ctx), &params).expect("toy rows prepare")
+    })
+}
+
+/// One composition: the target, the paired verifier, the sampling parameters and the prompt.
+struct Setup {
+    target: ToyModel,
+    verifier: PairedVerifier<Q>,
+    params: SamplingParams,
+    prompt: Vec<u32>,
+    n_tokens: usize,
+    /// Every budget a policy chose during the enumeration (`Debug` text), to check that dynamic
+    /// policies really changed the budget.
+    budgets_seen: RefCell<BTreeSet<String>>,
+}
+
+/// What one enumerated round produced (orderable, to merge equal branches).
+type RoundResult = (Vec<u32>, Vec<Option<usize>>, Vec<usize>);
+
+impl Setup {
+    fn new(
+        target: &ToyModel,
+        method: VerifyMethod,
+        kind: DraftKind,
+        prompt: &[u32],
+        n: usize,
+    ) -> Self {
+        Self {
+            target: target.clone(),
+            verifier: PairedVerifier::new(Arc::new(method), kind).expect("lossless pairing"),
+            params: SamplingParams::default(),
+            prompt: prompt.to_vec(),
+            n_tokens: n,
+            budgets_seen: RefCell::default(),
+        }
+    }
+
+    fn round(
+        &self,
+        drafter: &mut dyn Drafter<Q>,
+        budget: &Budget,
+        generated: &[u32],
+        step: u64,
+        decisions: &mut dyn Decisions<Q>,
+    ) -> Result<RoundResult> {
+        let mut context = self.prompt.clone();
+        context.extend_from_slice(generated);
+        let request = DraftRequest {
+            sequence: 0,
+            step,
+            context: &context,
+            budget,
+        };
+        let tree: DraftTree<Q> = drafter.propose(&request, decisions)?;
+        assert!(
+            tree.draft_count() <= budget.max_drafts(),
+            "drafter exceeded its budget"
+        );
+        let rows = (0..tree.len())
+            .map(|node| {
+                let mut ctx = context.clone();
+                ctx.extend(
+                    tree.topology().path_to(node)[1..]
+                        .iter()
+                        .map(|&n| tree.token(n)),
+                );
+                prepare_probs(&self.target.next_probs_as::<Q>(&ctx), &self.params)
+            })
+            .collect::<specdec_kernels::Result<Vec<_>>>()?;
+        let input = VerifyInput {
+            sequence: 0,
+            step,
+            tree: &tree,
+            target_probs: &rows,
+        };
+        let verdict = self.verifier.verify(&input, decisions)?;
+        Ok((
+            verdict.emitted_tokens(&tree),
+            tree.topology().parents().to_vec(),
+            verdict.accepted_path,
+        ))
+    }
+
+    /// The exact distribution of the first `n_tokens` tokens under drafter × verifier × policy.
+    fn exact<P: SpeculationPolicy + Clone>(
+        &self,
+        drafter: &mut dyn Drafter<Q>,
+        policy: P,
+    ) -> Distribution<Vec<u32>, Q> {
+        let mut out = Distribution::new();
+        self.explore(
+            drafter,
+            policy,
+            Vec::new(),
+            num_traits::One::one(),
+            0,
+            &mut out,
+        );
+        out
+    }
+
+    fn explore<P: SpeculationPolicy + Clone>(
+        &self,
+        drafter: &mut dyn Drafter<Q>,
+        mut policy: P,
+        generated: Vec<u32>,
+        prob: Q,
+        step: u64,
+        out: &mut Distribution<Vec<u32>, Q>,
+    ) {
+        let budget = policy.next_budget();
+        let label = match &budget {
+            Budget::Tree(shape) => format!("Tree({} nodes)", shape.drafts()),
+            other => format!("{other:?}"),
+        };
+        self.budgets_seen.borrow_mut().insert(label);
+        let branches = enumerate(|e| self.round(drafter, &budget, &generated, step, e))
+            .expect("enumerable round");
+        for ((emitted, parents, path), p) in branches.iter() {
+            let mut next = generated.clone();
+            next.extend(emitted);
+            next.truncate(self.n_tokens);
+            let mass = prob.clone() * p.clone();
+            if next.len() >= self.n_tokens {
+                out.add(next, mass);
+                continue;
+            }
+            let topology = specdec_kernels::TreeTopology::from_parents(parents).unwrap();
+            let mut after = policy.clone();
+            after.observe(&StepOutcome::from_verdict(&topology, path).unwrap());
+            self.explore(drafter, after, next, mass, step + 1, out);
+        }
+    }
+
+    /// Asserts exact equality with the target and returns the budgets the policy chose.
+    fn assert_lossless<P: SpeculationPolicy + Clone>(
+        &self,
+        what: &str,
+        drafter: &mut dyn Drafter<Q>,
+        policy: P,
+    ) -> BTreeSet<String> {
+        self.budgets_seen.borrow_mut().clear();
+        let got = self.exact(drafter, policy);
+        let want: Distribution<Vec<u32>, Q> =
+            target_distribution(&self.target, &self.params, &self.prompt, self.n_tokens).unwrap();
+        let tv = got.total_variation(&want);
+        assert!(
+            tv == num_traits::Zero::zero(),
+            "{what}: total variation {tv} (worst outcome {:?})",
+            got.worst_outcome(&want)
+        );
+        self.budgets_seen.borrow().clone()
+    }
+}
+
+fn pair(seed: u64) -> ToyPair {
+    ToyPair::seeded(seed, 3, 1, ToyStyle::default()).unwrap()
+}
+
+fn aimd() -> AimdPolicy {
+    AimdPolicy::new(1, 1, 3, 1, 0.5).unwrap()
+}
+
+/// A gate that switches off after one try below 0.5 and probes every other step, so that it
+/// toggles within a few tokens.
+fn twitchy_gate<P: SpeculationPolicy + 'static>(inner: P) -> DisableGate<P> {
+    DisableGate::new(inner)
+        .with_threshold(0.5)
+        .unwrap()
+        .with_evidence(1.0, 1.0)
+        .unwrap()
+        .with_probe(1, Budget::Chain(1))
+        .unwrap()
+}
+
+#[test]
+fn chain_drafts_with_every_policy() {
+    let pair = pair(11);
+    let params = SamplingParams::default();
+    for method in [VerifyMethod::ChainRejection, VerifyMethod::MultiRoundIid] {
+        let setup = Setup::new(&pair.target, method, DraftKind::Iid, &[0], 4);
+        let mut drafter = ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample);
+        setup.assert_lossless("chain × fixed K=2", &mut drafter, FixedPolicy::chain(2));
+        let seen = setup.assert_lossless("chain × AIMD", &mut drafter, aimd());
+        assert!(seen.len() >= 2, "AIMD varied K: {seen:?}");
+        let pid = PidPolicy::new(0.6, 2.0, [3.0, 1.0, 0.5], 1, 3).unwrap();
+        let seen = setup.assert_lossless("chain × PID", &mut drafter, pid);
+        assert!(seen.len() >= 2, "PID varied K: {seen:?}");
+        let costs = CostModel::new(CostCurve::linear(0.2).unwrap(), 0.1, 0.0).unwrap();
+        let cost = CostModelPolicy::new(costs, TreeSearch::Chain { max_k: 3 }).unwrap();
+        setup.assert_lossless("chain × cost model", &mut drafter, cost.clone());
+        let seen = setup.assert_lossless("chain × gated AIMD", &mut drafter, twitchy_gate(aimd()));
+        assert!(
+            seen.contains("Plain") && seen.contains("Chain(2)"),
+            "gate toggled: {seen:?}"
+        );
+        setup.assert_lossless("chain × gated cost model", &mut drafter, twitchy_gate(cost));
+    }
+}
+
+#[test]
+fn deterministic_drafts_with_target_only_verification() {
+    let pair = pair(5);
+    let params = SamplingParams::default();
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::TargetOnly,
+        DraftKind::Deterministic,
+        &[1],
+        3,
+    );
+    let mut argmax = ChainDrafter::new(model(&pair.draft, params), ChainMode::Argmax);
+    setup.assert_lossless("argmax chain × AIMD", &mut argmax, aimd());
+    let mut top_k = ShapeDrafter::new(
+        model(&pair.draft, params),
+        TreeFill::TopRanked,
+        TreeShape::k_ary(2, 2),
+    );
+    setup.assert_lossless(
+        "top-k tree × fixed 4 nodes",
+        &mut top_k,
+        FixedPolicy::new(Budget::TreeNodes(4)),
+    );
+    let mut dynamic = DynamicTreeDrafter::new(model(&pair.draft, params), 3, 2, 2).unwrap();
+    setup.assert_lossless(
+        "dynamic tree × fixed 4 nodes",
+        &mut dynamic,
+        FixedPolicy::new(Budget::TreeNodes(4)),
+    );
+    let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+    let ngram_setup = Setup::new(
+        &pair.target,
+        VerifyMethod::TargetOnly,
+        DraftKind::Deterministic,
+        &[0, 1, 2, 0, 1],
+        3,
+    );
+    ngram_setup.assert_lossless(
+        "n-gram chain × fixed K=2",
+        &mut ngram,
+        FixedPolicy::chain(2),
+    );
+    ngram_setup.assert_lossless("n-gram tree × gated AIMD", &mut ngram, twitchy_gate(aimd()));
+    ngram_setup.assert_lossless(
+        "n-gram trie × fixed 3 nodes",
+        &mut ngram,
+        FixedPolicy::new(Budget::TreeNodes(3)),
+    );
+}
+
+#[test]
+fn sampled_trees_with_multi_draft_verification() {
+    let pair = pair(23);
+    let params = SamplingParams::default();
+    let sequoia = Arc::new(sequoia_tree(&[0.6, 0.3], 3, 2).unwrap().shape);
+    assert_eq!(sequoia.drafts(), 3);
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::RecursiveRejection,
+        DraftKind::WithoutReplacement,
+        &[2],
+        3,
+    );
+    let mut wor = ShapeDrafter::new(
+        model(&pair.draft, params),
+        TreeFill::WithoutReplacement,
+        TreeShape::k_ary(2, 2),
+    );
+    setup.assert_lossless(
+        "w/o-replacement Sequoia tree",
+        &mut wor,
+        FixedPolicy::new(Budget::Tree(sequoia)),
+    );
+    // The hardware-aware cost model picks tree shapes (and chains of 1 when probing) online.
+    let costs = CostModel::new(CostCurve::linear(0.05).unwrap(), 0.05, 0.0).unwrap();
+    let cost = CostModelPolicy::new(
+        costs,
+        TreeSearch::Tree {
+            max_nodes: 3,
+            max_depth: 2,
+            max_ranks: 2,
+        },
+    )
+    .unwrap();
+    let seen = setup.assert_lossless("w/o-replacement × cost-model trees", &mut wor, cost);
+    assert!(
+        seen.iter().any(|b| b.starts_with("Tree")),
+        "cost model chose trees: {seen:?}"
+    );
+    let iid_setup = Setup::new(
+        &pair.target,
+        VerifyMethod::MultiRoundIid,
+        DraftKind::Iid,
+        &[2],
+        3,
+    );
+    let mut iid = ShapeDrafter::new(
+        model(&pair.draft, params),
+        TreeFill::Iid,
+        TreeShape::from_branching(&[2, 1]),
+    );
+    iid_setup.assert_lossless(
+        "i.i.d. tree × fixed 3 nodes",
+        &mut iid,
+        FixedPolicy::new(Budget::TreeNodes(3)),
+    );
+}
+
+#[test]
+fn staged_multi_level_is_lossless() {
+    let pair = pair(31);
+    let level1_model = pair.draft.clone();
+    let params = SamplingParams::default();
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::ChainRejection,
+        DraftKind::Iid,
+        &[0, 1, 2, 0, 1],
+        3,
+    );
+    // n-gram → level-1 model → target.
+    let ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+    let mut staged = StagedDrafter::new(ngram, model(&level1_model, params));
+    setup.assert_lossless(
+        "staged n-gram → draft, fixed K=2",
+        &mut staged,
+        FixedPolicy::chain(2),
+    );
+    setup.assert_lossless("staged n-gram → draft, AIMD", &mut staged, aimd());
+    // A sampled level 0 (a third model) → level-1 model → target.
+    let level0 = ToyModel::seeded(77, 3, 1, ToyStyle::default()).unwrap();
+    let chain0 = ChainDrafter::new(model(&level0, params), ChainMode::Sample);
+    let mut staged = StagedDrafter::new(chain0, model(&level1_model, params));
+    setup.assert_lossless(
+        "staged model → model, K=2",
+        &mut staged,
+        FixedPolicy::chain(2),
+    );
+}
+
+/// Negative control: level 1 verifies, but then forwards level 0's first token unchecked when it
+/// rejected it.
+struct ForwardsUnchecked<D> {
+    staged: D,
+}
+
+impl<D: Drafter<Q>> Drafter<Q> for ForwardsUnchecked<D> {
+    fn name(&self) -> String {
+        "broken staged".into()
+    }
+    fn kind(&self) -> DraftKind {
+        DraftKind::Iid
+    }
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn Decisions<Q>,
+    ) -> Result<DraftTree<Q>> {
+        let checked = self.staged.propose(request, decisions)?;
+        let unchecked = ngram_chain(request.context, &NgramConfig::default(), 1);
+        let mut tree = TreeBuilder::new(checked.token(0));
+        let mut node = 0;
+        for n in 1..checked.len() {
+            let token = if n == 1 && !unchecked.is_empty() {
+                unchecked[0]
+            } else {
+                checked.token(n)
+            };
+            tree.set_draft_probs(node, checked.draft_probs(n - 1).unwrap().to_vec());
+            node = tree.push(node, token);
+        }
+        tree.finish(DraftKind::Iid)
+    }
+}
+
+#[test]
+fn negative_control_unchecked_forwarding_is_caught() {
+    let pair = pair(31);
+    let params = SamplingParams::default();
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::ChainRejection,
+        DraftKind::Iid,
+        &[0, 1, 2, 0, 1],
+        3,
+    );
+    let ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+    let mut broken = ForwardsUnchecked {
+        staged: StagedDrafter::new(ngram, model(&pair.draft, params)),
+    };
+    let got = setup.exact(&mut broken, FixedPolicy::chain(2));
+    let want = target_distribution(&setup.target, &setup.params, &setup.prompt, 3).unwrap();
+    let tv = got.total_variation(&want);
+    assert!(
+        tv > num_traits::Zero::zero(),
+        "forwarding an unchecked token must change the distribution"
+    );
+    assert!(
+        got.total() == num_traits::One::one(),
+        "still a distribution"
+    );
+}
+
+#[test]
+fn greedy_compositions_reproduce_greedy_decoding() {
+    let pair = pair(41);
+    let params = SamplingParams::greedy();
+    let mut setup = Setup::new(
+        &pair.target,
+        VerifyMethod::Greedy,
+        DraftKind::Deterministic,
+        &[1],
+        4,
+    );
+    setup.params = params;
+    let mut top_k = ShapeDrafter::new(
+        model(&pair.draft, params),
+        TreeFill::TopRanked,
+        TreeShape::k_ary(2, 2),
+    );
+    setup.assert_lossless("greedy top-k tree × AIMD", &mut top_k, twitchy_gate(aimd()));
+    let mut dynamic = DynamicTreeDrafter::new(model(&pair.draft, params), 2, 2, 2).unwrap();
+    setup.assert_lossless(
+        "greedy dynamic tree",
+        &mut dynamic,
+        FixedPolicy::new(Budget::TreeNodes(3)),
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// Random toy pairs (zeros, one-hot rows, equal models included): dynamic-K chains and staged
+    /// drafting stay exactly lossless.
+    #[test]
+    fn random_pairs_stay_lossless(pair in toy_pair(3, 1), level0 in toy_pair(3, 1)) {
+        let params = SamplingParams::default();
+        let setup = Setup::new(&pair.target, VerifyMethod::ChainRejection, DraftKind::Iid, &[0, 1, 0], 3);
+        let mut chain = ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample);
+        setup.assert_lossless("random chain × gated AIMD", &mut chain, twitchy_gate(aimd()));
+        let chain0 = ChainDrafter::new(model(&level0.draft, params), ChainMode::Sample);
+        let mut staged = StagedDrafter::new(chain0, model(&pair.draft, params));
+        setup.assert_lossless("random staged", &mut staged, FixedPolicy::chain(2));
+    }
+}

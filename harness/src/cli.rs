@@ -1,0 +1,182 @@
+//! The work behind the `specdec` subcommands `run`, `report`, `simulate` and `repro`, so the
+//! binary stays a thin argument parser. Each function prints what the user needs (notes, the
+//! summary table, where the files are) and returns an error to show on failure.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{
+    BaselineRule, DrafterConfig, ExperimentConfig, LoadedConfig, MethodConfig, ModelsConfig,
+    PolicyConfig, PromptSet, SamplingConfig, VerifierConfig,
+};
+use crate::error::{HarnessError, Result};
+use crate::report::{files, rerender, RunResults};
+use crate::repro;
+use crate::runner::run_experiment;
+use crate::simulation::{AcceptanceProcess, CostCurve, CostModel, SimulationConfig};
+
+fn print_outcome(results: &RunResults, dir: &Path) {
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap_or_default();
+    // The table only: stop at the provenance section.
+    let table = md.split("## Provenance").next().unwrap_or("");
+    println!("{}", table.trim_end());
+    println!(
+        "\n{} methods × {} prompts. Results in {}:",
+        results.runs.len(),
+        results.summaries.first().map_or(0, |s| s.requests),
+        dir.display()
+    );
+    for f in files::ALL {
+        println!("  {}", dir.join(f).display());
+    }
+}
+
+/// `specdec run CONFIG [--out DIR]`: loads and validates the config, runs it (progress bar unless
+/// `quiet`), writes the results folder (default `results/NAME`) and prints the summary.
+pub fn run(config: &Path, out: Option<&Path>, quiet: bool) -> Result<PathBuf> {
+    let loaded = ExperimentConfig::load(config)?;
+    for note in &loaded.notes {
+        eprintln!("note: {note}");
+    }
+    let dir = out.map_or_else(
+        || PathBuf::from("results").join(&loaded.config.name),
+        Path::to_path_buf,
+    );
+    let results = run_experiment(&loaded, &dir, !quiet)?;
+    print_outcome(&results, &dir);
+    Ok(dir)
+}
+
+/// `specdec report DIR`: re-renders summary, CSV, markdown and plots from the saved JSONL.
+pub fn report(dir: &Path) -> Result<()> {
+    let (results, _) = rerender(dir)?;
+    print_outcome(&results, dir);
+    Ok(())
+}
+
+/// Parameters of `specdec simulate` (also its command-line flags).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct SimulateArgs {
+    /// Acceptance probability per draft; several values give α by depth (the last repeats).
+    #[arg(long = "alpha", value_delimiter = ',', default_value = "0.8")]
+    pub alphas: Vec<f64>,
+    /// Draft lengths K to compare (one fixed-K chain method each).
+    #[arg(long = "k", value_delimiter = ',', default_value = "1,2,4,8")]
+    pub ks: Vec<usize>,
+    /// Draft cost per token, ms.
+    #[arg(long, default_value_t = 1.0)]
+    pub draft_ms: f64,
+    /// Target pass over one token, ms.
+    #[arg(long, default_value_t = 10.0)]
+    pub target_ms: f64,
+    /// Extra target cost per additional token in one pass, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub target_per_token_ms: f64,
+    /// Number of simulated prompts.
+    #[arg(long, default_value_t = 20)]
+    pub prompts: usize,
+    /// Tokens generated per prompt.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Seed of the acceptance draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Builds the experiment config `specdec simulate` runs: a baseline and one fixed-K chain per
+/// `ks` entry on an injected acceptance process and an affine cost curve.
+pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
+    let acceptance = match a.alphas.as_slice() {
+        [alpha] => AcceptanceProcess::Fixed { alpha: *alpha },
+        _ => AcceptanceProcess::ByDepth {
+            alphas: a.alphas.clone(),
+        },
+    };
+    let mut config = ExperimentConfig {
+        name: "simulate".into(),
+        description: format!(
+            "simulate: α {:?}, draft {} ms/token, target {} ms + {} ms/extra token",
+            a.alphas, a.draft_ms, a.target_ms, a.target_per_token_ms
+        ),
+        models: ModelsConfig::default(),
+        prompts: PromptSet::Synthetic {
+            count: a.prompts,
+            prompt_tokens: 64,
+        },
+        sampling: SamplingConfig {
+            seed: a.seed,
+            ..SamplingConfig::default()
+        },
+        max_tokens: a.max_tokens,
+        batch_size: 1,
+        baseline: BaselineRule::Add,
+        toy: None,
+        simulation: Some(SimulationConfig {
+            acceptance,
+            cost: CostModel {
+                draft_ms_per_token: a.draft_ms,
+                target: CostCurve::Affine {
+                    base_ms: a.target_ms,
+                    per_token_ms: a.target_per_token_ms,
+                },
+                verify_ms: 0.0,
+                commit_ms: 0.0,
+                overhead_ms: 0.0,
+                link: None,
+            },
+        }),
+        methods: a
+            .ks
+            .iter()
+            .map(|&k| MethodConfig {
+                name: format!("chain-k{k}"),
+                drafter: DrafterConfig::Chain,
+                verifier: VerifierConfig::Auto,
+                policy: Some(PolicyConfig::Fixed { k }),
+            })
+            .collect(),
+    };
+    let notes = config.validate("specdec simulate")?;
+    Ok(LoadedConfig {
+        config,
+        path: None,
+        notes,
+    })
+}
+
+/// `specdec simulate …`: runs [`simulate_config`] and writes the results (default
+/// `results/simulate`).
+pub fn simulate(args: &SimulateArgs, out: Option<&Path>, quiet: bool) -> Result<PathBuf> {
+    let loaded = simulate_config(args)?;
+    let dir = out.map_or_else(|| PathBuf::from("results/simulate"), Path::to_path_buf);
+    let results = run_experiment(&loaded, &dir, !quiet)?;
+    print_outcome(&results, &dir);
+    Ok(dir)
+}
+
+/// The reproductions `specdec repro` knows.
+pub const REPRODUCTIONS: [&str; 2] = ["leviathan", "placement"];
+
+/// `specdec repro NAME [--out DIR]`: runs a reproduction (default folder `results/repro/NAME`),
+/// prints its table and the files written.
+pub fn repro(name: &str, out: Option<&Path>) -> Result<PathBuf> {
+    let dir = out.map_or_else(
+        || PathBuf::from("results/repro").join(name),
+        Path::to_path_buf,
+    );
+    let output = match name {
+        "leviathan" => repro::leviathan::run(&dir, &repro::leviathan::LeviathanParams::default())?,
+        "placement" => repro::placement::run(&dir, &repro::placement::PlacementParams::default())?,
+        other => {
+            return Err(HarnessError::NotYetAvailable(format!(
+                "no reproduction named `{other}`; available: {}",
+                REPRODUCTIONS.join(", ")
+            )))
+        }
+    };
+    println!("{}", output.markdown.trim_end());
+    println!("\nFiles:");
+    for f in &output.files {
+        println!("  {}", f.display());
+    }
+    Ok(dir)
+}

@@ -1,0 +1,194 @@
+//! The toy backend: the harness's engine loop ([`crate::engine::Engine`]: continuous batching,
+//! the kernels' verifiers, production randomness) over a seeded pair of toy probability-table
+//! language models. No download, no weights. Chains and plain decoding.
+//!
+//! Times are the engine's wall time on toy tables: they say nothing about real models; the
+//! acceptance statistics, which follow from the tables exactly, are the point.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use specdec_algorithms::drafters::{ChainDrafter, ChainMode, Drafter};
+use specdec_algorithms::verify::{PairedVerifier, Verifier};
+use specdec_kernels::sampling::{prepare_probs, SamplingParams};
+use specdec_kernels::verification::{DraftKind, VerifyMethod};
+use specdec_models::toy::{ToyLanguageModel, ToyPair, ToyStyle};
+
+use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
+use crate::config::{ExperimentConfig, MethodConfig, ToyConfig, VerifierConfig};
+use crate::engine::{Engine, EngineOptions, LmDraftModel, NoDrafter, Penalties, Request, StopRule};
+use crate::error::{HarnessError, Result};
+use crate::policies::{method_policy, require_chain_method};
+
+/// Runs plain decoding and chain methods through the engine on a toy pair.
+#[derive(Debug, Clone)]
+pub struct ToyBackend {
+    pair: ToyPair,
+    params: SamplingParams,
+    max_tokens: usize,
+    seed: u64,
+    batch_size: usize,
+}
+
+impl ToyBackend {
+    /// The backend for a config whose target is `toy` (its `[toy]` table, or the defaults).
+    pub fn new(config: &ExperimentConfig) -> Result<Self> {
+        let toy = config.toy.clone().unwrap_or_default();
+        Ok(ToyBackend {
+            pair: toy_pair(&toy)?,
+            params: SamplingParams {
+                temperature: config.sampling.temperature,
+                top_k: config.sampling.top_k,
+                top_p: config.sampling.top_p,
+            },
+            max_tokens: config.max_tokens,
+            seed: config.sampling.seed,
+            batch_size: config.batch_size,
+        })
+    }
+
+    /// Σ min(p, q) over the prepared rows after `context`: the exact acceptance probability of one
+    /// chain-rejection draft there (for an order-0 pair, at every position).
+    pub fn alpha_after(&self, context: &[u32]) -> Result<f64> {
+        let p = prepare_probs(
+            &self.pair.target.next_probs_as::<f64>(context),
+            &self.params,
+        )?;
+        let q = prepare_probs(&self.pair.draft.next_probs_as::<f64>(context), &self.params)?;
+        Ok(p.iter().zip(&q).map(|(a, b)| a.min(*b)).sum())
+    }
+}
+
+/// The seeded toy pair a `[toy]` table describes.
+pub fn toy_pair(toy: &ToyConfig) -> Result<ToyPair> {
+    let style = if toy.dense {
+        ToyStyle::DENSE
+    } else {
+        ToyStyle::default()
+    };
+    Ok(ToyPair::seeded(toy.seed, toy.vocab, toy.order, style)?)
+}
+
+/// Maps prompt text onto toy tokens (bytes modulo the vocabulary); an empty prompt becomes the
+/// one token `request mod vocab`.
+fn toy_tokens(text: &str, request: usize, vocab: usize) -> Vec<u32> {
+    if text.is_empty() {
+        return vec![(request % vocab) as u32];
+    }
+    text.bytes().map(|b| (b as usize % vocab) as u32).collect()
+}
+
+/// The verifier a method asks for, paired with the kind of tree its drafter makes.
+fn paired_verifier(
+    method: &MethodConfig,
+    temperature: f64,
+    kind: DraftKind,
+) -> Result<PairedVerifier<f32>> {
+    let greedy = temperature == 0.0;
+    let chosen = match (&method.verifier, method.is_baseline()) {
+        (VerifierConfig::Auto, true) if greedy => VerifyMethod::Greedy,
+        (VerifierConfig::Auto, true) => VerifyMethod::TargetOnly,
+        (VerifierConfig::Auto, false) if greedy => VerifyMethod::Greedy,
+        (VerifierConfig::Auto, false) | (VerifierConfig::Rejection, _) => {
+            VerifyMethod::ChainRejection
+        }
+        (VerifierConfig::Greedy, _) => VerifyMethod::Greedy,
+        (VerifierConfig::TargetOnly, _) => VerifyMethod::TargetOnly,
+        (other, _) => {
+            return Err(HarnessError::NotYetAvailable(format!(
+                "the toy backend runs chains; verifier `{}` of method `{}` needs tree drafting",
+                other.kind(),
+                method.name
+            )))
+        }
+    };
+    let verifier: Arc<dyn Verifier<f32>> = Arc::new(chosen);
+    Ok(PairedVerifier::new(verifier, kind)?)
+}
+
+impl Backend for ToyBackend {
+    fn name(&self) -> &str {
+        "toy"
+    }
+
+    fn run_method(
+        &mut self,
+        method: &MethodConfig,
+        requests: &[RequestSpec<'_>],
+        on_request_done: &mut dyn FnMut(usize),
+    ) -> Result<MethodOutcome> {
+        require_chain_method(method, "the toy backend")?;
+        let vocab = self.pair.target.vocab();
+        let engine_requests: Vec<Request> = requests
+            .iter()
+            .map(|spec| Request {
+                id: spec.index as u64,
+                prompt: toy_tokens(&spec.prompt.text, spec.index, vocab),
+                stop: StopRule::new(self.max_tokens, &[]),
+            })
+            .collect();
+        let longest = engine_requests
+            .iter()
+            .map(|r| r.prompt.len())
+            .max()
+            .unwrap_or(1);
+        let max_context = longest + self.max_tokens + 64;
+        let mut target = ToyLanguageModel::new(self.pair.target.clone(), max_context, vec![]);
+        let greedy = self.params.temperature == 0.0;
+        let mut no_drafter = NoDrafter;
+        let mut chain = ChainDrafter::new(
+            LmDraftModel::new(
+                ToyLanguageModel::new(self.pair.draft.clone(), max_context, vec![]),
+                self.params,
+                8,
+            ),
+            if greedy {
+                ChainMode::Argmax
+            } else {
+                ChainMode::Sample
+            },
+        );
+        let drafter: &mut dyn Drafter<f32> = if method.is_baseline() {
+            &mut no_drafter
+        } else {
+            &mut chain
+        };
+        let verifier = paired_verifier(method, self.params.temperature, drafter.kind())?;
+        let options = EngineOptions {
+            method: method.name.clone(),
+            sampling: self.params,
+            penalties: Penalties::default(),
+            seed: self.seed,
+            batch_size: self.batch_size,
+        };
+        let policy = method_policy(method, None)?;
+        let started = Instant::now();
+        let mut engine = Engine::new(&mut target, drafter, verifier, policy, options)?;
+        let generations = engine.run(&engine_requests, &mut |i| {
+            on_request_done(requests[i].index)
+        })?;
+        let elapsed_s = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+        let outcomes = generations
+            .into_iter()
+            .zip(requests)
+            .map(|(g, spec)| {
+                let text: Vec<String> = g.tokens.iter().map(u32::to_string).collect();
+                let mut steps = g.steps;
+                for s in &mut steps {
+                    s.request = spec.index;
+                }
+                RequestOutcome {
+                    request: spec.index,
+                    prompt_tokens: g.prompt_tokens,
+                    elapsed_s: g.elapsed_s,
+                    steps,
+                    text: Some(text.join(" ")),
+                }
+            })
+            .collect();
+        Ok(MethodOutcome {
+            elapsed_s,
+            requests: outcomes,
+        })
+    }
+}

@@ -1,0 +1,298 @@
+//! Experiment config parsing and validation.
+
+use specdec_harness::config::{
+    DrafterConfig, ExperimentConfig, ModelSource, PolicyConfig, PromptSet, VerifierConfig,
+};
+use specdec_harness::HarnessError;
+
+const GOOD: &str = r#"
+name = "pair"
+description = "Qwen pair on two prompts"
+max_tokens = 32
+batch_size = 2
+
+[models]
+target = "qwen2.5-coder-1.5b"
+draft = "qwen2.5-coder-0.5b"
+
+[prompts]
+source = "inline"
+texts = ["def add(a, b):", "class Stack:"]
+
+[sampling]
+temperature = 0.7
+top_k = 50
+top_p = 0.9
+seed = 42
+
+[[methods]]
+name = "plain"
+drafter = { kind = "none" }
+
+[[methods]]
+name = "linear-k4"
+drafter = { kind = "chain" }
+verifier = { kind = "rejection" }
+policy = { kind = "fixed", k = 4 }
+
+[[methods]]
+name = "tree"
+drafter = { kind = "tree", branching = [3, 2, 1] }
+verifier = { kind = "multi_round" }
+policy = { kind = "aimd", k_min = 1, k_max = 8, decrease = 0.5 }
+"#;
+
+fn parse(text: &str) -> Result<ExperimentConfig, HarnessError> {
+    ExperimentConfig::from_toml(text, "test.toml").map(|l| l.config)
+}
+
+fn error_of(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+#[test]
+fn a_full_config_parses() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.name, "pair");
+    assert_eq!(c.max_tokens, 32);
+    assert_eq!(c.batch_size, 2);
+    assert_eq!(c.sampling.temperature, 0.7);
+    assert_eq!(c.sampling.top_k, Some(50));
+    assert_eq!(c.sampling.seed, 42);
+    assert_eq!(
+        ModelSource::parse(&c.models.target).unwrap(),
+        ModelSource::Named(specdec_harness::config::KnownModel::QwenCoder1_5b)
+    );
+    assert!(matches!(c.prompts, PromptSet::Inline { ref texts } if texts.len() == 2));
+    assert_eq!(c.methods.len(), 3);
+    assert!(c.methods[0].is_baseline());
+    assert_eq!(c.methods[1].policy, Some(PolicyConfig::Fixed { k: 4 }));
+    assert_eq!(c.methods[1].verifier, VerifierConfig::Rejection);
+    assert_eq!(
+        c.methods[2].drafter,
+        DrafterConfig::Tree {
+            branching: vec![3, 2, 1]
+        }
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_with_the_key_and_file_named() {
+    // At the top level, in a table, in a tagged enum, and in an array of tables.
+    let cases = [
+        (
+            GOOD.replace("max_tokens = 32", "max_tokens = 32\nmax_tokns = 3"),
+            "max_tokns",
+        ),
+        (GOOD.replace("seed = 42", "seed = 42\nsede = 1"), "sede"),
+        (
+            GOOD.replace(
+                "policy = { kind = \"fixed\", k = 4 }",
+                "policy = { kind = \"fixed\", k = 4, kk = 2 }",
+            ),
+            "kk",
+        ),
+        (
+            GOOD.replace("texts = [", "extra_prompts = 1\ntexts = ["),
+            "extra_prompts",
+        ),
+        (
+            GOOD.replace(
+                "name = \"linear-k4\"",
+                "name = \"linear-k4\"\ncolour = \"red\"",
+            ),
+            "colour",
+        ),
+    ];
+    for (text, key) in cases {
+        let e = parse(&text).unwrap_err();
+        assert!(matches!(e, HarnessError::ConfigParse { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(key), "error does not name `{key}`: {msg}");
+        assert!(
+            msg.contains("test.toml"),
+            "error does not name the file: {msg}"
+        );
+    }
+}
+
+#[test]
+fn unknown_kinds_are_refused() {
+    let e = error_of(&GOOD.replace("kind = \"chain\"", "kind = \"chainz\""));
+    assert!(e.contains("chainz"), "{e}");
+}
+
+#[test]
+fn bad_values_name_the_field() {
+    let cases = [
+        (
+            GOOD.replace("temperature = 0.7", "temperature = -0.1"),
+            "sampling.temperature",
+        ),
+        (GOOD.replace("top_p = 0.9", "top_p = 1.5"), "sampling.top_p"),
+        (GOOD.replace("top_k = 50", "top_k = 0"), "sampling.top_k"),
+        (
+            GOOD.replace("max_tokens = 32", "max_tokens = 0"),
+            "max_tokens",
+        ),
+        (
+            GOOD.replace("batch_size = 2", "batch_size = 0"),
+            "batch_size",
+        ),
+        (
+            GOOD.replace("kind = \"fixed\", k = 4", "kind = \"fixed\", k = 0"),
+            "methods[1].policy",
+        ),
+        (
+            GOOD.replace("branching = [3, 2, 1]", "branching = [3, 0]"),
+            "methods[2].drafter",
+        ),
+        (
+            GOOD.replace("decrease = 0.5", "decrease = 1.5"),
+            "methods[2].policy",
+        ),
+        (
+            GOOD.replace("name = \"tree\"", "name = \"plain\""),
+            "methods[2].name",
+        ),
+        (
+            GOOD.replace("target = \"qwen2.5-coder-1.5b\"", "target = \"gpt-5\""),
+            "models.target",
+        ),
+    ];
+    for (text, field) in cases {
+        let e = parse(&text).unwrap_err();
+        assert!(matches!(e, HarnessError::ConfigInvalid { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(field), "error does not name `{field}`: {msg}");
+    }
+}
+
+#[test]
+fn k_zero_on_a_linear_method_says_so() {
+    let e = error_of(&GOOD.replace("kind = \"fixed\", k = 4", "kind = \"fixed\", k = 0"));
+    assert!(e.contains("K = 0") && e.contains("linear"), "{e}");
+}
+
+#[test]
+fn a_drafting_method_needs_a_policy_and_the_baseline_none() {
+    let e = error_of(&GOOD.replace("policy = { kind = \"fixed\", k = 4 }\n", ""));
+    assert!(e.contains("needs a policy"), "{e}");
+    let e = error_of(&GOOD.replace(
+        "drafter = { kind = \"none\" }",
+        "drafter = { kind = \"none\" }\npolicy = { kind = \"fixed\", k = 2 }",
+    ));
+    assert!(e.contains("takes no policy"), "{e}");
+}
+
+#[test]
+fn the_baseline_is_added_or_required() {
+    let without = GOOD.replace(
+        "[[methods]]\nname = \"plain\"\ndrafter = { kind = \"none\" }\n",
+        "",
+    );
+    let loaded = ExperimentConfig::from_toml(&without, "test.toml").unwrap();
+    assert_eq!(loaded.config.methods.len(), 3);
+    assert!(loaded.config.methods[0].is_baseline());
+    assert_eq!(loaded.config.methods[0].name, "baseline");
+    assert!(loaded.notes.iter().any(|n| n.contains("added")));
+
+    let required = format!("baseline = \"require\"\n{without}");
+    let e = error_of(&required);
+    assert!(e.contains("require") && e.contains("baseline"), "{e}");
+
+    let two = GOOD.replace(
+        "[[methods]]\nname = \"linear-k4\"",
+        "[[methods]]\nname = \"plain2\"\ndrafter = { kind = \"none\" }\n\n[[methods]]\nname = \"linear-k4\"",
+    );
+    assert!(error_of(&two).contains("2 plain-decoding baselines"));
+}
+
+#[test]
+fn simulation_configs_parse_and_validate() {
+    let sim = r#"
+name = "sim"
+max_tokens = 16
+[prompts]
+source = "synthetic"
+count = 3
+[simulation]
+acceptance = { kind = "by_depth", alphas = [0.9, 0.8] }
+[simulation.cost]
+draft_ms_per_token = 1.0
+target = { kind = "points", tokens = [1, 4], ms = [10.0, 12.0] }
+[[methods]]
+name = "k3"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 3 }
+"#;
+    let c = parse(sim).unwrap();
+    assert!(c.simulation.is_some());
+    assert_eq!(c.methods.len(), 2);
+    let e = error_of(&sim.replace("alphas = [0.9, 0.8]", "alphas = [0.9, 1.8]"));
+    assert!(e.contains("simulation") && e.contains("1.8"), "{e}");
+    let e = error_of(&sim.replace("tokens = [1, 4]", "tokens = [4, 1]"));
+    assert!(e.contains("increasing"), "{e}");
+    let e = error_of(&sim.replace(
+        "draft_ms_per_token = 1.0",
+        "draft_ms_per_token = 1.0\nlatency = 2",
+    ));
+    assert!(e.contains("latency"), "{e}");
+    // Without [simulation] and without a model, the config says what is missing.
+    let i = sim.find("[simulation]").unwrap();
+    let j = sim.find("[[methods]]").unwrap();
+    let no_sim = format!("{}{}", &sim[..i], &sim[j..]);
+    assert!(error_of(&no_sim).contains("[simulation]"));
+}
+
+#[test]
+fn a_file_of_prompts_loads_relative_to_the_config() {
+    let dir = std::env::temp_dir().join(format!("specdec-prompts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("p.txt"), "first\nline two\n---\nsecond\n---\n\n").unwrap();
+    std::fs::write(
+        dir.join("p.jsonl"),
+        "\"a\"\n{\"prompt\": \"b\", \"task_id\": 1}\n",
+    )
+    .unwrap();
+    let text = |file: &str| {
+        format!(
+            "name = \"f\"\nmax_tokens = 4\nmethods = []\n[prompts]\nsource = \"file\"\npath = \"{file}\"\n\
+             [simulation]\nacceptance = {{ kind = \"fixed\", alpha = 0.5 }}\n\
+             [simulation.cost]\ndraft_ms_per_token = 1.0\n\
+             target = {{ kind = \"affine\", base_ms = 10.0, per_token_ms = 0.0 }}\n"
+        )
+    };
+    std::fs::write(dir.join("a.toml"), text("p.txt")).unwrap();
+    std::fs::write(dir.join("b.toml"), text("p.jsonl")).unwrap();
+    let a = ExperimentConfig::load(&dir.join("a.toml")).unwrap();
+    let prompts = a.config.prompts.load(&a.base_dir()).unwrap();
+    let texts: Vec<&str> = prompts.iter().map(|p| p.text.as_str()).collect();
+    assert_eq!(texts, ["first\nline two", "second"]);
+    let b = ExperimentConfig::load(&dir.join("b.toml")).unwrap();
+    let prompts = b.config.prompts.load(&b.base_dir()).unwrap();
+    let texts: Vec<&str> = prompts.iter().map(|p| p.text.as_str()).collect();
+    assert_eq!(texts, ["a", "b"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// HumanEval prompts come from the fetch cache (skipped, with the fetch command printed, when it
+/// is not there).
+#[test]
+fn humaneval_prompts_load_from_the_cache() {
+    if specdec_models::registry::cached_for_test("humaneval").is_none() {
+        return;
+    }
+    let set = PromptSet::Humaneval { count: Some(3) };
+    let prompts = set.load(std::path::Path::new(".")).unwrap();
+    assert_eq!(prompts.len(), 3);
+    assert_eq!(prompts[2].id, "humaneval/2");
+    assert!(
+        prompts.iter().all(|p| p.text.contains("def ")),
+        "{prompts:?}"
+    );
+    let all = PromptSet::Humaneval { count: None }
+        .load(std::path::Path::new("."))
+        .unwrap();
+    assert_eq!(all.len(), 164);
+}

@@ -1,0 +1,276 @@
+//! One small experiment on the simulation, end to end: every output file is written, the records
+//! add up, and `report` re-renders the same summary from the saved JSONL.
+
+use std::path::PathBuf;
+
+use specdec_harness::config::ExperimentConfig;
+use specdec_harness::metrics::{MethodRun, RequestRecord, StepRecord};
+use specdec_harness::report::{files, read_jsonl, rerender};
+use specdec_harness::repro;
+use specdec_harness::runner::run_experiment;
+use specdec_harness::HarnessError;
+
+const SIM: &str = r#"
+name = "e2e"
+max_tokens = 24
+[prompts]
+source = "synthetic"
+count = 4
+prompt_tokens = 20
+[sampling]
+seed = 5
+[simulation]
+acceptance = { kind = "fixed", alpha = 0.75 }
+[simulation.cost]
+draft_ms_per_token = 1.0
+target = { kind = "points", tokens = [1, 8], ms = [10.0, 12.0] }
+verify_ms = 0.1
+commit_ms = 0.1
+overhead_ms = 0.2
+[[methods]]
+name = "k2"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 2 }
+[[methods]]
+name = "k4"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 4 }
+"#;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("specdec-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn a_simulated_experiment_writes_every_output() {
+    let dir = temp_dir("e2e");
+    let loaded = ExperimentConfig::from_toml(SIM, "e2e.toml").unwrap();
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+
+    for f in files::ALL {
+        let p = dir.join(f);
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(!text.trim().is_empty(), "{f} is empty");
+        if f.ends_with(".svg") {
+            assert!(text.starts_with("<svg"), "{f} is not an SVG");
+        }
+    }
+    // Baseline added in front; three methods × four prompts.
+    assert_eq!(results.runs.len(), 3);
+    assert!(results.runs[0].is_baseline);
+    let runs: Vec<MethodRun> = read_jsonl(&dir.join(files::RUNS)).unwrap();
+    assert_eq!(runs, results.runs);
+    let requests: Vec<RequestRecord> = read_jsonl(&dir.join(files::REQUESTS_JSONL)).unwrap();
+    assert_eq!(requests.len(), 12);
+    assert!(requests.iter().all(|r| r.generated_tokens == 24));
+    let steps: Vec<StepRecord> = read_jsonl(&dir.join(files::STEPS_JSONL)).unwrap();
+    for r in &requests {
+        let mine: Vec<&StepRecord> = steps
+            .iter()
+            .filter(|s| s.method == r.method && s.request == r.request)
+            .collect();
+        assert_eq!(mine.len(), r.target_passes);
+        assert_eq!(mine.iter().map(|s| s.emitted).sum::<usize>(), 24);
+    }
+    // Baseline: one pass per token at 10 + 0.2 ms.
+    let base = &results.summaries[0];
+    assert_eq!(base.target_passes, 4 * 24);
+    assert!((base.tokens_per_s - 1e3 / 10.2).abs() < 1e-9);
+    assert_eq!(base.speedup, 1.0);
+    // Speculative methods: τ within [1, K+1], acceptance in [0, 1], draft time recorded.
+    for (s, k) in results.summaries[1..].iter().zip([2usize, 4]) {
+        assert!(s.tau.mean >= 1.0 && s.tau.mean <= (k + 1) as f64, "{s:?}");
+        let a = s.acceptance_rate.unwrap();
+        assert!((0.0..=1.0).contains(&a));
+        assert!(s.time_split.draft_s > 0.0);
+        assert_eq!(s.acceptance_by_depth.len(), k);
+    }
+    // The CSV has a header and one row per method; the markdown names every method.
+    let csv = std::fs::read_to_string(dir.join(files::SUMMARY_CSV)).unwrap();
+    assert_eq!(csv.lines().count(), 4);
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    for m in ["baseline", "k2", "k4", "git commit"] {
+        assert!(md.contains(m), "summary.md lacks {m}");
+    }
+    // Provenance: the config as run, with its baseline, and the seed.
+    let prov: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(files::PROVENANCE)).unwrap())
+            .unwrap();
+    assert_eq!(prov["seed"], 5);
+    assert_eq!(prov["backend"], "simulation");
+    assert_eq!(prov["config"]["methods"].as_array().unwrap().len(), 3);
+
+    // `report` re-renders the same summaries from the saved JSONL.
+    std::fs::remove_file(dir.join(files::TAU_SVG)).unwrap();
+    let (again, _) = rerender(&dir).unwrap();
+    assert_eq!(again.summaries, results.summaries);
+    assert!(dir.join(files::TAU_SVG).exists());
+
+    // The same seed gives the same records.
+    let dir2 = temp_dir("e2e-again");
+    let twice = run_experiment(&loaded, &dir2, false).unwrap();
+    assert_eq!(twice.steps, results.steps);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&dir2).unwrap();
+}
+
+#[test]
+fn real_model_configs_say_what_they_are_waiting_for() {
+    let real = r#"
+name = "real"
+max_tokens = 8
+[models]
+target = "qwen2.5-coder-1.5b"
+draft = "qwen2.5-coder-0.5b"
+[prompts]
+source = "inline"
+texts = ["def f():"]
+[[methods]]
+name = "k2"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 2 }
+"#;
+    let dir = temp_dir("real");
+    let loaded = ExperimentConfig::from_toml(real, "real.toml").unwrap();
+    let e = run_experiment(&loaded, &dir, false).unwrap_err();
+    assert!(matches!(e, HarnessError::NotYetAvailable(_)), "{e}");
+    assert!(e.to_string().contains("model runner"), "{e}");
+    assert!(
+        !dir.exists(),
+        "nothing is written when the run cannot start"
+    );
+}
+
+/// The toy backend runs real chain rejection sampling: on a context-free pair the acceptance
+/// rate of K = 1 estimates α = Σ min(p, q) exactly, and every output file is written.
+#[test]
+fn a_toy_experiment_runs_end_to_end() {
+    let text = include_str!("../../experiments/toy-chain.toml")
+        .replace("count = 20", "count = 6")
+        .replace("max_tokens = 200", "max_tokens = 150");
+    let loaded = ExperimentConfig::from_toml(&text, "toy-chain.toml").unwrap();
+    let dir = temp_dir("toy");
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    for f in files::ALL {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    let backend = specdec_harness::runner::ToyBackend::new(&loaded.config).unwrap();
+    let alpha = backend.alpha_after(&[]).unwrap();
+    let k1 = results
+        .summaries
+        .iter()
+        .find(|s| s.method == "chain-k1")
+        .unwrap();
+    // ≈ 6 × 150 / 1.7 ≈ 530 Bernoulli(α) trials: sd ≤ 0.022, so 0.1 is over 4 sd.
+    let rate = k1.acceptance_rate.unwrap();
+    assert!((rate - alpha).abs() < 0.1, "rate {rate} vs exact α {alpha}");
+    // Every request generated exactly max_tokens tokens, with text.
+    assert!(results
+        .requests
+        .iter()
+        .all(|r| r.generated_tokens == 150 && r.text.as_ref().is_some_and(|t| !t.is_empty())));
+    assert_eq!(results.provenance.backend, "toy");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn reproductions_write_their_tables_and_plots() {
+    let dir = temp_dir("repro");
+    let lev = repro::leviathan::run(
+        &dir,
+        &repro::leviathan::LeviathanParams {
+            alphas: vec![0.6, 0.9],
+            gamma_max: 3,
+            requests: 5,
+            tokens: 100,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        lev.markdown.contains("| 0.9 | 3 | 3.439 |"),
+        "{}",
+        lev.markdown
+    );
+    let place = repro::placement::run(
+        &dir,
+        &repro::placement::PlacementParams {
+            requests: 3,
+            tokens: 64,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(place.markdown.contains("co-located"));
+    for f in lev.files.iter().chain(&place.files) {
+        assert!(std::fs::metadata(f).unwrap().len() > 0, "{}", f.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The shipped experiment configs parse, and the policy study runs every policy kind through the
+/// simulation: each adaptive policy must beat plain decoding there (per-prompt α 0.2–0.95, where
+/// the cost model makes speculation pay for most prompts).
+#[test]
+fn shipped_experiments_parse_and_the_policy_study_runs() {
+    let shipped = [
+        (
+            "sim-fixed-k.toml",
+            include_str!("../../experiments/sim-fixed-k.toml"),
+        ),
+        (
+            "sim-policies.toml",
+            include_str!("../../experiments/sim-policies.toml"),
+        ),
+    ];
+    for (name, text) in shipped {
+        ExperimentConfig::from_toml(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let text = shipped[1].1.replace("count = 40", "count = 8");
+    let loaded = ExperimentConfig::from_toml(&text, "sim-policies.toml").unwrap();
+    let dir = temp_dir("policies");
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    assert_eq!(results.summaries.len(), 8);
+    for s in &results.summaries[4..] {
+        assert!(s.speedup > 1.0, "{}: {}", s.method, s.speedup);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Continuous batching through the harness: the toy engine run with 4 requests in flight gives
+/// the same tokens and per-step acceptance as one at a time (randomness is keyed by request, not
+/// by batch position), and the steps record the batch they ran in.
+#[test]
+fn toy_results_do_not_depend_on_the_batch_size() {
+    let base = include_str!("../../experiments/toy-chain.toml")
+        .replace("count = 20", "count = 5")
+        .replace("max_tokens = 200", "max_tokens = 40");
+    let run = |batch: usize, tag: &str| {
+        let text = base.replace(
+            "max_tokens = 40",
+            &format!("max_tokens = 40\nbatch_size = {batch}"),
+        );
+        let loaded = ExperimentConfig::from_toml(&text, "toy-chain.toml").unwrap();
+        let dir = temp_dir(tag);
+        let r = run_experiment(&loaded, &dir, false).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        r
+    };
+    let one = run(1, "toy-b1");
+    let four = run(4, "toy-b4");
+    let texts = |r: &specdec_harness::report::RunResults| -> Vec<Option<String>> {
+        r.requests.iter().map(|q| q.text.clone()).collect()
+    };
+    assert_eq!(texts(&one), texts(&four));
+    let shape = |r: &specdec_harness::report::RunResults| -> Vec<(usize, usize, usize)> {
+        r.steps
+            .iter()
+            .map(|s| (s.proposed, s.accepted, s.emitted))
+            .collect()
+    };
+    assert_eq!(shape(&one), shape(&four));
+    assert!(one.steps.iter().all(|s| s.batch == 1));
+    assert!(four.steps.iter().any(|s| s.batch > 1));
+}

@@ -1,0 +1,319 @@
+//! CUDA launchers for the model-forward operations (`ops.cu`, `matmul_invariant.cu`), on device
+//! buffers, with the contracts of the CPU functions in this folder:
+//! [`rms_norm`](super::norm::rms_norm) (equal except when the f64 sum of squares rounds across an
+//! f32 boundary), [`apply_rope`](super::rope::apply_rope) (bit-identical, given the same angle
+//! tables), [`swiglu`](super::activation::swiglu) (within 2 ulp: `expf` vs the CPU's `exp`), and
+//! the batch-invariant matrix product (each output one FMA chain over `k` in order).
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::rope::RopeLayout;
+use crate::cuda::nvrtc::cuda_error;
+use crate::cuda::{sources, Gpu};
+use crate::error::{KernelError, Result};
+
+fn mismatch(what: &str, expected: usize, actual: usize) -> KernelError {
+    KernelError::ShapeMismatch {
+        what: what.to_string(),
+        expected,
+        actual,
+    }
+}
+
+/// RMSNorm of each row of `x` (`[rows × weight.len()]`) into `out`.
+///
+/// # Errors
+/// [`KernelError::InvalidParameter`] for `dim == 0` or a bad `eps`; [`KernelError::ShapeMismatch`]
+/// for sizes that do not fit; [`KernelError::Cuda`] on CUDA errors.
+pub fn rms_norm_cuda(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    weight: &CudaSlice<f32>,
+    eps: f32,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let dim = weight.len();
+    if dim == 0 || !(eps >= 0.0 && eps.is_finite()) {
+        return Err(KernelError::InvalidParameter {
+            what: "rms_norm",
+            reason: format!("dim {dim}, eps {eps}: need dim > 0 and a finite eps >= 0"),
+        });
+    }
+    if x.len() % dim != 0 {
+        return Err(mismatch(
+            "rms_norm input (multiple of dim)",
+            x.len().div_ceil(dim) * dim,
+            x.len(),
+        ));
+    }
+    if out.len() != x.len() {
+        return Err(mismatch("rms_norm output", x.len(), out.len()));
+    }
+    let rows = (x.len() / dim) as u32;
+    if rows == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(&sources::OPS, "rms_norm_f32")?;
+    let n = dim as u32;
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(x).arg(weight).arg(out).arg(&n).arg(&eps);
+    let cfg = LaunchConfig {
+        grid_dim: (rows, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: x and out hold rows x dim floats, weight dim; argument order matches rms_norm_f32.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch rms_norm_f32", e))?;
+    Ok(())
+}
+
+/// Rotates `x` (`[tokens × heads × head_dim]`) in place with per-token `cos`/`sin` tables
+/// (`[tokens × head_dim/2]`, e.g. the values of [`RopeAngles`](super::rope::RopeAngles)).
+///
+/// # Errors
+/// [`KernelError::InvalidParameter`] for an odd or zero `head_dim`; [`KernelError::ShapeMismatch`]
+/// for tables or `x` of the wrong size; [`KernelError::Cuda`] on CUDA errors.
+pub fn rope_cuda(
+    gpu: &Gpu,
+    x: &mut CudaSlice<f32>,
+    heads: usize,
+    head_dim: usize,
+    cos: &CudaSlice<f32>,
+    sin: &CudaSlice<f32>,
+    layout: RopeLayout,
+) -> Result<()> {
+    if head_dim == 0 || head_dim % 2 != 0 || head_dim > 2048 {
+        return Err(KernelError::InvalidParameter {
+            what: "rope head_dim",
+            reason: format!("{head_dim} must be even, non-zero and <= 2048"),
+        });
+    }
+    let half = head_dim / 2;
+    let tokens = cos.len() / half;
+    if cos.len() != sin.len() || cos.len() % half != 0 {
+        return Err(mismatch("rope sin table", cos.len(), sin.len()));
+    }
+    if x.len() != tokens * heads * head_dim {
+        return Err(mismatch(
+            "rope input [tokens x heads x head_dim]",
+            tokens * heads * head_dim,
+            x.len(),
+        ));
+    }
+    if tokens == 0 || heads == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(&sources::OPS, "rope_f32")?;
+    let (h, d, inter) = (
+        heads as u32,
+        head_dim as u32,
+        u32::from(layout == RopeLayout::Interleaved),
+    );
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(x).arg(cos).arg(sin).arg(&h).arg(&d).arg(&inter);
+    let cfg = LaunchConfig {
+        grid_dim: (tokens as u32, h, 1),
+        block_dim: (half.min(1024) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: sizes checked above; argument order matches rope_f32.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch rope_f32", e))?;
+    Ok(())
+}
+
+/// SwiGLU `out = silu(gate) * up`, elementwise.
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] when the lengths differ; [`KernelError::Cuda`] on CUDA errors.
+pub fn swiglu_cuda(
+    gpu: &Gpu,
+    gate: &CudaSlice<f32>,
+    up: &CudaSlice<f32>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    if up.len() != gate.len() {
+        return Err(mismatch("swiglu up", gate.len(), up.len()));
+    }
+    if out.len() != gate.len() {
+        return Err(mismatch("swiglu output", gate.len(), out.len()));
+    }
+    if gate.is_empty() {
+        return Ok(());
+    }
+    let f = gpu.function(&sources::OPS, "swiglu_f32")?;
+    let n = gate.len() as u64;
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(gate).arg(up).arg(out).arg(&n);
+    let blocks = gate.len().div_ceil(256).min(65_535) as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the three buffers hold n floats; grid-stride loop bounded by n.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch swiglu_f32", e))?;
+    Ok(())
+}
+
+/// Batch-invariant product `out[m][n] = Σ_k a[m][k] · w[n][k]` (`a`: `[rows × k]` f32, `w`:
+/// `[cols × k]` f32, `out`: `[rows × cols]`): each output is one FMA chain over `k` in order,
+/// so a row's result does not depend on `rows` (bit-identical alone or in any batch).
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] for sizes that do not fit; [`KernelError::Cuda`] on CUDA errors.
+pub fn matmul_invariant_cuda(
+    gpu: &Gpu,
+    a: &CudaSlice<f32>,
+    w: &CudaSlice<f32>,
+    k: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    if k == 0 || a.len() % k != 0 || w.len() % k != 0 {
+        return Err(mismatch(
+            "matmul operands (multiples of k)",
+            a.len().div_ceil(k.max(1)) * k,
+            a.len(),
+        ));
+    }
+    let (rows, cols) = (a.len() / k, w.len() / k);
+    if out.len() != rows * cols {
+        return Err(mismatch(
+            "matmul output [rows x cols]",
+            rows * cols,
+            out.len(),
+        ));
+    }
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let f = gpu.function(&sources::MATMUL_INVARIANT, "matmul_invariant_f32")?;
+    let (r, c, kk) = (rows as u32, cols as u32, k as u32);
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(a).arg(w).arg(out).arg(&r).arg(&c).arg(&kk);
+    let cfg = LaunchConfig {
+        grid_dim: (c.div_ceil(64), r.div_ceil(64), 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: sizes checked above; argument order matches matmul_invariant_f32.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch matmul_invariant_f32", e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::testing::gpu_for_test;
+    use crate::ops::activation::swiglu;
+    use crate::ops::norm::rms_norm;
+    use crate::ops::rope::{apply_rope, RopeAngles};
+    use crate::sampling::mix64;
+
+    fn values(n: usize, salt: u64) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((mix64(salt ^ i as u64) >> 40) as f32 / 4_194_304.0) - 2.0)
+            .collect()
+    }
+
+    /// cos/sin tables exactly as `RopeAngles::new` computes them (f64 angles rounded once).
+    fn tables(positions: &[usize], head_dim: usize, base: f32) -> (Vec<f32>, Vec<f32>) {
+        let half = head_dim / 2;
+        let (mut c, mut s) = (Vec::new(), Vec::new());
+        for &p in positions {
+            for i in 0..half {
+                let angle = p as f64 * f64::from(base).powf(-((2 * i) as f64) / head_dim as f64);
+                c.push(angle.cos() as f32);
+                s.push(angle.sin() as f32);
+            }
+        }
+        (c, s)
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn ops_match_cpu() {
+        let Some(gpu) = gpu_for_test("ops::cuda::ops_match_cpu") else {
+            return;
+        };
+        let st = gpu.stream();
+        // RMSNorm: odd row length and a GPU-filling row count.
+        for (rows, dim) in [(3usize, 333usize), (4096, 4096)] {
+            let x = values(rows * dim, 1);
+            let w = values(dim, 2);
+            let mut want = vec![0.0; x.len()];
+            rms_norm(&x, &w, 1e-5, &mut want).unwrap();
+            let (xd, wd) = (st.clone_htod(&x).unwrap(), st.clone_htod(&w).unwrap());
+            let mut od = st.alloc_zeros::<f32>(x.len()).unwrap();
+            rms_norm_cuda(&gpu, &xd, &wd, 1e-5, &mut od).unwrap();
+            let got = st.clone_dtoh(&od).unwrap();
+            let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert!(
+                differ * 1000 <= want.len(),
+                "rms_norm: {differ} of {} differ",
+                want.len()
+            );
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                    "rms_norm {a} vs {b}"
+                );
+            }
+        }
+        // RoPE, both layouts: bit-identical.
+        let (heads, hd) = (7, 128);
+        let positions: Vec<usize> = (0..37).map(|i| i * 977 % 32768).collect();
+        let angles = RopeAngles::new(&positions, hd, 1_000_000.0).unwrap();
+        let (c, s) = tables(&positions, hd, 1_000_000.0);
+        for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
+            let mut want = values(positions.len() * heads * hd, 3);
+            let mut xd = st.clone_htod(&want).unwrap();
+            apply_rope(&mut want, heads, &angles, layout).unwrap();
+            let (cd, sd) = (st.clone_htod(&c).unwrap(), st.clone_htod(&s).unwrap());
+            rope_cuda(&gpu, &mut xd, heads, hd, &cd, &sd, layout).unwrap();
+            assert_eq!(st.clone_dtoh(&xd).unwrap(), want, "rope {layout:?}");
+        }
+        // SwiGLU within 2 ulp.
+        let (g, u) = (values(100_003, 4), values(100_003, 5));
+        let mut want = vec![0.0; g.len()];
+        swiglu(&g, &u, &mut want).unwrap();
+        let (gd, ud) = (st.clone_htod(&g).unwrap(), st.clone_htod(&u).unwrap());
+        let mut od = st.alloc_zeros::<f32>(g.len()).unwrap();
+        swiglu_cuda(&gpu, &gd, &ud, &mut od).unwrap();
+        for (a, b) in st.clone_dtoh(&od).unwrap().iter().zip(&want) {
+            assert!(
+                (a - b).abs() <= 2.0 * f32::EPSILON * b.abs().max(1e-30),
+                "swiglu {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn matmul_invariant_rows_are_batch_invariant() {
+        let Some(gpu) = gpu_for_test("ops::cuda::matmul_invariant") else {
+            return;
+        };
+        let st = gpu.stream();
+        let (rows, cols, k) = (77usize, 131usize, 1000usize);
+        let (a, w) = (values(rows * k, 6), values(cols * k, 7));
+        let (ad, wd) = (st.clone_htod(&a).unwrap(), st.clone_htod(&w).unwrap());
+        let mut od = st.alloc_zeros::<f32>(rows * cols).unwrap();
+        matmul_invariant_cuda(&gpu, &ad, &wd, k, &mut od).unwrap();
+        let all = st.clone_dtoh(&od).unwrap();
+        // Each output is exactly the in-order FMA chain, so the CPU reproduces it bit for bit.
+        for r in [0, 13, 76] {
+            for c in 0..cols {
+                let want = (0..k).fold(0.0f32, |acc, i| a[r * k + i].mul_add(w[c * k + i], acc));
+                assert_eq!(all[r * cols + c], want, "row {r} col {c}");
+            }
+            // The same row alone: bit-identical.
+            let one = st.clone_htod(&a[r * k..(r + 1) * k]).unwrap();
+            let mut o1 = st.alloc_zeros::<f32>(cols).unwrap();
+            matmul_invariant_cuda(&gpu, &one, &wd, k, &mut o1).unwrap();
+            assert_eq!(
+                st.clone_dtoh(&o1).unwrap(),
+                all[r * cols..(r + 1) * cols].to_vec()
+            );
+        }
+    }
+}
