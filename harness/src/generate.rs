@@ -213,7 +213,7 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
             let stable = text.trim_end_matches('\u{FFFD}');
             if stable.len() > printed && text.is_char_boundary(printed) {
                 if let Err(e) = out
-                    .write_all(stable[printed..].as_bytes())
+                    .write_all(&stable.as_bytes()[printed..])
                     .and_then(|()| out.flush())
                 {
                     write_error.get_or_insert(e);

@@ -134,6 +134,9 @@ impl Active<'_> {
     }
 }
 
+/// Streaming callback: `(request id, tokens this step added to its output)`.
+pub type TokenCallback<'c> = dyn FnMut(u64, &[u32]) + 'c;
+
 /// The engine (see the module docs): a target model, a drafter, a paired verifier and a policy
 /// prototype (forked per request).
 pub struct Engine<'a> {
@@ -142,13 +145,13 @@ pub struct Engine<'a> {
     verifier: PairedVerifier<f32>,
     policy: Box<dyn SpeculationPolicy>,
     options: EngineOptions,
-    on_tokens: Option<&'a mut dyn FnMut(u64, &[u32])>,
+    on_tokens: Option<&'a mut TokenCallback<'a>>,
 }
 
 impl<'a> Engine<'a> {
     /// Calls `callback(request id, new tokens)` after each step with the tokens that step added
     /// to a request's output (cut at a stop), in order: for streaming.
-    pub fn on_tokens(mut self, callback: &'a mut dyn FnMut(u64, &[u32])) -> Self {
+    pub fn on_tokens(mut self, callback: &'a mut TokenCallback<'a>) -> Self {
         self.on_tokens = Some(callback);
         self
     }
