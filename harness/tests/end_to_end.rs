@@ -8,7 +8,6 @@ use specdec_harness::metrics::{MethodRun, RequestRecord, StepRecord};
 use specdec_harness::report::{files, read_jsonl, rerender};
 use specdec_harness::repro;
 use specdec_harness::runner::run_experiment;
-use specdec_harness::HarnessError;
 
 const SIM: &str = r#"
 name = "e2e"
