@@ -57,7 +57,7 @@ impl Q8Activations {
     /// [`KernelError::ShapeMismatch`] when `x.len() != n_tokens * cols`;
     /// [`KernelError::InvalidParameter`] naming the first non-finite activation.
     pub fn quantize(x: &[f32], n_tokens: usize, cols: usize) -> Result<Self> {
-        if cols % Q8_BLOCK != 0 {
+        if !cols.is_multiple_of(Q8_BLOCK) {
             return Err(KernelError::NotBlockAligned {
                 quant: "Q8 activations",
                 len: cols,
