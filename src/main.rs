@@ -5,11 +5,13 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use specdec_harness::cli;
+use specdec_harness::generate::{generate, GenerateOptions};
 
 /// specdec: speculative decoding, kernel first.
 ///
-/// Start with `specdec run experiments/toy-chain.toml` (no model needed), then look at
-/// results/toy-chain/summary.md and its SVG plots.
+/// Start with `scripts/quickstart.sh` (real models), or `specdec run experiments/toy-chain.toml`
+/// (no model needed), then look at results/NAME/summary.md and its SVG plots. One prompt:
+/// `specdec generate --target smollm2-135m --method ngram --prompt "def fib(n):"`.
 #[derive(Debug, Parser)]
 #[command(name = "specdec", version, about, long_about = None)]
 struct Cli {
@@ -21,13 +23,53 @@ struct Cli {
 enum Command {
     /// Print the versions of the workspace crates.
     Version,
+    /// Generate from one prompt, streaming the text, then print one summary line (tokens,
+    /// tokens/s, acceptance rate, mean accepted length τ).
+    ///
+    /// Methods: plain (no drafts), linear (draft model chain of K; needs --draft), tree (draft
+    /// model tree; needs --draft), ngram (prompt lookup), layer-skip (the target with some blocks
+    /// skipped drafts), staged (n-gram checked and extended by the draft model, or by layer-skip
+    /// without --draft), auto (cost-model policy; chains of the draft model, or n-gram).
+    ///
+    /// Example: specdec generate --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
+    /// --method linear --k 4 --prompt "def quicksort(xs):"
+    Generate {
+        /// Target model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (fetched by
+        /// scripts/fetch-models.sh), or a path to a .gguf file.
+        #[arg(long)]
+        target: String,
+        /// Draft model (same tokenizer as the target), as for --target.
+        #[arg(long)]
+        draft: Option<String>,
+        /// plain, linear, tree, ngram, layer-skip, staged or auto.
+        #[arg(long, default_value = "ngram")]
+        method: String,
+        /// Drafts per step (chain length; node budget for trees, whose full shape has 21 nodes;
+        /// largest K for auto).
+        #[arg(long, default_value_t = 4)]
+        k: usize,
+        /// The prompt text.
+        #[arg(long)]
+        prompt: String,
+        /// Softmax temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f64,
+        /// Most tokens to generate.
+        #[arg(long, default_value_t = 128)]
+        max_tokens: usize,
+        /// Wrap the prompt in the model's chat template (instruct models).
+        #[arg(long)]
+        chat: bool,
+        /// Seed of the random draws (T > 0).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
     ///
     /// The config lists models, prompts, sampling settings and methods; the plain-decoding
-    /// baseline is added when missing. See experiments/README.md for the format. Today
-    /// simulation configs ([simulation] table) and toy-model configs (target = "toy", run by the
-    /// engine loop) run; configs naming real models report that the model runner is not yet
-    /// wired in. Try experiments/sim-fixed-k.toml, sim-policies.toml or toy-chain.toml.
+    /// baseline is added when missing. See experiments/README.md for the format. Simulation
+    /// configs ([simulation] table), toy-model configs (target = "toy") and real models (run by
+    /// the engine) all run. Try experiments/quickstart.toml, toy-chain.toml or sim-fixed-k.toml.
     Run {
         /// The experiment file, e.g. experiments/sim-fixed-k.toml.
         config: PathBuf,
@@ -82,6 +124,31 @@ fn main() -> anyhow::Result<()> {
     match args.command {
         Command::Version => {
             println!("specdec {}", env!("CARGO_PKG_VERSION"));
+        }
+        Command::Generate {
+            target,
+            draft,
+            method,
+            k,
+            prompt,
+            temperature,
+            max_tokens,
+            chat,
+            seed,
+        } => {
+            let options = GenerateOptions {
+                target,
+                draft,
+                method,
+                k,
+                prompt,
+                temperature,
+                max_tokens,
+                chat,
+                seed,
+            };
+            let summary = generate(&options, &mut std::io::stdout().lock())?;
+            eprintln!("{}", summary.line());
         }
         Command::Run { config, out, quiet } => {
             cli::run(&config, out.as_deref(), quiet)?;

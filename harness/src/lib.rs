@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod generate;
 pub mod metrics;
 pub mod policies;
 pub mod report;

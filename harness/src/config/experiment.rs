@@ -206,7 +206,7 @@ impl ExperimentConfig {
         }
         let target =
             ModelSource::parse(&self.models.target).map_err(|e| invalid("models.target", e))?;
-        if let Some(d) = &self.models.draft {
+        if let Some(d) = self.models.draft.as_ref().filter(|d| *d != "layer_skip") {
             ModelSource::parse(d).map_err(|e| invalid("models.draft", e))?;
         }
         if target == ModelSource::Simulated && self.simulation.is_none() {
@@ -362,7 +362,7 @@ fn validate_drafter(d: &DrafterConfig) -> std::result::Result<(), String> {
             if levels.is_empty() {
                 return Err("staged.levels is empty".into());
             }
-            for l in levels {
+            for l in levels.iter().filter(|l| *l != "layer_skip") {
                 ModelSource::parse(l)?;
             }
         }

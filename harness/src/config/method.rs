@@ -81,10 +81,20 @@ pub enum DrafterConfig {
         /// Match length (≥ 1).
         n: usize,
     },
-    /// Multi-level speculation: `levels` draft models, smallest first, each verified by the next.
+    /// Multi-level speculation: an n-gram level 0, then `levels` draft models, smallest first,
+    /// each verified by the next (today one model level: the last entry).
     Staged {
-        /// Model names, smallest first (each a known name or .gguf path).
+        /// Model names, smallest first (each a known name, a .gguf path, or `layer_skip` for the
+        /// target with the default blocks skipped).
         levels: Vec<String>,
+    },
+    /// Layer-skip self-drafting: the target running only some of its blocks (shared weights)
+    /// drafts a chain.
+    LayerSkip {
+        /// Blocks kept, strictly increasing [default: first and last quarter, every other block
+        /// of the middle half].
+        #[serde(default)]
+        keep: Option<Vec<usize>>,
     },
 }
 
@@ -99,12 +109,19 @@ impl DrafterConfig {
             DrafterConfig::Sequoia { .. } => "sequoia",
             DrafterConfig::Ngram { .. } => "ngram",
             DrafterConfig::Staged { .. } => "staged",
+            DrafterConfig::LayerSkip { .. } => "layer_skip",
         }
     }
 
     /// Whether the drafter proposes a linear chain (K from the policy).
     pub fn is_linear(&self) -> bool {
-        matches!(self, DrafterConfig::Chain | DrafterConfig::Ngram { .. })
+        matches!(
+            self,
+            DrafterConfig::Chain
+                | DrafterConfig::Ngram { .. }
+                | DrafterConfig::Staged { .. }
+                | DrafterConfig::LayerSkip { .. }
+        )
     }
 }
 

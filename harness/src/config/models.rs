@@ -14,7 +14,8 @@ pub struct ModelsConfig {
     #[serde(default = "simulated")]
     pub target: String,
     /// The draft model used by model drafters (`chain`, `tree`, ...); absent for plain decoding,
-    /// n-gram and self-drafting methods.
+    /// n-gram and self-drafting methods. `layer_skip` makes the target with some blocks skipped
+    /// the draft model of every model drafter.
     #[serde(default)]
     pub draft: Option<String>,
 }

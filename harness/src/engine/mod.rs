@@ -133,6 +133,9 @@ impl Active<'_> {
     }
 }
 
+/// Streaming callback: `(request id, tokens this step added to its output)`.
+pub type TokenCallback<'c> = dyn FnMut(u64, &[u32]) + 'c;
+
 /// The engine (see the module docs): a target model, a drafter, a paired verifier and a policy
 /// prototype (forked per request).
 pub struct Engine<'a> {
@@ -141,9 +144,17 @@ pub struct Engine<'a> {
     verifier: PairedVerifier<f32>,
     policy: Box<dyn SpeculationPolicy>,
     options: EngineOptions,
+    on_tokens: Option<&'a mut TokenCallback<'a>>,
 }
 
 impl<'a> Engine<'a> {
+    /// Calls `callback(request id, new tokens)` after each step with the tokens that step added
+    /// to a request's output (cut at a stop), in order: for streaming.
+    pub fn on_tokens(mut self, callback: &'a mut TokenCallback<'a>) -> Self {
+        self.on_tokens = Some(callback);
+        self
+    }
+
     /// Builds an engine.
     ///
     /// # Errors
@@ -171,6 +182,7 @@ impl<'a> Engine<'a> {
             verifier,
             policy,
             options,
+            on_tokens: None,
         })
     }
 
@@ -383,6 +395,10 @@ impl<'a> Engine<'a> {
             }
             // KV now holds the old context + accepted drafts; it must hold all but the last
             // kept token.
+            if let Some(callback) = self.on_tokens.as_mut() {
+                let len = seq.context.len();
+                callback(seq.request.id, &seq.context[len - kept..]);
+            }
             let accepted = verdict.accepted_len;
             let surplus = (accepted + 1).saturating_sub(kept);
             if surplus > 0 {

@@ -8,9 +8,13 @@
 //! runner backend is wired — a
 //! [`HarnessError::NotYetAvailable`] for real models.
 
+mod engine_backend;
 mod simulated;
 mod toy;
 
+pub use engine_backend::{
+    build_method, check_same_tokenizer, BuiltMethod, EngineBackend, LoadedModel, ModelSet,
+};
 pub use simulated::SimulationBackend;
 pub use toy::{toy_pair, ToyBackend};
 
@@ -86,11 +90,7 @@ pub fn backend_for(config: &ExperimentConfig) -> Result<Box<dyn Backend>> {
     if target == ModelSource::Toy {
         return Ok(Box::new(ToyBackend::new(config)?));
     }
-    Err(HarnessError::NotYetAvailable(format!(
-        "model `{}` needs the model runner, which is not wired into the harness yet; \
-         use a [simulation] table meanwhile",
-        config.models.target
-    )))
+    Ok(Box::new(EngineBackend::new(config)?))
 }
 
 /// Runs a loaded config on the backend [`backend_for`] picks, and writes the results to

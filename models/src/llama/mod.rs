@@ -7,11 +7,13 @@
 //! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`.
 
 mod config;
+mod layer_skip;
 mod load;
 mod model;
 mod weights;
 
 pub use config::{Architecture, LlamaConfig, RopeLayout};
+pub use layer_skip::default_skip_layers;
 pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};
 pub use model::{LlamaModel, LlamaOptions};
 pub use weights::{LayerWeights, ModelWeights, WeightMatrix};

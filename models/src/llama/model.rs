@@ -43,7 +43,10 @@ impl Default for LlamaOptions {
 pub struct LlamaModel {
     config: LlamaConfig,
     plan: ShardPlan,
-    weights: ModelWeights,
+    weights: Arc<ModelWeights>,
+    /// Indices (into `weights.layers`) of the blocks run, in order; all of them unless this is a
+    /// layer-skip view (see [`super::layer_skip`]). KV layer `i` belongs to block `layers[i]`.
+    layers: Vec<usize>,
     comm: Arc<dyn Communicator>,
     cache: PagedKvCache,
     special: SpecialTokens,
@@ -112,9 +115,24 @@ impl LlamaModel {
             )));
         }
         let plan = ShardPlan::new(&config, weights, comm.rank(), comm.world_size())?;
-        let weights = plan.slice_weights(&config, weights)?;
+        let weights = Arc::new(plan.slice_weights(&config, weights)?);
+        let layers = (0..config.n_layers).collect();
+        Self::assemble(config, plan, weights, layers, special, options, comm)
+    }
+
+    /// Builds a model running blocks `layers` of `weights` (shared, not copied), with a fresh KV
+    /// cache holding one layer per entry of `layers`.
+    pub(super) fn assemble(
+        config: LlamaConfig,
+        plan: ShardPlan,
+        weights: Arc<ModelWeights>,
+        layers: Vec<usize>,
+        special: SpecialTokens,
+        options: LlamaOptions,
+        comm: Arc<dyn Communicator>,
+    ) -> Result<Self> {
         let layout = KvLayout::new(
-            config.n_layers,
+            layers.len(),
             plan.kv_heads.len(),
             config.head_dim,
             options.kv_block_size,
@@ -125,10 +143,34 @@ impl LlamaModel {
             config,
             plan,
             weights,
+            layers,
             comm,
             special,
             last_trees: HashMap::new(),
         })
+    }
+
+    /// The shared weights, the blocks run, and what [`LlamaModel::assemble`] needs to build a
+    /// sibling over the same weights (for [`super::layer_skip`]).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn parts(
+        &self,
+    ) -> (
+        &LlamaConfig,
+        &ShardPlan,
+        &Arc<ModelWeights>,
+        &[usize],
+        &SpecialTokens,
+        &Arc<dyn Communicator>,
+    ) {
+        (
+            &self.config,
+            &self.plan,
+            &self.weights,
+            &self.layers,
+            &self.special,
+            &self.comm,
+        )
     }
 
     /// The hyper-parameters.
@@ -229,7 +271,8 @@ impl LlamaModel {
         let mut up = vec![0.0f32; n * f];
         let mut act = vec![0.0f32; n * f];
         let scale = 1.0 / (hd as f32).sqrt();
-        for (layer, w) in self.weights.layers.iter().enumerate() {
+        for (layer, &block) in self.layers.iter().enumerate() {
+            let w = &self.weights.layers[block];
             rms_norm(&x, &w.attn_norm, c.rms_eps, &mut h)?;
             w.wq.matmul(&h, n, &mut q)?;
             w.wk.matmul(&h, n, &mut k)?;

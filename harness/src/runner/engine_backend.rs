@@ -1,0 +1,715 @@
+//! The engine backend: real models (GGUF through the registry) run by the [`Engine`].
+//!
+//! [`EngineBackend`] loads the target (and, when the config names one, the draft) once, checks
+//! that a draft shares the target's tokenizer, tokenizes the prompts, and for each method builds
+//! a [`BuiltMethod`] — drafter, paired verifier, policy — from its [`MethodConfig`]
+//! ([`build_method`]). Every method, the baseline included, runs through the same engine loop
+//! (the baseline is [`NoDrafter`] with a budget of 0).
+//!
+//! Method mapping (T = the sampling temperature):
+//!
+//! | drafter        | draft tree                                    | `auto` verifier             |
+//! |----------------|-----------------------------------------------|-----------------------------|
+//! | `none`         | root only                                      | greedy (T = 0) / target-only |
+//! | `chain`        | draft model chain, argmax (T = 0) or sampled   | greedy / chain rejection    |
+//! | `layer_skip`   | as `chain`, the target with blocks skipped     | greedy / chain rejection    |
+//! | `tree`         | k-ary shape, top-ranked (T = 0) or without replacement | greedy / recursive rejection |
+//! | `sequoia`      | Sequoia shape (default α vector), as `tree`    | as `tree`                   |
+//! | `dynamic_tree` | EAGLE-2-style dynamic tree (deterministic)     | greedy / target-only        |
+//! | `ngram`        | prompt lookup (deterministic)                  | greedy / target-only        |
+//! | `staged`       | n-gram → level-1 model (an i.i.d. chain of q1) | chain rejection             |
+//!
+//! Policies: the policy's K is the chain length for linear drafters and the draft-node budget for
+//! trees (capped by the tree's shape). `cost_optimal` measures the target's verify-cost curve and
+//! the draft's per-pass cost once per backend and feeds them to [`CostModelPolicy`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use specdec_algorithms::drafters::{
+    ChainDrafter, ChainMode, Drafter, DynamicTreeDrafter, NgramConfig, NgramDrafter, ShapeDrafter,
+    StagedDrafter, TreeFill,
+};
+use specdec_algorithms::policy::{
+    Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, FixedPolicy, SpeculationPolicy,
+    TreeSearch,
+};
+use specdec_algorithms::trees::{sequoia_tree, TreeShape};
+use specdec_algorithms::verify::PairedVerifier;
+use specdec_kernels::sampling::SamplingParams;
+use specdec_kernels::verification::{DraftKind, VerifyMethod};
+use specdec_kernels::TreeTopology;
+use specdec_models::gguf::GgufFile;
+use specdec_models::llama::{default_skip_layers, LlamaModel, LlamaOptions};
+use specdec_models::tokenizer::{ChatMessage, Tokenizer};
+use specdec_models::{registry, LanguageModel, SequenceStep};
+
+use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
+use crate::config::{DrafterConfig, ExperimentConfig, MethodConfig, PolicyConfig, VerifierConfig};
+use crate::engine::{Engine, EngineOptions, Generation, LmDraftModel, NoDrafter, Penalties};
+use crate::engine::{Request, StopRule};
+use crate::error::{HarnessError, Result};
+use crate::policies::policy_for;
+
+/// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
+const KV_TOKENS_PER_SEQUENCE: usize = 2048;
+
+/// A model file opened once: its parsed GGUF and tokenizer.
+pub struct LoadedModel {
+    /// The name it was asked by (registry name or path).
+    pub name: String,
+    /// The file.
+    pub path: PathBuf,
+    file: Arc<GgufFile>,
+    /// Its tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl LoadedModel {
+    /// Opens `name` (a registry name such as `smollm2-135m`, or a path to a GGUF file).
+    ///
+    /// # Errors
+    /// [`HarnessError::Model`] when the name is unknown, the file is missing from the cache (the
+    /// message names `scripts/fetch-models.sh`), or the file is not a usable GGUF.
+    pub fn open(name: &str) -> Result<Self> {
+        let path = registry::resolve(name)?;
+        let file = Arc::new(GgufFile::open(&path)?);
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
+        Ok(Self {
+            name: name.to_string(),
+            path,
+            file,
+            tokenizer,
+        })
+    }
+
+    /// A runnable model with room for `sequences` sequences of [`KV_TOKENS_PER_SEQUENCE`] tokens.
+    ///
+    /// # Errors
+    /// As [`LlamaModel::from_gguf`].
+    pub fn instantiate(&self, sequences: usize) -> Result<LlamaModel> {
+        Ok(LlamaModel::from_gguf(&self.file, kv_options(sequences))?)
+    }
+}
+
+fn kv_options(sequences: usize) -> LlamaOptions {
+    LlamaOptions {
+        kv_capacity_tokens: sequences.max(1) * KV_TOKENS_PER_SEQUENCE,
+        ..LlamaOptions::default()
+    }
+}
+
+/// Refuses a draft whose tokenizer differs from the target's: same vocabulary size and the same
+/// strings at a spread of token ids (first, last, and 14 in between).
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] naming both models and the first difference.
+pub fn check_same_tokenizer(target: &LoadedModel, draft: &LoadedModel) -> Result<()> {
+    let (t, d) = (&target.tokenizer, &draft.tokenizer);
+    let refuse = |what: String| {
+        Err(HarnessError::InvalidEngine(format!(
+            "draft `{}` cannot draft for target `{}`: their tokenizers differ ({what}); \
+             speculative decoding needs the same token ids — use an n-gram or layer_skip \
+             drafter instead",
+            draft.name, target.name
+        )))
+    };
+    if t.vocab_size() != d.vocab_size() {
+        return refuse(format!(
+            "vocabulary {} vs {} tokens",
+            t.vocab_size(),
+            d.vocab_size()
+        ));
+    }
+    let n = t.vocab_size() as u32;
+    for i in 0..16u32 {
+        let id = (n - 1) * i / 15;
+        if t.token_str(id) != d.token_str(id) {
+            return refuse(format!(
+                "token {id} is {:?} vs {:?}",
+                t.token_str(id),
+                d.token_str(id)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A method ready for the engine.
+pub struct BuiltMethod {
+    /// Proposes the draft trees.
+    pub drafter: Box<dyn Drafter<f32>>,
+    /// Verifies them (paired with the drafter's kind).
+    pub verifier: PairedVerifier<f32>,
+    /// Chooses each step's budget (forked per request).
+    pub policy: Box<dyn SpeculationPolicy>,
+}
+
+/// Everything [`build_method`] may need: the target (for layer skip), the models it may load as
+/// drafts, the sampling settings, and measured costs for the cost-model policy.
+pub struct ModelSet<'m> {
+    /// The target model (its weights are shared by layer-skip drafters).
+    pub target: &'m mut LlamaModel,
+    /// The target's file.
+    pub target_file: &'m LoadedModel,
+    /// Draft models opened so far, by name (the config's `models.draft` among them).
+    pub drafts: &'m mut HashMap<String, LoadedModel>,
+    /// The config's `models.draft`, if any.
+    pub default_draft: Option<&'m str>,
+    /// Sampling applied to target and drafts.
+    pub sampling: SamplingParams,
+    /// Requests in flight at once (sizes the draft KV pools).
+    pub batch_size: usize,
+    /// Measured target verify curve, per-token cost points (lazily filled).
+    pub verify_curve: &'m mut Option<CostCurve>,
+}
+
+impl ModelSet<'_> {
+    fn draft_model(&mut self, name: &str) -> Result<LlamaModel> {
+        if name == "layer_skip" {
+            return self.layer_skip(None);
+        }
+        if !self.drafts.contains_key(name) {
+            let loaded = LoadedModel::open(name)?;
+            check_same_tokenizer(self.target_file, &loaded)?;
+            self.drafts.insert(name.to_string(), loaded);
+        }
+        self.drafts[name].instantiate(self.batch_size + 2)
+    }
+
+    fn layer_skip(&self, keep: Option<&[usize]>) -> Result<LlamaModel> {
+        let default = default_skip_layers(self.target.active_layers());
+        let keep = keep.unwrap_or(&default);
+        Ok(self
+            .target
+            .layer_skip(keep, kv_options(self.batch_size + 2))?)
+    }
+
+    fn lm(&self, model: LlamaModel) -> LmDraftModel<LlamaModel> {
+        LmDraftModel::new(model, self.sampling, self.batch_size + 2)
+    }
+
+    /// A draft model for deterministic top-ranked trees: at T = 0 its distribution is the plain
+    /// softmax (T = 1), whose ranking gives the siblings (a one-hot `q` would leave one child);
+    /// greedy verification does not read `q`.
+    fn lm_ranked(&self, model: LlamaModel) -> LmDraftModel<LlamaModel> {
+        let mut params = self.sampling;
+        if params.temperature == 0.0 {
+            params.temperature = 1.0;
+        }
+        LmDraftModel::new(model, params, self.batch_size + 2)
+    }
+
+    fn named_draft(&self, method: &MethodConfig) -> Result<String> {
+        self.default_draft.map(str::to_string).ok_or_else(|| {
+            HarnessError::InvalidEngine(format!(
+                "method `{}` ({}) needs a draft model: set models.draft (e.g. \
+                 \"qwen2.5-coder-0.5b\"), or use an ngram or layer_skip drafter",
+                method.name,
+                method.drafter.kind()
+            ))
+        })
+    }
+
+    /// One draft pass's time over one plain target step's, measured on `model` when `needed`
+    /// (0 otherwise).
+    fn draft_cost(&mut self, model: &mut LlamaModel, needed: bool) -> Result<f64> {
+        if !needed {
+            return Ok(0.0);
+        }
+        Ok(time_forward(model, 1)? / time_forward(self.target, 1)?)
+    }
+
+    /// The target's verify cost curve at 1, 2, 4, 8, 16 tokens (median of 3), measured once.
+    fn verify_curve(&mut self) -> Result<CostCurve> {
+        if let Some(curve) = self.verify_curve.as_ref() {
+            return Ok(curve.clone());
+        }
+        let mut points = Vec::new();
+        for n in [1usize, 2, 4, 8, 16] {
+            points.push((n, time_forward(self.target, n)?));
+        }
+        let curve = CostCurve::from_measurements(&points)?;
+        *self.verify_curve = Some(curve.clone());
+        Ok(curve)
+    }
+}
+
+/// Median seconds of a forward of `n` chained tokens after a 32-token prefix (3 runs).
+fn time_forward(model: &mut LlamaModel, n: usize) -> Result<f64> {
+    let seq = model.new_sequence()?;
+    let result = (|| -> Result<f64> {
+        let prefix: Vec<u32> = (0..32u32).map(|i| 100 + i).collect();
+        let chain = TreeTopology::chain(prefix.len());
+        model.forward(&[SequenceStep::chain(seq, &prefix, &chain)])?;
+        model.commit(seq, &(0..prefix.len()).collect::<Vec<_>>())?;
+        let tokens: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
+        let tree = TreeTopology::chain(n);
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            model.forward(&[SequenceStep::chain(seq, &tokens, &tree)])?;
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[1].max(1e-9))
+    })();
+    model.release(seq)?;
+    result
+}
+
+/// The verifier `auto` picks for a drafter's kind at `temperature`.
+fn auto_verifier(kind: DraftKind, is_chain: bool, temperature: f64) -> VerifyMethod {
+    match kind {
+        DraftKind::Deterministic if temperature == 0.0 => VerifyMethod::Greedy,
+        DraftKind::Deterministic => VerifyMethod::TargetOnly,
+        DraftKind::Iid if is_chain => VerifyMethod::ChainRejection,
+        DraftKind::Iid => VerifyMethod::MultiRoundIid,
+        DraftKind::WithoutReplacement => VerifyMethod::RecursiveRejection,
+    }
+}
+
+fn verifier_for(
+    method: &MethodConfig,
+    kind: DraftKind,
+    is_chain: bool,
+    temperature: f64,
+) -> Result<PairedVerifier<f32>> {
+    let chosen = match &method.verifier {
+        VerifierConfig::Auto => auto_verifier(kind, is_chain, temperature),
+        VerifierConfig::Greedy => VerifyMethod::Greedy,
+        VerifierConfig::Rejection => VerifyMethod::ChainRejection,
+        VerifierConfig::MultiRound => VerifyMethod::MultiRoundIid,
+        VerifierConfig::WithoutReplacement => VerifyMethod::RecursiveRejection,
+        VerifierConfig::TargetOnly => VerifyMethod::TargetOnly,
+        VerifierConfig::Typical { epsilon, delta } => VerifyMethod::Typical {
+            epsilon: *epsilon,
+            delta: *delta,
+        },
+    };
+    Ok(PairedVerifier::new(Arc::new(chosen), kind)?)
+}
+
+/// How a drafter's cost scales, for the cost-model policy: per draft pass (chains) or per
+/// drafted node (trees), relative to one plain target step.
+enum DraftCost {
+    PerPass(f64),
+    PerNode(f64),
+}
+
+/// Builds the drafter, verifier and policy of `method` (see the module docs for the mapping).
+///
+/// # Errors
+/// A method needing a draft model when none is configured or loadable, a draft with another
+/// tokenizer, a verifier that does not pair with the drafter's kind, invalid policy parameters.
+pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<BuiltMethod> {
+    let temperature = models.sampling.temperature;
+    let greedy = temperature == 0.0;
+    let chain_mode = if greedy {
+        ChainMode::Argmax
+    } else {
+        ChainMode::Sample
+    };
+    let tree_fill = if greedy {
+        TreeFill::TopRanked
+    } else {
+        TreeFill::WithoutReplacement
+    };
+    let needs_cost = matches!(method.policy, Some(PolicyConfig::CostOptimal { .. }));
+    // (drafter, is a chain, tree shape cap, draft pass cost / plain target step)
+    let (drafter, is_chain, shape, pass_cost): (
+        Box<dyn Drafter<f32>>,
+        bool,
+        Option<TreeShape>,
+        f64,
+    ) = match &method.drafter {
+        DrafterConfig::None => (Box::new(NoDrafter), true, None, 0.0),
+        DrafterConfig::Chain => {
+            let name = models.named_draft(method)?;
+            let mut model = models.draft_model(&name)?;
+            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let lm = models.lm(model);
+            (
+                Box::new(ChainDrafter::new(lm, chain_mode)),
+                true,
+                None,
+                ratio,
+            )
+        }
+        DrafterConfig::LayerSkip { keep } => {
+            let mut model = models.layer_skip(keep.as_deref())?;
+            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let lm = models.lm(model);
+            (
+                Box::new(ChainDrafter::new(lm, chain_mode)),
+                true,
+                None,
+                ratio,
+            )
+        }
+        DrafterConfig::Tree { branching } => {
+            let name = models.named_draft(method)?;
+            let shape = TreeShape::from_branching(branching);
+            let mut model = models.draft_model(&name)?;
+            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let lm = models.lm_ranked(model);
+            (
+                Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
+                false,
+                Some(shape),
+                ratio,
+            )
+        }
+        DrafterConfig::Sequoia { nodes } => {
+            let name = models.named_draft(method)?;
+            let alphas = [0.7, 0.15, 0.07, 0.04, 0.02, 0.01, 0.01];
+            let shape = sequoia_tree(&alphas, *nodes, 8)?.shape;
+            let mut model = models.draft_model(&name)?;
+            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let lm = models.lm_ranked(model);
+            (
+                Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
+                false,
+                Some(shape),
+                ratio,
+            )
+        }
+        DrafterConfig::DynamicTree { nodes, top_k } => {
+            let name = models.named_draft(method)?;
+            let mut model = models.draft_model(&name)?;
+            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let lm = models.lm_ranked(model);
+            (
+                Box::new(DynamicTreeDrafter::new(lm, *nodes, *top_k, *top_k)?),
+                false,
+                Some(TreeShape::chain(*nodes)),
+                ratio,
+            )
+        }
+        DrafterConfig::Ngram { n } => {
+            let config = NgramConfig {
+                max_n: (*n).max(1),
+                min_n: 1,
+                max_matches: 4,
+            };
+            (Box::new(NgramDrafter::new(config, 16)?), true, None, 0.0)
+        }
+        DrafterConfig::Staged { levels } => {
+            let name = levels.last().cloned().ok_or_else(|| {
+                HarnessError::InvalidEngine(format!(
+                    "method `{}`: staged.levels is empty",
+                    method.name
+                ))
+            })?;
+            let level0 = NgramDrafter::new(NgramConfig::default(), 16)?;
+            let mut model = models.draft_model(&name)?;
+            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let lm = models.lm(model);
+            (Box::new(StagedDrafter::new(level0, lm)), true, None, ratio)
+        }
+    };
+    let verifier = verifier_for(method, drafter.kind(), is_chain, temperature)?;
+    let cost = if is_chain {
+        DraftCost::PerPass(pass_cost)
+    } else {
+        DraftCost::PerNode(pass_cost)
+    };
+    let policy = build_policy(method, is_chain, shape.as_ref(), cost, models)?;
+    Ok(BuiltMethod {
+        drafter,
+        verifier,
+        policy,
+    })
+}
+
+/// The budget of `k` for a drafter: a chain of `k`, or up to `k` tree nodes (within `shape`).
+fn budget_of(k: usize, is_chain: bool, shape: Option<&TreeShape>) -> Budget {
+    match (is_chain, shape) {
+        (true, _) => Budget::chain(k),
+        (false, Some(shape)) if k >= shape.drafts() => Budget::Tree(Arc::new(shape.clone())),
+        (false, _) if k == 0 => Budget::Plain,
+        (false, _) => Budget::TreeNodes(k),
+    }
+}
+
+fn build_policy(
+    method: &MethodConfig,
+    is_chain: bool,
+    shape: Option<&TreeShape>,
+    cost: DraftCost,
+    models: &mut ModelSet<'_>,
+) -> Result<Box<dyn SpeculationPolicy>> {
+    let Some(policy) = &method.policy else {
+        return Ok(Box::new(FixedPolicy::new(Budget::Plain)));
+    };
+    let costs = match policy {
+        PolicyConfig::CostOptimal { .. } => {
+            let curve = models.verify_curve()?;
+            let (per_pass, per_node) = match cost {
+                DraftCost::PerPass(c) => (c, 0.0),
+                DraftCost::PerNode(c) => (0.0, c),
+            };
+            Some(CostModel::new(curve, per_pass, per_node)?)
+        }
+        _ => None,
+    };
+    if is_chain {
+        return policy_for(policy, costs.as_ref());
+    }
+    // Tree drafters: K is a node budget within the drafter's shape.
+    Ok(match policy {
+        PolicyConfig::Fixed { k } => Box::new(FixedPolicy::new(budget_of(*k, false, shape))),
+        PolicyConfig::Threshold {
+            k,
+            min_acceptance,
+            probe_every,
+        } => Box::new(
+            DisableGate::new(FixedPolicy::new(budget_of(*k, false, shape)))
+                .with_threshold(*min_acceptance)?
+                .with_probe(*probe_every, Budget::TreeNodes(1))?,
+        ),
+        PolicyConfig::CostOptimal {
+            k_max,
+            min_gain,
+            probe_every,
+        } => {
+            let search = TreeSearch::Tree {
+                max_nodes: *k_max,
+                max_depth: 8,
+                max_ranks: 4,
+            };
+            Box::new(
+                CostModelPolicy::new(costs.expect("measured above"), search)?
+                    .with_min_gain(*min_gain, *probe_every)?,
+            )
+        }
+        PolicyConfig::Aimd { .. } | PolicyConfig::Pid { .. } => {
+            return Err(HarnessError::InvalidEngine(format!(
+                "method `{}`: the {} policy steers a chain length; drafter `{}` drafts trees \
+                 (use fixed, threshold or cost_optimal)",
+                method.name,
+                if matches!(policy, PolicyConfig::Aimd { .. }) {
+                    "aimd"
+                } else {
+                    "pid"
+                },
+                method.drafter.kind()
+            )))
+        }
+    })
+}
+
+/// Runs real models through the [`Engine`].
+pub struct EngineBackend {
+    target_file: LoadedModel,
+    target: LlamaModel,
+    drafts: HashMap<String, LoadedModel>,
+    default_draft: Option<String>,
+    sampling: SamplingParams,
+    seed: u64,
+    max_tokens: usize,
+    batch_size: usize,
+    verify_curve: Option<CostCurve>,
+}
+
+impl EngineBackend {
+    /// Loads the config's target (and draft, checking its tokenizer).
+    ///
+    /// # Errors
+    /// A model that cannot be resolved or loaded (the message names the fetch command), a draft
+    /// with another tokenizer.
+    pub fn new(config: &ExperimentConfig) -> Result<Self> {
+        Self::open(
+            &config.models.target,
+            config.models.draft.as_deref(),
+            SamplingParams {
+                temperature: config.sampling.temperature,
+                top_k: config.sampling.top_k,
+                top_p: config.sampling.top_p,
+            },
+            config.sampling.seed,
+            config.max_tokens,
+            config.batch_size,
+        )
+    }
+
+    /// Loads `target` (and `draft`, checking its tokenizer), each a registry name or a GGUF path.
+    ///
+    /// # Errors
+    /// As [`EngineBackend::new`].
+    pub fn open(
+        target: &str,
+        draft: Option<&str>,
+        sampling: SamplingParams,
+        seed: u64,
+        max_tokens: usize,
+        batch_size: usize,
+    ) -> Result<Self> {
+        let target_file = LoadedModel::open(target)?;
+        let target = target_file.instantiate(batch_size)?;
+        let mut drafts = HashMap::new();
+        if let Some(name) = draft.filter(|n| *n != "layer_skip") {
+            let loaded = LoadedModel::open(name)?;
+            check_same_tokenizer(&target_file, &loaded)?;
+            drafts.insert(name.to_string(), loaded);
+        }
+        Ok(Self {
+            target_file,
+            target,
+            drafts,
+            default_draft: draft.map(str::to_string),
+            sampling,
+            seed,
+            max_tokens,
+            batch_size: batch_size.max(1),
+            verify_curve: None,
+        })
+    }
+
+    /// The target's tokenizer.
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.target_file.tokenizer
+    }
+
+    /// The target model.
+    pub fn target_mut(&mut self) -> &mut LlamaModel {
+        &mut self.target
+    }
+
+    /// Sets the seed of the production random generator for later runs.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+    }
+
+    /// Builds `method` against this backend's models.
+    ///
+    /// # Errors
+    /// As [`build_method`].
+    pub fn build(&mut self, method: &MethodConfig) -> Result<BuiltMethod> {
+        let mut models = ModelSet {
+            target: &mut self.target,
+            target_file: &self.target_file,
+            drafts: &mut self.drafts,
+            default_draft: self.default_draft.as_deref(),
+            sampling: self.sampling,
+            batch_size: self.batch_size,
+            verify_curve: &mut self.verify_curve,
+        };
+        build_method(method, &mut models)
+    }
+
+    /// The stop rule of a request: the model's EOS ids and the config's max tokens.
+    pub fn stop_rule(&self, max_tokens: usize) -> StopRule {
+        let mut eos = self.target.eos_ids().to_vec();
+        if let Some(id) = self.target_file.tokenizer.eos_id() {
+            if !eos.contains(&id) {
+                eos.push(id);
+            }
+        }
+        StopRule::new(max_tokens, &eos)
+    }
+
+    /// Tokenizes a prompt (with the chat template when `chat`).
+    ///
+    /// # Errors
+    /// Tokenizer errors; `chat` with a model that has no chat template.
+    pub fn encode(&self, text: &str, chat: bool) -> Result<Vec<u32>> {
+        let tokenizer = &self.target_file.tokenizer;
+        Ok(if chat {
+            let rendered = tokenizer.apply_chat_template(&[ChatMessage::user(text)], true)?;
+            tokenizer.encode(&rendered)?
+        } else {
+            tokenizer.encode_prompt(text)?
+        })
+    }
+
+    /// Runs `method` over `requests` with the engine, calling `on_tokens(request id, tokens)` as
+    /// tokens are emitted and `on_done(index)` as each request retires.
+    ///
+    /// # Errors
+    /// As [`build_method`] and [`Engine::run`].
+    pub fn run_requests(
+        &mut self,
+        method: &MethodConfig,
+        requests: &[Request],
+        on_tokens: &mut dyn FnMut(u64, &[u32]),
+        on_done: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Generation>> {
+        let BuiltMethod {
+            mut drafter,
+            verifier,
+            policy,
+        } = self.build(method)?;
+        let options = EngineOptions {
+            method: method.name.clone(),
+            sampling: self.sampling,
+            penalties: Penalties::default(),
+            seed: self.seed,
+            batch_size: self.batch_size,
+        };
+        let mut engine = Engine::new(
+            &mut self.target,
+            drafter.as_mut(),
+            verifier,
+            policy,
+            options,
+        )?
+        .on_tokens(on_tokens);
+        engine.run(requests, on_done)
+    }
+}
+
+impl Backend for EngineBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn run_method(
+        &mut self,
+        method: &MethodConfig,
+        requests: &[RequestSpec<'_>],
+        on_request_done: &mut dyn FnMut(usize),
+    ) -> Result<MethodOutcome> {
+        let stop = self.stop_rule(self.max_tokens);
+        let engine_requests = requests
+            .iter()
+            .map(|spec| {
+                Ok(Request {
+                    id: spec.index as u64,
+                    prompt: self.encode(&spec.prompt.text, false)?,
+                    stop: stop.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let started = Instant::now();
+        let generations =
+            self.run_requests(method, &engine_requests, &mut |_, _| {}, &mut |i| {
+                on_request_done(requests[i].index)
+            })?;
+        let elapsed_s = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
+        let tokenizer = self.target_file.tokenizer.clone();
+        let outcomes = generations
+            .into_iter()
+            .zip(requests)
+            .map(|(g, spec)| {
+                let mut steps = g.steps;
+                for s in &mut steps {
+                    s.request = spec.index;
+                }
+                Ok(RequestOutcome {
+                    request: spec.index,
+                    prompt_tokens: g.prompt_tokens,
+                    elapsed_s: g.elapsed_s,
+                    steps,
+                    text: Some(tokenizer.decode_skip_special(&g.tokens)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(MethodOutcome {
+            elapsed_s,
+            requests: outcomes,
+        })
+    }
+}

@@ -1,0 +1,300 @@
+//! Real-model checks of the engine (CPU, CI-sized):
+//!
+//! - greedy speculative output equals plain greedy output token for token, on HumanEval prompts:
+//!   SmolLM2-135M with n-gram, layer-skip, a layer-skip-drafted tree and the staged drafter
+//!   (n-gram → layer skip), plus continuous batching; the Qwen2.5-Coder pair (0.5B drafting for
+//!   1.5B) with linear, tree, staged and a dynamic-K (AIMD) policy;
+//! - at T = 1, a G-test of the first generated token's distribution over many requests (each
+//!   keyed by its own id, so independent draws) against the target's exact distribution, for
+//!   layer-skip chain rejection sampling and for plain decoding (SmolLM2).
+//!
+//! A missing model fails with the `scripts/fetch-models.sh` command that fetches it, unless
+//! `SPECDEC_SKIP_MODEL_TESTS=1`.
+
+use specdec_algorithms::proof::g_test;
+use specdec_harness::config::{DrafterConfig, MethodConfig, PolicyConfig, PromptSet};
+use specdec_harness::engine::Request;
+use specdec_harness::runner::EngineBackend;
+use specdec_kernels::sampling::{prepare_logits, SamplingParams};
+use specdec_kernels::TreeTopology;
+use specdec_models::{registry, LanguageModel, SequenceStep};
+
+/// `true` when the model is cached; `false` (skip) when it is not and skipping is allowed;
+/// panics naming the fetch command otherwise.
+fn have(name: &str) -> bool {
+    let entry = registry::entry(name).expect("registered");
+    if entry.locate().is_ok() {
+        return true;
+    }
+    if std::env::var("SPECDEC_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
+        eprintln!("skipping: {name} is not cached (SPECDEC_SKIP_MODEL_TESTS=1)");
+        return false;
+    }
+    panic!(
+        "{name} is not in the model cache: run `scripts/fetch-models.sh {}` (or set \
+         SPECDEC_SKIP_MODEL_TESTS=1 to skip real-model tests)",
+        entry.fetch
+    );
+}
+
+fn greedy() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        top_k: None,
+        top_p: None,
+    }
+}
+
+fn method(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
+    MethodConfig {
+        name: name.into(),
+        drafter,
+        verifier: Default::default(),
+        policy: Some(PolicyConfig::Fixed { k }),
+    }
+}
+
+/// The first `n` HumanEval prompts as engine requests of `max_tokens` tokens.
+fn humaneval_requests(backend: &EngineBackend, n: usize, max_tokens: usize) -> Vec<Request> {
+    assert!(have("humaneval"));
+    let prompts = PromptSet::Humaneval { count: Some(n) }
+        .load(std::path::Path::new("."))
+        .expect("HumanEval prompts");
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Request {
+            id: i as u64,
+            prompt: backend.encode(&p.text, false).expect("tokenize"),
+            stop: backend.stop_rule(max_tokens),
+        })
+        .collect()
+}
+
+/// Runs `methods` and asserts each one's tokens equal the baseline's, request by request.
+/// Returns (method, accepted drafts, target passes) for diagnostics.
+fn assert_greedy_equal(
+    backend: &mut EngineBackend,
+    requests: &[Request],
+    methods: &[MethodConfig],
+) -> Vec<(String, usize, usize)> {
+    let plain = backend
+        .run_requests(
+            &MethodConfig::baseline(),
+            requests,
+            &mut |_, _| {},
+            &mut |_| {},
+        )
+        .expect("plain decoding");
+    let mut stats = Vec::new();
+    for m in methods {
+        let spec = backend
+            .run_requests(m, requests, &mut |_, _| {}, &mut |_| {})
+            .unwrap_or_else(|e| panic!("{}: {e}", m.name));
+        for (p, s) in plain.iter().zip(&spec) {
+            assert_eq!(
+                p.tokens, s.tokens,
+                "{}: request {} differs from plain greedy decoding",
+                m.name, p.id
+            );
+        }
+        let accepted = spec.iter().flat_map(|g| &g.steps).map(|s| s.accepted).sum();
+        let passes = spec.iter().map(|g| g.steps.len()).sum();
+        let plain_passes: usize = plain.iter().map(|g| g.steps.len()).sum();
+        assert!(passes <= plain_passes, "{}: more passes than plain", m.name);
+        stats.push((m.name.clone(), accepted, passes));
+    }
+    eprintln!("greedy equality held: {stats:?}");
+    stats
+}
+
+#[test]
+fn smollm2_greedy_speculation_equals_plain() {
+    if !have("smollm2-135m") {
+        return;
+    }
+    let mut backend =
+        EngineBackend::open("smollm2-135m", Some("layer_skip"), greedy(), 0, 24, 1).unwrap();
+    let requests = humaneval_requests(&backend, 3, 24);
+    let methods = [
+        method("ngram", DrafterConfig::Ngram { n: 3 }, 4),
+        method("layer-skip", DrafterConfig::LayerSkip { keep: None }, 3),
+        method(
+            "tree",
+            DrafterConfig::Tree {
+                branching: vec![2, 2, 1],
+            },
+            8,
+        ),
+        method(
+            "staged",
+            DrafterConfig::Staged {
+                levels: vec!["layer_skip".into()],
+            },
+            3,
+        ),
+    ];
+    let stats = assert_greedy_equal(&mut backend, &requests, &methods);
+    // The drafts are not all rejected: speculation actually ran.
+    assert!(
+        stats.iter().any(|(_, accepted, _)| *accepted > 0),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn smollm2_continuous_batching_equals_one_at_a_time() {
+    if !have("smollm2-135m") {
+        return;
+    }
+    let ngram = method("ngram", DrafterConfig::Ngram { n: 3 }, 4);
+    let mut single = EngineBackend::open("smollm2-135m", None, greedy(), 0, 16, 1).unwrap();
+    let requests = humaneval_requests(&single, 4, 16);
+    let alone = single
+        .run_requests(&ngram, &requests, &mut |_, _| {}, &mut |_| {})
+        .unwrap();
+    let mut batched = EngineBackend::open("smollm2-135m", None, greedy(), 0, 16, 3).unwrap();
+    let together = batched
+        .run_requests(&ngram, &requests, &mut |_, _| {}, &mut |_| {})
+        .unwrap();
+    for (a, b) in alone.iter().zip(&together) {
+        assert_eq!(a.tokens, b.tokens, "request {} changed when batched", a.id);
+    }
+    assert!(together.iter().any(|g| g.steps.iter().any(|s| s.batch > 1)));
+}
+
+#[test]
+fn qwen_pair_greedy_speculation_equals_plain() {
+    if !(have("qwen2.5-coder-1.5b") && have("qwen2.5-coder-0.5b")) {
+        return;
+    }
+    let mut backend = EngineBackend::open(
+        "qwen2.5-coder-1.5b",
+        Some("qwen2.5-coder-0.5b"),
+        greedy(),
+        0,
+        12,
+        1,
+    )
+    .unwrap();
+    let requests = humaneval_requests(&backend, 2, 12);
+    let methods = [
+        method("linear", DrafterConfig::Chain, 4),
+        method(
+            "tree",
+            DrafterConfig::Tree {
+                branching: vec![2, 2, 1],
+            },
+            8,
+        ),
+        method(
+            "staged",
+            DrafterConfig::Staged {
+                levels: vec!["qwen2.5-coder-0.5b".into()],
+            },
+            4,
+        ),
+        MethodConfig {
+            name: "aimd".into(),
+            drafter: DrafterConfig::Chain,
+            verifier: Default::default(),
+            policy: Some(PolicyConfig::Aimd {
+                k_min: 1,
+                k_max: 6,
+                start_k: Some(2),
+                increase: 1,
+                decrease: 0.5,
+            }),
+        },
+    ];
+    let stats = assert_greedy_equal(&mut backend, &requests, &methods);
+    assert!(
+        stats.iter().all(|(_, accepted, _)| *accepted > 0),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn draft_with_another_tokenizer_is_refused() {
+    if !(have("smollm2-135m") && have("qwen2.5-coder-0.5b")) {
+        return;
+    }
+    let err = EngineBackend::open(
+        "smollm2-135m",
+        Some("qwen2.5-coder-0.5b"),
+        greedy(),
+        0,
+        8,
+        1,
+    )
+    .err()
+    .expect("a Qwen draft for SmolLM2 must be refused")
+    .to_string();
+    assert!(err.contains("tokenizers differ"), "{err}");
+}
+
+/// Counts of the first generated token over `n` requests (ids 0..n) of `prompt`.
+fn first_token_counts(
+    backend: &mut EngineBackend,
+    method: &MethodConfig,
+    prompt: &[u32],
+    n: usize,
+    vocab: usize,
+) -> Vec<u64> {
+    let requests: Vec<Request> = (0..n as u64)
+        .map(|id| Request {
+            id,
+            prompt: prompt.to_vec(),
+            stop: backend.stop_rule(1),
+        })
+        .collect();
+    let out = backend
+        .run_requests(method, &requests, &mut |_, _| {}, &mut |_| {})
+        .unwrap();
+    let mut counts = vec![0u64; vocab];
+    for g in &out {
+        counts[g.tokens[0] as usize] += 1;
+    }
+    counts
+}
+
+#[test]
+fn smollm2_sampling_at_t1_follows_the_target() {
+    if !have("smollm2-135m") {
+        return;
+    }
+    let t1 = SamplingParams {
+        temperature: 1.0,
+        top_k: None,
+        top_p: None,
+    };
+    let mut backend = EngineBackend::open("smollm2-135m", None, t1, 11, 1, 16).unwrap();
+    // A prompt whose next token is uncertain, so the test has something to detect.
+    let prompt = backend.encode("My favourite animal is the", false).unwrap();
+    // The exact target distribution of the first token.
+    let expected: Vec<f64> = {
+        let target = backend.target_mut();
+        let seq = target.new_sequence().unwrap();
+        let chain = TreeTopology::chain(prompt.len());
+        let logits = target
+            .forward(&[SequenceStep::chain(seq, &prompt, &chain)])
+            .unwrap();
+        target.release(seq).unwrap();
+        let row = logits[0].row(prompt.len() - 1);
+        prepare_logits(row, &t1)
+            .unwrap()
+            .iter()
+            .map(|&p| p as f64)
+            .collect()
+    };
+    let vocab = expected.len();
+    let layer_skip = method("layer-skip", DrafterConfig::LayerSkip { keep: None }, 2);
+    let n = 200;
+    for m in [MethodConfig::baseline(), layer_skip] {
+        let counts = first_token_counts(&mut backend, &m, &prompt, n, vocab);
+        let test = g_test(&counts, &expected, 0.001);
+        eprintln!("{}: {test}", m.name);
+        assert!(test.passed(), "{}: {test}", m.name);
+        assert!(test.dof >= 2, "too few bins to test anything: {test}");
+    }
+}
