@@ -13,5 +13,5 @@ mod weights;
 
 pub use config::{Architecture, LlamaConfig, RopeLayout};
 pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};
-pub use model::{LlamaModel, LlamaOptions};
+pub use model::{LlamaModel, LlamaOptions, MatmulPath};
 pub use weights::{LayerWeights, ModelWeights, WeightMatrix};
