@@ -2,7 +2,7 @@
 # Builds the GPU bundle here (no GPU needed) and says how to run it on a GPU machine.
 #
 # The bundle (gpu-bundle/, ignored by git) holds stripped release binaries — every test binary of
-# the workspace and the event-timed benchmark runner — plus the kernel sources for reference, and
+# specdec-kernels (where all GPU tests live) and the event-timed benchmark runner — plus the kernel sources for reference, and
 # run.sh. On a GPU machine without Rust or network, `bash gpu-bundle/run.sh` runs every test with
 # --include-ignored and SPECDEC_REQUIRE_GPU=1 (a missing GPU fails), then the benchmark runner,
 # which measures copy bandwidth and the cuBLAS bf16 rate first and prints one table: kernel,
@@ -16,25 +16,38 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/kernels"
 
 echo "== building release test binaries and the benchmark runner"
-cargo build --release -p specdec-kernels --example gpu_bench
-cargo test --workspace --release --no-run --message-format=json 2>/dev/null \
-  | python3 -c '
+# All GPU tests live in specdec-kernels; its test binaries and the gpu_bench example come from one
+# `cargo test --no-run`. A shared CARGO_TARGET_DIR can be rewritten by a concurrent build of
+# another checkout of this workspace (same artifact names), so a failed build is retried once.
+build() {
+  { cargo test -p specdec-kernels --release --no-run --lib --tests --message-format=json &&
+    cargo build -p specdec-kernels --release --example gpu_bench --message-format=json; } \
+    2>"$out/build.log" | python3 -c '
 import json, sys
 for line in sys.stdin:
     try:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
-        print(m["executable"])
-' >"$out/tests.list"
-target="${CARGO_TARGET_DIR:-target}"
-while read -r exe; do
-  name="test-$(basename "$exe")"
-  cp "$exe" "$out/bin/$name"
-done <"$out/tests.list"
-rm "$out/tests.list"
-cp "$target/release/examples/gpu_bench" "$out/bin/gpu_bench"
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    if "example" in m["target"]["kind"]:
+        print("example " + m["executable"])
+    elif m.get("profile", {}).get("test"):
+        print("test " + m["executable"])
+' >"$out/artifacts.list"
+}
+build || build || { cat "$out/build.log" >&2; echo "build failed" >&2; exit 1; }
+rm -f "$out/build.log"
+while read -r kind exe; do
+  if [ "$kind" = example ]; then
+    cp "$exe" "$out/bin/$(basename "$exe")"
+  else
+    cp "$exe" "$out/bin/test-$(basename "$exe")"
+  fi
+done <"$out/artifacts.list"
+rm "$out/artifacts.list"
+[ -x "$out/bin/gpu_bench" ] || { echo "gpu_bench was not built" >&2; exit 1; }
 strip "$out"/bin/* 2>/dev/null || true
 find kernels/src -name '*.cu' -o -name '*.cuh' | while read -r f; do
   mkdir -p "$out/$(dirname "$f")"; cp "$f" "$out/$f"
@@ -58,8 +71,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 fail=0
 for t in "$here"/bin/test-*; do
   echo "== $(basename "$t")"
-  if ! "$t" --include-ignored --test-threads=1 2>&1 | tail -n 25; then fail=1; fi
-  [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+  if ! "$t" --include-ignored --test-threads=1 2>&1 | tail -n 25; then fail=1; fi  # pipefail: the test's status
 done
 echo "== benchmarks"
 "$here/bin/gpu_bench" || fail=1

@@ -72,6 +72,9 @@ enum Command {
     /// Prove the verifiers exact: enumerate every verifier x tree kind (and the negative
     /// controls) on seeded toy models and print the total-variation table.
     Prove,
+    /// Benchmark a GGUF model end to end (tokens/s, verify-cost curve, memory) or split its
+    /// forward into kernels; see scripts/bench-vs-llamacpp.sh for the llama.cpp baseline.
+    Bench(specdec::harness::bench::cli::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -91,6 +94,7 @@ fn main() -> anyhow::Result<()> {
             cli::repro(&name, out.as_deref())?;
         }
         Command::Prove => prove()?,
+        Command::Bench(args) => args.run()?,
     }
     Ok(())
 }

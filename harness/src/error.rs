@@ -80,6 +80,10 @@ pub enum HarnessError {
         /// The plotting library's message.
         message: String,
     },
+    /// A benchmark cannot run as asked (zero tokens or repeats, a length beyond the context, a
+    /// time that could not be measured), with the reason.
+    #[error("bench: {0}")]
+    Bench(String),
     /// A simulation parameter is out of range (alpha outside [0, 1], a cost curve that is not
     /// increasing in tokens, ...).
     #[error("simulation: {0}")]

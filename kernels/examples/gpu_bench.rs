@@ -12,8 +12,14 @@ use std::sync::Arc;
 use cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig};
 use cudarc::driver::{sys::CUevent_flags, CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
+use specdec_kernels::attention::cuda::tree_attention_cuda;
+use specdec_kernels::attention::{AttentionParams, AttentionSeq};
 use specdec_kernels::cuda::{probe::cuda_device_count, sources, testing::gpu_required, Gpu};
 use specdec_kernels::kv::cuda::{move_slots, KvShape};
+use specdec_kernels::kv::KvLayout;
+use specdec_kernels::tree::TreeTopology;
+use specdec_kernels::verification::cuda::VerifyPlan;
+use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput, VerifyMethod};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -268,6 +274,97 @@ fn bench_rms_norm(gpu: &Arc<Gpu>, ceiling_gbs: f64) -> Res<Row> {
     })
 }
 
+fn bench_verify(gpu: &Arc<Gpu>, ceiling_gbs: f64) -> Res<Row> {
+    // Chain rejection sampling: vocabulary 151936, K = 8 drafts, batch 64 (the target).
+    let (vocab, k, batch) = (151_936usize, 8usize, 64usize);
+    let row = |salt: usize| -> Vec<f32> {
+        let w: Vec<f32> = (0..vocab)
+            .map(|i| (((i * 2_654_435_761 + salt * 97) >> 7) % 1000) as f32 + 1.0)
+            .collect();
+        let s: f32 = w.iter().sum();
+        w.iter().map(|x| x / s).collect()
+    };
+    let (p_row, q_row) = (row(1), row(2));
+    let trees: Vec<DraftTree<f32>> = (0..batch)
+        .map(|b| {
+            let tokens: Vec<u32> = (0..=k)
+                .map(|i| ((b * 131 + i * 977) % vocab) as u32)
+                .collect();
+            let q = (0..=k).map(|i| (i < k).then(|| q_row.clone())).collect();
+            DraftTree::new(TreeTopology::chain(k + 1), tokens, q, DraftKind::Iid)
+        })
+        .collect::<Result<_, _>>()?;
+    let p: Vec<Vec<f32>> = vec![p_row; k + 1];
+    let inputs: Vec<VerifyInput<'_, f32>> = trees
+        .iter()
+        .enumerate()
+        .map(|(b, tree)| VerifyInput {
+            sequence: b as u64,
+            step: 0,
+            tree,
+            target_probs: &p,
+        })
+        .collect();
+    let mut plan = VerifyPlan::new(gpu, VerifyMethod::ChainRejection, &inputs)?;
+    let mut seed = 0;
+    let ms = time_ms(gpu, || {
+        seed += 1;
+        plan.launch(gpu, seed)?;
+        Ok(())
+    })?;
+    plan.verdicts(gpu)?;
+    let bytes = plan.input_bytes() as f64;
+    Ok(Row {
+        kernel: "verify chain rejection".into(),
+        shape: format!("vocab {vocab}, K {k}, batch {batch}"),
+        ms,
+        rate: bytes / (ms * 1e6),
+        unit: "GB/s",
+        ceiling: ceiling_gbs,
+    })
+}
+
+fn bench_attention(gpu: &Arc<Gpu>, ceiling_gbs: f64, prefix: usize, seqs: usize) -> Res<Row> {
+    // Llama-3-8B-like layer: 32 query heads, 8 KV heads, head_dim 128, f32 KV, block 16.
+    let layout = KvLayout::new(1, 8, 128, 16)?;
+    let per_seq = layout.blocks_for(prefix + 1);
+    let blocks = per_seq * seqs;
+    let stream = gpu.stream();
+    let pool: CudaSlice<f32> = stream.alloc_zeros(blocks * layout.block_elems())?;
+    let tree = TreeTopology::chain(1);
+    let tables: Vec<Vec<u32>> = (0..seqs)
+        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
+        .collect();
+    let q = vec![0.01f32; 32 * 128];
+    let batch: Vec<AttentionSeq<'_>> = tables
+        .iter()
+        .map(|t| AttentionSeq {
+            queries: &q,
+            block_table: t,
+            prefix_len: prefix,
+            tree: &tree,
+        })
+        .collect();
+    let params = AttentionParams {
+        layer: 0,
+        num_q_heads: 32,
+        scale: 1.0 / 128f32.sqrt(),
+    };
+    let ms = time_ms(gpu, || {
+        tree_attention_cuda(gpu, &pool, &layout, &params, &batch)?;
+        Ok(())
+    })?;
+    let bytes = (seqs * (prefix + 1) * 8 * 128 * 2 * 4 + seqs * 2 * 32 * 128 * 4) as f64;
+    Ok(Row {
+        kernel: "tree attention (launcher, incl. metadata upload)".into(),
+        shape: format!("{seqs} seq x 1 token, prefix {prefix}, 32q/8kv x d128 f32"),
+        ms,
+        rate: bytes / (ms * 1e6),
+        unit: "GB/s",
+        ceiling: ceiling_gbs,
+    })
+}
+
 fn main() -> Res<()> {
     if cuda_device_count() == 0 {
         if gpu_required() {
@@ -298,6 +395,15 @@ fn main() -> Res<()> {
     run("kv commit", bench_kv_commit(&gpu, gbs));
     run("dequant", bench_dequant(&gpu, gbs));
     run("rms_norm", bench_rms_norm(&gpu, gbs));
+    run("verify", bench_verify(&gpu, gbs));
+    run(
+        "attention 32k x 1",
+        bench_attention(&gpu, gbs, 32 * 1024, 1),
+    );
+    run(
+        "attention 32k x 8",
+        bench_attention(&gpu, gbs, 32 * 1024, 8),
+    );
     gpu.synchronize()?;
     println!("\n| kernel | shape | median ms | rate | % of ceiling |");
     println!("|---|---|---:|---:|---:|");

@@ -94,7 +94,7 @@ pub fn tree_attention_into(
     let layout = pages.layout();
     let dim = layout.head_dim();
     let kv_heads = layout.num_kv_heads();
-    if params.num_q_heads == 0 || params.num_q_heads % kv_heads != 0 {
+    if params.num_q_heads == 0 || !params.num_q_heads.is_multiple_of(kv_heads) {
         return Err(KernelError::InvalidConfig {
             reason: format!(
                 "attention: {} query heads is not a positive multiple of {kv_heads} KV heads",

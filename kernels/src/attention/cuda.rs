@@ -64,7 +64,7 @@ pub fn tree_attention_cuda(
     batch: &[AttentionSeq<'_>],
 ) -> Result<Vec<f32>> {
     let (dim, kv_heads) = (layout.head_dim(), layout.num_kv_heads());
-    if params.num_q_heads == 0 || params.num_q_heads % kv_heads != 0 {
+    if params.num_q_heads == 0 || !params.num_q_heads.is_multiple_of(kv_heads) {
         return Err(KernelError::InvalidConfig {
             reason: format!(
                 "attention: {} query heads is not a positive multiple of {kv_heads} KV heads",

@@ -120,7 +120,7 @@ impl Avx2 {
 impl Dot for Avx2 {
     #[inline(always)]
     fn dot(self, a: &[f32], b: &[f32]) -> f32 {
-        if a.len() % LANES == 0 && a.len() == b.len() {
+        if a.len().is_multiple_of(LANES) && a.len() == b.len() {
             // SAFETY: an `Avx2` value exists only after run-time detection of AVX2.
             unsafe { dot_avx2(a, b) }
         } else {

@@ -244,7 +244,7 @@ impl PagedKvCache {
                 limit: layout.num_layers(),
             });
         }
-        if keys.len() % token != 0 {
+        if !keys.len().is_multiple_of(token) {
             return Err(KernelError::ShapeMismatch {
                 what: "keys [n, num_kv_heads, head_dim]".to_string(),
                 expected: keys.len().div_ceil(token) * token,
@@ -439,7 +439,7 @@ impl PagedKvCache {
         let start = state.len + state.pending;
         let fresh = self.layout.blocks_for(start + n) - state.block_table.len();
         let bs = self.layout.block_size();
-        let copy_block = if start % bs != 0 {
+        let copy_block = if !start.is_multiple_of(bs) {
             let logical = start / bs;
             (self.allocator.ref_count(state.block_table[logical])? > 1).then_some(logical)
         } else {

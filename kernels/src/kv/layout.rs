@@ -156,7 +156,7 @@ impl<'a> KvPages<'a> {
     /// [`KernelError::ShapeMismatch`] if `data.len()` is not a whole number of blocks.
     pub fn new(layout: KvLayout, data: &'a [f32]) -> Result<Self> {
         let block = layout.block_elems();
-        if data.len() % block != 0 {
+        if !data.len().is_multiple_of(block) {
             return Err(KernelError::ShapeMismatch {
                 what: "KV pool length (a multiple of block_elems)".to_string(),
                 expected: data.len().div_ceil(block) * block,

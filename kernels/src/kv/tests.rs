@@ -86,7 +86,7 @@ fn tree_and_path(n: usize, seeds: &[u32], pick: usize) -> (TreeTopology, Vec<usi
         .map(|i| {
             (i > 0).then(|| {
                 let seed = seeds[i % seeds.len()] as usize;
-                if seed % 3 != 0 {
+                if !seed.is_multiple_of(3) {
                     i - 1
                 } else {
                     seed / 3 % i

@@ -39,7 +39,7 @@ pub fn rms_norm_cuda(
             reason: format!("dim {dim}, eps {eps}: need dim > 0 and a finite eps >= 0"),
         });
     }
-    if x.len() % dim != 0 {
+    if !x.len().is_multiple_of(dim) {
         return Err(mismatch(
             "rms_norm input (multiple of dim)",
             x.len().div_ceil(dim) * dim,
@@ -82,7 +82,7 @@ pub fn rope_cuda(
     sin: &CudaSlice<f32>,
     layout: RopeLayout,
 ) -> Result<()> {
-    if head_dim == 0 || head_dim % 2 != 0 || head_dim > 2048 {
+    if head_dim == 0 || !head_dim.is_multiple_of(2) || head_dim > 2048 {
         return Err(KernelError::InvalidParameter {
             what: "rope head_dim",
             reason: format!("{head_dim} must be even, non-zero and <= 2048"),
@@ -90,7 +90,7 @@ pub fn rope_cuda(
     }
     let half = head_dim / 2;
     let tokens = cos.len() / half;
-    if cos.len() != sin.len() || cos.len() % half != 0 {
+    if cos.len() != sin.len() || !cos.len().is_multiple_of(half) {
         return Err(mismatch("rope sin table", cos.len(), sin.len()));
     }
     if x.len() != tokens * heads * head_dim {
@@ -168,7 +168,7 @@ pub fn matmul_invariant_cuda(
     k: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
-    if k == 0 || a.len() % k != 0 || w.len() % k != 0 {
+    if k == 0 || !a.len().is_multiple_of(k) || !w.len().is_multiple_of(k) {
         return Err(mismatch(
             "matmul operands (multiples of k)",
             a.len().div_ceil(k.max(1)) * k,

@@ -19,11 +19,11 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) -> Result<
             reason: format!("dim {dim}, eps {eps}: need dim > 0 and a finite eps >= 0"),
         });
     }
-    if x.len() % dim != 0 || out.len() != x.len() {
+    if !x.len().is_multiple_of(dim) || out.len() != x.len() {
         return Err(KernelError::ShapeMismatch {
             what: format!("rms_norm input/output (dim {dim}, input {})", x.len()),
             expected: x.len().div_ceil(dim) * dim,
-            actual: if x.len() % dim != 0 {
+            actual: if !x.len().is_multiple_of(dim) {
                 x.len()
             } else {
                 out.len()

@@ -39,7 +39,7 @@ impl RopeAngles {
     /// [`KernelError::InvalidParameter`] when `head_dim` is zero or odd, or `theta_base` is not
     /// finite and > 0.
     pub fn new(positions: &[usize], head_dim: usize, theta_base: f32) -> Result<Self> {
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(KernelError::InvalidParameter {
                 what: "rope head_dim",
                 reason: format!("{head_dim} must be even and non-zero"),

@@ -57,7 +57,7 @@ impl Q8Activations {
     /// [`KernelError::ShapeMismatch`] when `x.len() != n_tokens * cols`;
     /// [`KernelError::InvalidParameter`] naming the first non-finite activation.
     pub fn quantize(x: &[f32], n_tokens: usize, cols: usize) -> Result<Self> {
-        if cols % Q8_BLOCK != 0 {
+        if !cols.is_multiple_of(Q8_BLOCK) {
             return Err(KernelError::NotBlockAligned {
                 quant: "Q8 activations",
                 len: cols,
@@ -496,10 +496,8 @@ mod avx2 {
     }
 }
 
-// The AVX-512 intrinsics are stable since Rust 1.89 (the workspace states 1.85; the toolchain
-// used here is 1.95). Raising `rust-version` is the workspace owner's call.
+// The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::incompatible_msrv)]
 mod avx512 {
     //! The AVX-512 integer kernels: 64 weight quants per register (`vpmaddubsw` u8×i8 pair
     //! sums, then `vpdpwssd` by the 16-bit sub-block scales), giving exactly the scalar

@@ -182,7 +182,7 @@ impl QuantType {
     /// [`KernelError::NotBlockAligned`] when `n` is not a multiple of [`Self::block_len`].
     pub fn row_bytes(self, n: usize) -> Result<usize> {
         let block_len = self.block_len();
-        if n % block_len != 0 {
+        if !n.is_multiple_of(block_len) {
             return Err(KernelError::NotBlockAligned {
                 quant: self.name(),
                 len: n,

@@ -9,6 +9,7 @@
 //! - [`prepare`]: temperature, top-k, top-p.
 
 pub mod counter;
+pub mod cuda;
 pub mod decisions;
 pub mod number;
 pub mod prepare;

@@ -105,7 +105,7 @@ __device__ void keep_threshold(float* row, u32 len, float threshold, u32 quota, 
 
 extern "C" __global__ void __launch_bounds__(PB, 1)
 sampling_prepare(const float* __restrict__ logits, float* __restrict__ out, u32 vocab,
-                 float temperature, u32 top_k, float top_p, u32* __restrict__ status) {
+                 float inv_temperature, u32 top_k, float top_p, u32* __restrict__ status) {
   __shared__ PrepSmem sm;
   const float* l = logits + (u64)blockIdx.x * vocab;
   float* p = out + (u64)blockIdx.x * vocab;
@@ -123,7 +123,7 @@ sampling_prepare(const float* __restrict__ logits, float* __restrict__ out, u32 
     if (threadIdx.x == 0) status[blockIdx.x] = 1;
     return;
   }
-  if (temperature == 0.0f) {
+  if (!(inv_temperature > 0.0f)) {  // greedy (the host passes 0 for temperature 0)
     u32 first = 0xffffffffu;
     for (u32 i = threadIdx.x; i < vocab; i += PB) if (l[i] == mx) { first = i; break; }
     first = __reduce_min_sync(0xffffffffu, first);
@@ -135,7 +135,7 @@ sampling_prepare(const float* __restrict__ logits, float* __restrict__ out, u32 
     if (threadIdx.x == 0) status[blockIdx.x] = 0;
     return;
   }
-  const float inv_t = __fdiv_rn(1.0f, temperature);
+  const float inv_t = inv_temperature;  // (1 / T) in f64, rounded to f32 by the host, as the CPU
   float s = 0.0f;
   for (u32 i = threadIdx.x; i < vocab; i += PB) {
     const float e = expf(__fmul_rn(__fsub_rn(l[i], mx), inv_t));

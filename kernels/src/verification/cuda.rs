@@ -99,111 +99,178 @@ pub fn verify_batch_cuda(
     if inputs.is_empty() {
         return Ok(Vec::new());
     }
-    for input in inputs {
-        input.validate()?;
-    }
-    let code = method_code(method, inputs)?;
-    let vocab = inputs[0].vocab();
-    if let Some(i) = inputs.iter().find(|i| i.vocab() != vocab) {
-        return Err(KernelError::ShapeMismatch {
-            what: format!("vocabulary of sequence {}", i.sequence),
-            expected: vocab,
-            actual: i.vocab(),
-        });
-    }
-    // Flatten the ragged batch.
-    let mut p = Vec::new();
-    let mut q = Vec::new();
-    let (mut q_row, mut tokens, mut node_offsets) = (Vec::new(), Vec::new(), vec![0u32]);
-    let (mut child_offsets, mut child_nodes) = (vec![0u32], Vec::new());
-    let mut max_path = 1usize;
-    for input in inputs {
-        let tree = input.tree;
-        let topo = tree.topology();
-        max_path = max_path.max(topo.max_depth());
-        for node in 0..tree.len() {
-            p.extend_from_slice(&input.target_probs[node]);
-            match tree.draft_probs(node) {
-                Some(row) => {
-                    q_row.push((q.len() / vocab) as i32);
-                    q.extend_from_slice(row);
-                }
-                None => {
-                    if code != 0 && code != 3 && !topo.children(node).is_empty() {
-                        return Err(KernelError::InvalidDraftTree {
-                            reason: format!(
-                                "verification with q needs the draft distribution at node {node}"
-                            ),
-                        });
-                    }
-                    q_row.push(-1);
-                }
-            }
-            tokens.push(tree.token(node));
-            child_nodes.extend(topo.children(node).iter().map(|&c| c as u32));
-            child_offsets.push(child_nodes.len() as u32);
+    let mut plan = VerifyPlan::new(gpu, method, inputs)?;
+    plan.launch(gpu, seed)?;
+    plan.verdicts(gpu)
+}
+
+/// A batch uploaded to the GPU once and verified by [`VerifyPlan::launch`] (as often as wanted:
+/// the benchmark runner times launches alone).
+pub struct VerifyPlan {
+    p: CudaSlice<f32>,
+    q: CudaSlice<f32>,
+    q_row: CudaSlice<i32>,
+    tokens: CudaSlice<u32>,
+    node_offsets: CudaSlice<u32>,
+    child_offsets: CudaSlice<u32>,
+    child_nodes: CudaSlice<u32>,
+    sequence_ids: CudaSlice<u64>,
+    steps: CudaSlice<u64>,
+    scratch: CudaSlice<f32>,
+    path: CudaSlice<u32>,
+    len: CudaSlice<u32>,
+    next: CudaSlice<u32>,
+    status: CudaSlice<u32>,
+    sequences: Vec<u64>,
+    code: u32,
+    vocab: usize,
+    max_path: usize,
+}
+
+impl VerifyPlan {
+    /// Validates `inputs` (as the CPU does) and uploads them.
+    ///
+    /// # Errors
+    /// As [`verify_batch`]; [`KernelError::Cuda`] when an upload fails.
+    pub fn new(gpu: &Gpu, method: VerifyMethod, inputs: &[VerifyInput<'_, f32>]) -> Result<Self> {
+        for input in inputs {
+            input.validate()?;
         }
-        node_offsets.push(tokens.len() as u32);
-    }
-    if q.is_empty() {
-        q.push(0.0);
-    }
-    if child_nodes.is_empty() {
-        child_nodes.push(0);
-    }
-    let batch = inputs.len();
-    let sequence_ids: Vec<u64> = inputs.iter().map(|i| i.sequence).collect();
-    let steps: Vec<u64> = inputs.iter().map(|i| i.step).collect();
-    let stream = gpu.stream();
-    let up = |what: &str, e| cuda_error(&format!("upload {what}"), e);
-    let p_d = stream.clone_htod(&p).map_err(|e| up("p", e))?;
-    let q_d = stream.clone_htod(&q).map_err(|e| up("q", e))?;
-    let q_row_d = stream.clone_htod(&q_row).map_err(|e| up("q rows", e))?;
-    let tokens_d = stream.clone_htod(&tokens).map_err(|e| up("tokens", e))?;
-    let node_off_d = stream
-        .clone_htod(&node_offsets)
-        .map_err(|e| up("node offsets", e))?;
-    let child_off_d = stream
-        .clone_htod(&child_offsets)
-        .map_err(|e| up("child offsets", e))?;
-    let child_d = stream
-        .clone_htod(&child_nodes)
-        .map_err(|e| up("children", e))?;
-    let seq_d = stream
-        .clone_htod(&sequence_ids)
-        .map_err(|e| up("sequence ids", e))?;
-    let steps_d = stream.clone_htod(&steps).map_err(|e| up("steps", e))?;
-    let alloc = |what: &str, e| cuda_error(&format!("alloc {what}"), e);
-    let scratch: CudaSlice<f32> = stream
-        .alloc_zeros(if code == 1 || code == 2 {
-            batch * 2 * vocab
-        } else {
-            1
+        let code = method_code(method, inputs)?;
+        let vocab = inputs.first().map_or(1, |i| i.vocab());
+        if let Some(i) = inputs.iter().find(|i| i.vocab() != vocab) {
+            return Err(KernelError::ShapeMismatch {
+                what: format!("vocabulary of sequence {}", i.sequence),
+                expected: vocab,
+                actual: i.vocab(),
+            });
+        }
+        // Flatten the ragged batch.
+        let mut p = Vec::new();
+        let mut q = Vec::new();
+        let (mut q_row, mut tokens, mut node_offsets) = (Vec::new(), Vec::new(), vec![0u32]);
+        let (mut child_offsets, mut child_nodes) = (vec![0u32], Vec::new());
+        let mut max_path = 1usize;
+        for input in inputs {
+            let tree = input.tree;
+            let topo = tree.topology();
+            max_path = max_path.max(topo.max_depth());
+            for node in 0..tree.len() {
+                p.extend_from_slice(&input.target_probs[node]);
+                match tree.draft_probs(node) {
+                    Some(row) => {
+                        q_row.push((q.len() / vocab) as i32);
+                        q.extend_from_slice(row);
+                    }
+                    None => {
+                        if code != 0 && code != 3 && !topo.children(node).is_empty() {
+                            return Err(KernelError::InvalidDraftTree {
+                                reason: format!(
+                                    "verification with q needs the draft distribution at node {node}"
+                                ),
+                            });
+                        }
+                        q_row.push(-1);
+                    }
+                }
+                tokens.push(tree.token(node));
+                child_nodes.extend(topo.children(node).iter().map(|&c| c as u32));
+                child_offsets.push(child_nodes.len() as u32);
+            }
+            node_offsets.push(tokens.len() as u32);
+        }
+        for v in [&mut p, &mut q] {
+            if v.is_empty() {
+                v.push(0.0);
+            }
+        }
+        for v in [&mut tokens, &mut child_nodes] {
+            if v.is_empty() {
+                v.push(0);
+            }
+        }
+        if q_row.is_empty() {
+            q_row.push(-1);
+        }
+        let batch = inputs.len().max(1);
+        let sequences: Vec<u64> = inputs.iter().map(|i| i.sequence).collect();
+        let mut steps: Vec<u64> = inputs.iter().map(|i| i.step).collect();
+        let mut sequence_ids = sequences.clone();
+        sequence_ids.resize(batch, 0);
+        steps.resize(batch, 0);
+        let stream = gpu.stream();
+        let up = |what: &str, e| cuda_error(&format!("upload {what}"), e);
+        let alloc = |what: &str, e| cuda_error(&format!("alloc {what}"), e);
+        Ok(Self {
+            p: stream.clone_htod(&p).map_err(|e| up("p", e))?,
+            q: stream.clone_htod(&q).map_err(|e| up("q", e))?,
+            q_row: stream.clone_htod(&q_row).map_err(|e| up("q rows", e))?,
+            tokens: stream.clone_htod(&tokens).map_err(|e| up("tokens", e))?,
+            node_offsets: stream
+                .clone_htod(&node_offsets)
+                .map_err(|e| up("node offsets", e))?,
+            child_offsets: stream
+                .clone_htod(&child_offsets)
+                .map_err(|e| up("child offsets", e))?,
+            child_nodes: stream
+                .clone_htod(&child_nodes)
+                .map_err(|e| up("children", e))?,
+            sequence_ids: stream
+                .clone_htod(&sequence_ids)
+                .map_err(|e| up("sequence ids", e))?,
+            steps: stream.clone_htod(&steps).map_err(|e| up("steps", e))?,
+            scratch: stream
+                .alloc_zeros(if code == 1 || code == 2 {
+                    batch * 2 * vocab
+                } else {
+                    1
+                })
+                .map_err(|e| alloc("scratch", e))?,
+            path: stream
+                .alloc_zeros(batch * max_path)
+                .map_err(|e| alloc("paths", e))?,
+            len: stream.alloc_zeros(batch).map_err(|e| alloc("lengths", e))?,
+            next: stream
+                .alloc_zeros(batch)
+                .map_err(|e| alloc("next tokens", e))?,
+            status: stream.alloc_zeros(batch).map_err(|e| alloc("status", e))?,
+            sequences,
+            code,
+            vocab,
+            max_path,
         })
-        .map_err(|e| alloc("scratch", e))?;
-    let path_d: CudaSlice<u32> = stream
-        .alloc_zeros(batch * max_path)
-        .map_err(|e| alloc("paths", e))?;
-    let len_d: CudaSlice<u32> = stream.alloc_zeros(batch).map_err(|e| alloc("lengths", e))?;
-    let next_d: CudaSlice<u32> = stream
-        .alloc_zeros(batch)
-        .map_err(|e| alloc("next tokens", e))?;
-    let status_d: CudaSlice<u32> = stream.alloc_zeros(batch).map_err(|e| alloc("status", e))?;
-    {
-        let (pp, _g0) = p_d.device_ptr(stream);
-        let (qp, _g1) = q_d.device_ptr(stream);
-        let (qr, _g2) = q_row_d.device_ptr(stream);
-        let (tk, _g3) = tokens_d.device_ptr(stream);
-        let (no, _g4) = node_off_d.device_ptr(stream);
-        let (co, _g5) = child_off_d.device_ptr(stream);
-        let (cn, _g6) = child_d.device_ptr(stream);
-        let (si, _g7) = seq_d.device_ptr(stream);
-        let (st, _g8) = steps_d.device_ptr(stream);
-        let (sc, _g9) = scratch.device_ptr(stream);
-        let (ap, _g10) = path_d.device_ptr(stream);
-        let (al, _g11) = len_d.device_ptr(stream);
-        let (nt, _g12) = next_d.device_ptr(stream);
-        let (ss, _g13) = status_d.device_ptr(stream);
+    }
+
+    /// Bytes a launch must move at least: every target and draft row once (an upper bound on
+    /// what one verification reads, a lower bound on the benchmark's honest denominator).
+    pub fn input_bytes(&self) -> usize {
+        (self.p.len() + self.q.len()) * 4
+    }
+
+    /// Enqueues the verification of the whole batch (one block per sequence) with production
+    /// decisions for `seed`.
+    ///
+    /// # Errors
+    /// [`KernelError::Cuda`] when the launch fails.
+    pub fn launch(&mut self, gpu: &Gpu, seed: u64) -> Result<()> {
+        if self.sequences.is_empty() {
+            return Ok(());
+        }
+        let stream = gpu.stream();
+        let (pp, _g0) = self.p.device_ptr(stream);
+        let (qp, _g1) = self.q.device_ptr(stream);
+        let (qr, _g2) = self.q_row.device_ptr(stream);
+        let (tk, _g3) = self.tokens.device_ptr(stream);
+        let (no, _g4) = self.node_offsets.device_ptr(stream);
+        let (co, _g5) = self.child_offsets.device_ptr(stream);
+        let (cn, _g6) = self.child_nodes.device_ptr(stream);
+        let (si, _g7) = self.sequence_ids.device_ptr(stream);
+        let (st, _g8) = self.steps.device_ptr(stream);
+        let (sc, _g9) = self.scratch.device_ptr(stream);
+        let (ap, _g10) = self.path.device_ptr(stream);
+        let (al, _g11) = self.len.device_ptr(stream);
+        let (nt, _g12) = self.next.device_ptr(stream);
+        let (ss, _g13) = self.status.device_ptr(stream);
         let params = VerifyParams {
             p: pp,
             q: qp,
@@ -220,47 +287,62 @@ pub fn verify_batch_cuda(
             next_token: nt,
             status: ss,
             seed,
-            vocab: vocab as u32,
-            method: code,
-            max_path: max_path as u32,
+            vocab: self.vocab as u32,
+            method: self.code,
+            max_path: self.max_path as u32,
         };
         let f = gpu.function(&sources::VERIFY, "verify_tree")?;
         let mut launch = stream.launch_builder(&f);
         launch.arg(&params);
         let cfg = LaunchConfig {
-            grid_dim: (batch as u32, 1, 1),
+            grid_dim: (self.sequences.len() as u32, 1, 1),
             block_dim: (512, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: `params` matches the kernel's struct; every buffer was sized from the flattened
-        // batch above (p: nodes x vocab, q rows, scratch 2 x vocab per sequence, outputs per
+        // batch in `new` (p: nodes x vocab, q rows, scratch 2 x vocab per sequence, outputs per
         // sequence x max_path) and the guards keep the pointers valid until after the launch.
         unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launch verify_tree", e))?;
+        Ok(())
     }
-    let down = |what: &str, e| cuda_error(&format!("download {what}"), e);
-    let status = stream
-        .clone_dtoh(&status_d)
-        .map_err(|e| down("status", e))?;
-    let lens = stream.clone_dtoh(&len_d).map_err(|e| down("lengths", e))?;
-    let nexts = stream
-        .clone_dtoh(&next_d)
-        .map_err(|e| down("next tokens", e))?;
-    let paths = stream.clone_dtoh(&path_d).map_err(|e| down("paths", e))?;
-    (0..batch)
-        .map(|b| {
-            if status[b] != 0 {
-                return Err(KernelError::InvalidDistribution {
-                    what: format!("sequence {} on the GPU", inputs[b].sequence),
-                    reason: format!("verify_tree status {}", status[b]),
-                });
-            }
-            let path = paths[b * max_path..b * max_path + lens[b] as usize]
-                .iter()
-                .map(|&n| n as usize)
-                .collect();
-            Ok(Verdict::new(path, nexts[b]))
-        })
-        .collect()
+
+    /// Waits for the last launch and returns its verdicts, in input order.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidDistribution`] when the kernel flagged a row;
+    /// [`KernelError::Cuda`] when a download fails.
+    pub fn verdicts(&self, gpu: &Gpu) -> Result<Vec<Verdict>> {
+        let stream = gpu.stream();
+        let down = |what: &str, e| cuda_error(&format!("download {what}"), e);
+        let status = stream
+            .clone_dtoh(&self.status)
+            .map_err(|e| down("status", e))?;
+        let lens = stream
+            .clone_dtoh(&self.len)
+            .map_err(|e| down("lengths", e))?;
+        let nexts = stream
+            .clone_dtoh(&self.next)
+            .map_err(|e| down("next tokens", e))?;
+        let paths = stream
+            .clone_dtoh(&self.path)
+            .map_err(|e| down("paths", e))?;
+        let mp = self.max_path;
+        (0..self.sequences.len())
+            .map(|b| {
+                if status[b] != 0 {
+                    return Err(KernelError::InvalidDistribution {
+                        what: format!("sequence {} on the GPU", self.sequences[b]),
+                        reason: format!("verify_tree status {}", status[b]),
+                    });
+                }
+                let path = paths[b * mp..b * mp + lens[b] as usize]
+                    .iter()
+                    .map(|&n| n as usize)
+                    .collect();
+                Ok(Verdict::new(path, nexts[b]))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -276,10 +358,10 @@ mod tests {
         let mut w: Vec<f32> = (0..vocab)
             .map(|i| {
                 let r = mix64(salt ^ (i as u64).wrapping_mul(0x9e37));
-                if r % 7 == 0 {
+                if r.is_multiple_of(7) {
                     0.0
                 } else {
-                    ((r >> 40) as f32 + 1.0) * if r % 97 == 0 { 50.0 } else { 1.0 }
+                    ((r >> 40) as f32 + 1.0) * if r.is_multiple_of(97) { 50.0 } else { 1.0 }
                 }
             })
             .collect();
@@ -321,7 +403,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .fold(0, |b, (i, v)| if *v > p[parent][b] { i } else { b });
-            tokens[node] = if r % 2 == 0 {
+            tokens[node] = if r.is_multiple_of(2) {
                 best as u32
             } else {
                 (r >> 20) as u32 % vocab as u32

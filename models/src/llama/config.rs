@@ -141,13 +141,13 @@ impl LlamaConfig {
         if self.n_layers == 0 || self.hidden == 0 || self.ffn == 0 || self.vocab_size == 0 {
             return fail(format!("zero size in {self:?}"));
         }
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return fail(format!(
                 "{} query heads are not a multiple of {} KV heads",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return fail(format!("head width {} is not even", self.head_dim));
         }
         if !(self.rms_eps > 0.0 && self.rope_base > 0.0) {

@@ -211,8 +211,8 @@ impl WeightMatrix {
         let block = self.ty.block_len();
         if range.start > range.end
             || range.end > self.cols
-            || range.start % block != 0
-            || range.end % block != 0
+            || !range.start.is_multiple_of(block)
+            || !range.end.is_multiple_of(block)
         {
             return Err(ModelError::Shape {
                 what: format!("{self:?}"),

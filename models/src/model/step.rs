@@ -74,7 +74,7 @@ impl Logits {
     /// [`ModelError::Shape`] when `data.len()` is not a
     /// multiple of `vocab` or `vocab` is zero.
     pub fn new(vocab: usize, data: Vec<f32>) -> Result<Self> {
-        if vocab == 0 || data.len() % vocab != 0 {
+        if vocab == 0 || !data.len().is_multiple_of(vocab) {
             return Err(ModelError::Shape {
                 what: "logits".to_string(),
                 reason: format!("{} values do not form rows of {vocab}", data.len()),

@@ -93,8 +93,9 @@ impl ShardPlan {
             .ok_or_else(|| ModelError::Config("a model without layers".into()))?;
         let head_cols = config.group_size() * config.head_dim;
         let o_block = layer.wo.quant_type().block_len();
-        let heads_aligned = (0..world)
-            .all(|r| split_even(config.n_kv_heads, world, r).start * head_cols % o_block == 0);
+        let heads_aligned = (0..world).all(|r| {
+            (split_even(config.n_kv_heads, world, r).start * head_cols).is_multiple_of(o_block)
+        });
         let kv_heads = split_even(config.n_kv_heads, world, rank);
         let (o_cols, gather_attention) = if heads_aligned {
             (kv_heads.start * head_cols..kv_heads.end * head_cols, false)

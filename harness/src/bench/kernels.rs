@@ -1,0 +1,168 @@
+//! In-process timings of the kernel families at a real model's shapes: the quantised matmuls of
+//! one forward over all layers, grouped by projection, for K new tokens. Compared with the whole
+//! forward's time (from [`super::model`]) this splits a forward into matmul time and the rest
+//! (attention, norms, RoPE, KV writes, copies) — a profile without a profiler. The criterion
+//! benches in `kernels/benches` measure single kernels on synthetic shapes; this measures the
+//! model's own matrices.
+
+use serde::{Deserialize, Serialize};
+use specdec_models::llama::{ModelWeights, WeightMatrix};
+
+use super::stats::{median, timed, token_stream};
+use crate::error::{HarnessError, Result};
+
+/// The projections of a forward, timed as groups.
+pub const GROUPS: [&str; 5] = ["qkv", "attn_out", "gate_up", "down", "lm_head"];
+
+/// The matmul time of one projection group for one K.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MatmulTiming {
+    /// One of [`GROUPS`].
+    pub group: String,
+    /// Tokens (input rows) per matmul.
+    pub k: usize,
+    /// Median seconds for the group over all layers (one forward's worth).
+    pub median_s: f64,
+    /// Weight bytes the group reads per forward.
+    pub weight_bytes: u64,
+}
+
+impl MatmulTiming {
+    /// Weight bytes streamed per second, GB/s (1e9 bytes).
+    pub fn gb_per_s(&self) -> f64 {
+        self.weight_bytes as f64 / self.median_s / 1e9
+    }
+}
+
+/// The matrices of each group in one forward, in [`GROUPS`] order.
+fn grouped(weights: &ModelWeights) -> Vec<Vec<&WeightMatrix>> {
+    let mut groups: Vec<Vec<&WeightMatrix>> = vec![Vec::new(); GROUPS.len()];
+    for layer in &weights.layers {
+        groups[0].extend([&layer.wq, &layer.wk, &layer.wv]);
+        groups[1].push(&layer.wo);
+        groups[2].extend([&layer.w_gate, &layer.w_up]);
+        groups[3].push(&layer.w_down);
+    }
+    groups[4].push(&weights.output);
+    groups
+}
+
+/// Times every group's matmuls for each K in `ks` (medians of `repeats` after one warm-up; K
+/// values and groups interleaved within a repetition). Rows are in `ks` × [`GROUPS`] order.
+///
+/// # Errors
+/// [`HarnessError::Bench`] for zero repeats or a K of zero; kernel errors.
+pub fn bench_matmuls(
+    weights: &ModelWeights,
+    ks: &[usize],
+    repeats: usize,
+) -> Result<Vec<MatmulTiming>> {
+    if repeats == 0 || ks.is_empty() || ks.contains(&0) {
+        return Err(HarnessError::Bench(
+            "matmul timings need repeats >= 1 and K values >= 1".into(),
+        ));
+    }
+    let groups = grouped(weights);
+    let widest = groups
+        .iter()
+        .flatten()
+        .map(|m| m.cols().max(m.rows()))
+        .max()
+        .unwrap_or(1);
+    let max_k = ks.iter().copied().max().unwrap_or(1);
+    let x: Vec<f32> = token_stream(1, widest * max_k, 2001)
+        .into_iter()
+        .map(|t| t as f32 / 1000.0 - 1.0)
+        .collect();
+    let mut out = vec![0.0f32; widest * max_k];
+    let mut times = vec![vec![Vec::with_capacity(repeats); groups.len()]; ks.len()];
+    for rep in 0..=repeats {
+        for (ki, &k) in ks.iter().enumerate() {
+            for (gi, group) in groups.iter().enumerate() {
+                let (res, secs) = timed(|| -> Result<()> {
+                    for m in group {
+                        m.matmul(&x[..k * m.cols()], k, &mut out[..k * m.rows()])?;
+                    }
+                    Ok(())
+                });
+                res?;
+                if rep > 0 {
+                    times[ki][gi].push(secs);
+                }
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (ki, &k) in ks.iter().enumerate() {
+        for (gi, group) in groups.iter().enumerate() {
+            let median_s = median(&times[ki][gi])
+                .filter(|&m| m > 0.0)
+                .ok_or_else(|| HarnessError::Bench("no positive matmul time measured".into()))?;
+            rows.push(MatmulTiming {
+                group: GROUPS[gi].to_string(),
+                k,
+                median_s,
+                weight_bytes: group.iter().map(|m| m.bytes().len() as u64).sum(),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specdec_models::llama::LayerWeights;
+
+    fn matrix(rows: usize, cols: usize) -> WeightMatrix {
+        let values: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 - 3.0).collect();
+        WeightMatrix::from_f32(rows, cols, &values).unwrap()
+    }
+
+    fn tiny_weights(layers: usize) -> ModelWeights {
+        let (hidden, ffn, vocab) = (8, 16, 12);
+        let layer = LayerWeights {
+            attn_norm: vec![1.0; hidden],
+            wq: matrix(hidden, hidden),
+            wk: matrix(4, hidden),
+            wv: matrix(4, hidden),
+            bq: None,
+            bk: None,
+            bv: None,
+            wo: matrix(hidden, hidden),
+            ffn_norm: vec![1.0; hidden],
+            w_gate: matrix(ffn, hidden),
+            w_up: matrix(ffn, hidden),
+            w_down: matrix(hidden, ffn),
+        };
+        ModelWeights {
+            token_embd: matrix(vocab, hidden),
+            layers: vec![layer; layers],
+            output_norm: vec![1.0; hidden],
+            output: matrix(vocab, hidden),
+        }
+    }
+
+    #[test]
+    fn one_row_per_k_and_group_with_the_weight_bytes() {
+        let weights = tiny_weights(3);
+        let rows = bench_matmuls(&weights, &[1, 4], 2).unwrap();
+        assert_eq!(rows.len(), 2 * GROUPS.len());
+        assert_eq!(rows[0].group, "qkv");
+        assert_eq!(rows[GROUPS.len()].k, 4);
+        // qkv: 3 layers × (8 + 4 + 4) rows × 8 cols × 4 bytes.
+        assert_eq!(rows[0].weight_bytes, 3 * 16 * 8 * 4);
+        // gate_up: 3 layers × 2 × 16 × 8 × 4; lm_head: 12 × 8 × 4.
+        assert_eq!(rows[2].weight_bytes, 3 * 2 * 16 * 8 * 4);
+        assert_eq!(rows[4].weight_bytes, 12 * 8 * 4);
+        assert!(rows.iter().all(|r| r.median_s > 0.0 && r.gb_per_s() > 0.0));
+    }
+
+    #[test]
+    fn refuses_zero_repeats_or_k() {
+        let weights = tiny_weights(1);
+        assert!(bench_matmuls(&weights, &[1], 0).is_err());
+        assert!(bench_matmuls(&weights, &[0, 1], 1).is_err());
+        assert!(bench_matmuls(&weights, &[], 1).is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! Plain-text tables of benchmark results.
+
+use std::fmt::Write;
+
+use super::kernels::{MatmulTiming, GROUPS};
+use super::BenchReport;
+
+/// The end-to-end table of one report: header line, pp and decode tokens/s, peak memory, and
+/// the verify-cost curve.
+pub fn render_model(report: &BenchReport) -> String {
+    let r = &report.result;
+    let c = &r.config;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "specdec bench {}  ({}, {:.1} MiB file, {} threads, loaded in {:.2} s)",
+        report.model,
+        report.path,
+        report.file_bytes as f64 / MIB,
+        report.threads,
+        report.load_s
+    );
+    let _ = writeln!(
+        s,
+        "  prompt processing  pp{:<4} {:>10.1} tokens/s",
+        c.prompt_tokens, r.prompt_tokens_per_s
+    );
+    let _ = writeln!(
+        s,
+        "  decode             tg{:<4} {:>10.1} tokens/s",
+        c.decode_tokens, r.decode_tokens_per_s
+    );
+    let peak = report
+        .peak_rss_bytes
+        .map_or("n/a".to_string(), |b| format!("{:.1}", b as f64 / MIB));
+    let _ = writeln!(s, "  peak RSS (VmHWM)   {peak:>16} MiB");
+    if let Some(cpu) = report.cpu {
+        let _ = writeln!(
+            s,
+            "  CPU {:.1} s, waiting for a CPU {:.1} s, over {:.1} s wall (load from other work)",
+            cpu.on_cpu_s, cpu.runqueue_wait_s, report.bench_wall_s
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  verify cost after {} tokens (median of {}):",
+        c.verify_prefix, c.repeats
+    );
+    let _ = writeln!(
+        s,
+        "  {:>4} {:>12} {:>10} {:>12}",
+        "K", "ms", "x K=1", "ms/token"
+    );
+    for v in &r.verify {
+        let _ = writeln!(
+            s,
+            "  {:>4} {:>12.3} {:>10.2} {:>12.3}",
+            v.k,
+            v.median_s * 1e3,
+            v.relative,
+            v.median_s * 1e3 / v.k as f64
+        );
+    }
+    s
+}
+
+/// The split of one forward into matmul groups and the rest, per K: `forward_ms` per K comes
+/// from the verify curve of `report`, the matmuls from `matmuls` (see
+/// [`super::kernels::bench_matmuls`]); K values missing from either are skipped.
+pub fn render_split(report: &BenchReport, matmuls: &[MatmulTiming]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "forward split, {} ({} threads): matmul time per group over all layers, ms (GB/s of weights)",
+        report.model, report.threads
+    );
+    let mut header = format!("  {:>4} {:>10}", "K", "forward");
+    for g in GROUPS {
+        let _ = write!(header, " {g:>17}");
+    }
+    let _ = write!(header, " {:>10} {:>10} {:>7}", "matmuls", "rest", "mm %");
+    let _ = writeln!(s, "{header}");
+    for v in &report.result.verify {
+        let row: Vec<&MatmulTiming> = matmuls.iter().filter(|m| m.k == v.k).collect();
+        if row.len() != GROUPS.len() {
+            continue;
+        }
+        let forward_ms = v.median_s * 1e3;
+        let mm_ms: f64 = row.iter().map(|m| m.median_s * 1e3).sum();
+        let _ = write!(s, "  {:>4} {:>10.3}", v.k, forward_ms);
+        for m in &row {
+            let _ = write!(s, " {:>9.3} ({:>5.1})", m.median_s * 1e3, m.gb_per_s());
+        }
+        let _ = writeln!(
+            s,
+            " {:>10.3} {:>10.3} {:>6.0}%",
+            mm_ms,
+            forward_ms - mm_ms,
+            100.0 * mm_ms / forward_ms
+        );
+    }
+    s
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
