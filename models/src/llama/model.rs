@@ -94,7 +94,7 @@ impl<'a> ProductInput<'a> {
     fn product(&mut self, w: &WeightMatrix, out: &mut [f32]) -> Result<()> {
         let int8 = self.path == MatmulPath::Int8
             && int8_supported(w.quant_type())
-            && w.cols() % Q8_BLOCK == 0;
+            && w.cols().is_multiple_of(Q8_BLOCK);
         if !int8 {
             return w.matmul(self.x, self.n, out);
         }
