@@ -4,28 +4,14 @@
 
 mod common;
 
-use common::{gguf, load};
+use common::{
+    assert_token_logits_invariant, assert_tree_rows_equal_chains, bits, forward_one, gguf, load,
+};
 use specdec_kernels::TreeTopology;
-use specdec_models::{LanguageModel, Logits, SequenceStep};
+use specdec_models::{LanguageModel, SequenceStep};
 
 const PROMPT: [u32; 6] = [1604, 3987, 46477, 24, 94, 727];
 const OTHER: [u32; 4] = [19556, 905, 30, 198];
-
-fn forward_one(
-    model: &mut dyn LanguageModel,
-    seq: specdec_models::SeqId,
-    tokens: &[u32],
-    tree: &TreeTopology,
-) -> Logits {
-    model
-        .forward(&[SequenceStep { seq, tokens, tree }])
-        .unwrap()
-        .remove(0)
-}
-
-fn bits(row: &[f32]) -> Vec<u32> {
-    row.iter().map(|v| v.to_bits()).collect()
-}
 
 #[test]
 fn tree_forward_equals_each_root_to_node_path() {
@@ -50,16 +36,7 @@ fn tree_forward_equals_each_root_to_node_path() {
     ];
     let tokens = [PROMPT[4], PROMPT[5], 472, 198, 3805, 1004, 16390, 28];
     let tree = TreeTopology::from_parents(&parents).unwrap();
-    let tree_logits = forward_one(&mut model, seq, &tokens, &tree);
-    for node in 0..tree.len() {
-        let path: Vec<u32> = tree.path_to(node).iter().map(|&i| tokens[i]).collect();
-        let chain = forward_one(&mut model, seq, &path, &TreeTopology::chain(path.len()));
-        assert_eq!(
-            bits(tree_logits.row(node)),
-            bits(chain.row(path.len() - 1)),
-            "node {node} (path {path:?}) differs between the tree and its chain"
-        );
-    }
+    assert_tree_rows_equal_chains(&mut model, seq, &tokens, &tree);
 }
 
 #[test]
@@ -67,51 +44,7 @@ fn token_logits_are_identical_alone_in_chain_tree_and_batch() {
     let Some(file) = gguf("smollm2-135m") else {
         return;
     };
-    let mut model = load(&file);
-    let last = PROMPT.len() - 1;
-    // In a chain: the whole prompt in one forward.
-    let a = model.new_sequence().unwrap();
-    let chain = forward_one(&mut model, a, &PROMPT, &TreeTopology::chain(PROMPT.len()));
-    let reference = bits(chain.row(last));
-    // Alone: the prefix committed first, then the last token by itself.
-    let b = model.new_sequence().unwrap();
-    forward_one(&mut model, b, &PROMPT[..last], &TreeTopology::chain(last));
-    model.commit(b, &(0..last).collect::<Vec<_>>()).unwrap();
-    let alone = forward_one(&mut model, b, &PROMPT[last..], &TreeTopology::chain(1));
-    assert_eq!(bits(alone.row(0)), reference, "alone vs chain");
-    // In a tree: the last token as the root of a tree with siblings below it.
-    let tree = TreeTopology::from_parents(&[None, Some(0), Some(0), Some(1)]).unwrap();
-    let in_tree = forward_one(&mut model, b, &[PROMPT[last], 472, 198, 3805], &tree);
-    assert_eq!(bits(in_tree.row(0)), reference, "tree root vs chain");
-    // In a batch: beside two other sequences, one before and one after it.
-    let c = model.new_sequence().unwrap();
-    let d = model.new_sequence().unwrap();
-    let e = model.new_sequence().unwrap();
-    let chain_tree = TreeTopology::chain(PROMPT.len());
-    let other_tree = TreeTopology::chain(OTHER.len());
-    let out = model
-        .forward(&[
-            SequenceStep {
-                seq: c,
-                tokens: &OTHER,
-                tree: &other_tree,
-            },
-            SequenceStep {
-                seq: d,
-                tokens: &PROMPT,
-                tree: &chain_tree,
-            },
-            SequenceStep {
-                seq: e,
-                tokens: &OTHER[..2],
-                tree: &TreeTopology::chain(2),
-            },
-        ])
-        .unwrap();
-    assert_eq!(out.len(), 3);
-    assert_eq!(bits(out[1].row(last)), reference, "in a batch vs alone");
-    // The batch neighbour's logits are its own, not a copy.
-    assert_ne!(bits(out[0].row(0)), bits(out[1].row(0)));
+    assert_token_logits_invariant(&mut load(&file), &PROMPT, [472, 198, 3805], &OTHER);
 }
 
 #[test]

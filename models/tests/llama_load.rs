@@ -9,13 +9,14 @@ use std::sync::Arc;
 use common::{prefill, synthetic_qwen2};
 use specdec_models::gguf::{GgufFile, GgufWriter};
 use specdec_models::llama::{
-    LlamaConfig, LlamaModel, LlamaOptions, ModelWeights, SpecialTokens, WeightMatrix,
+    LlamaConfig, LlamaModel, LlamaOptions, MatmulPath, ModelWeights, SpecialTokens, WeightMatrix,
 };
 use specdec_models::LanguageModel;
 
 const OPTIONS: LlamaOptions = LlamaOptions {
     kv_capacity_tokens: 256,
     kv_block_size: 16,
+    matmul: MatmulPath::Exact,
 };
 
 /// Writes `weights` as a qwen2 GGUF file, leaving out tensor `skip` (when given) and recording

@@ -15,5 +15,5 @@ mod weights;
 pub use config::{Architecture, LlamaConfig, RopeLayout};
 pub use layer_skip::default_skip_layers;
 pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};
-pub use model::{LlamaModel, LlamaOptions};
+pub use model::{LlamaModel, LlamaOptions, MatmulPath};
 pub use weights::{LayerWeights, ModelWeights, WeightMatrix};

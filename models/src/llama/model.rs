@@ -7,32 +7,102 @@ use std::sync::Arc;
 use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
 use specdec_kernels::kv::{KvLayout, PagedKvCache};
 use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
+use specdec_kernels::quant::int8::Q8_BLOCK;
+use specdec_kernels::quant::{int8_supported, quant_matmul_int8, Q8Activations};
 use specdec_kernels::TreeTopology;
 
 use super::config::LlamaConfig;
 use super::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
-use super::weights::ModelWeights;
+use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
 use crate::shard::{Communicator, ShardPlan, SingleRank};
 
-/// Sizing of a model's KV cache.
+/// How the forward pass multiplies activations by the quantised weight matrices. Both choices
+/// are batch-invariant (a token's logits are bit-identical whatever else is in the forward), so
+/// greedy speculative output equals greedy plain output on either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatmulPath {
+    /// f32 activations against the dequantised weights
+    /// ([`quant_matmul`](specdec_kernels::quant::quant_matmul)) for every matrix: the
+    /// reference path, matching an f32 transformers run of the same GGUF to ~1e-4.
+    Exact,
+    /// The llama.cpp-like fast path ([`quant_matmul_int8`]): each layer input is quantised once
+    /// to 8 bits per 256-element block ([`Q8Activations`]) and shared by every matrix reading
+    /// it (Q/K/V, gate/up), with integer dot products. Used for every matrix whose type
+    /// [`int8_supported`] accepts (Q4_K, Q6_K) and whose input width is a multiple of
+    /// [`Q8_BLOCK`]; every other matrix takes the [`MatmulPath::Exact`] product. Logits then
+    /// differ from the f32 reference by activation-quantisation noise (as llama.cpp's do).
+    #[default]
+    Int8,
+}
+
+/// Options of a [`LlamaModel`]: the sizing of its KV cache and the matmul path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LlamaOptions {
     /// Token slots in the KV cache, over all sequences (rounded up to whole blocks).
     pub kv_capacity_tokens: usize,
     /// Token slots per KV block.
     pub kv_block_size: usize,
+    /// How quantised weights are multiplied (every rank of a sharded model uses the same).
+    pub matmul: MatmulPath,
+}
+
+impl LlamaOptions {
+    /// The default options with `matmul` as the matmul path.
+    pub fn with_matmul(matmul: MatmulPath) -> Self {
+        Self {
+            matmul,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for LlamaOptions {
-    /// 4096 slots in blocks of 16.
+    /// 4096 slots in blocks of 16, the [`MatmulPath::Int8`] fast path.
     fn default() -> Self {
         Self {
             kv_capacity_tokens: 4096,
             kv_block_size: 16,
+            matmul: MatmulPath::default(),
         }
+    }
+}
+
+/// One layer input (`[n, cols]` f32 rows) as read by the products that consume it: on the
+/// [`MatmulPath::Int8`] path its 8-bit quantisation is made on first use and shared by every
+/// later matrix reading the same input.
+struct ProductInput<'a> {
+    x: &'a [f32],
+    n: usize,
+    path: MatmulPath,
+    q8: Option<Q8Activations>,
+}
+
+impl<'a> ProductInput<'a> {
+    fn new(x: &'a [f32], n: usize, path: MatmulPath) -> Self {
+        Self {
+            x,
+            n,
+            path,
+            q8: None,
+        }
+    }
+
+    /// `out = x · wᵀ` on the chosen path (`out: [n, w.rows()]`).
+    fn product(&mut self, w: &WeightMatrix, out: &mut [f32]) -> Result<()> {
+        let int8 = self.path == MatmulPath::Int8
+            && int8_supported(w.quant_type())
+            && w.cols().is_multiple_of(Q8_BLOCK);
+        if !int8 {
+            return w.matmul(self.x, self.n, out);
+        }
+        let acts = match &mut self.q8 {
+            Some(acts) => acts,
+            slot => slot.insert(Q8Activations::quantize(self.x, self.n, w.cols())?),
+        };
+        Ok(quant_matmul_int8(&w.view(), acts, out)?)
     }
 }
 
@@ -51,6 +121,7 @@ pub struct LlamaModel {
     cache: PagedKvCache,
     special: SpecialTokens,
     last_trees: HashMap<SeqId, TreeTopology>,
+    matmul: MatmulPath,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -147,6 +218,7 @@ impl LlamaModel {
             comm,
             special,
             last_trees: HashMap::new(),
+            matmul: options.matmul,
         })
     }
 
@@ -181,6 +253,11 @@ impl LlamaModel {
     /// This rank's share of the model.
     pub fn plan(&self) -> &ShardPlan {
         &self.plan
+    }
+
+    /// The matmul path of the forward pass.
+    pub fn matmul_path(&self) -> MatmulPath {
+        self.matmul
     }
 
     /// The KV cache (for metrics: blocks in use).
@@ -271,12 +348,14 @@ impl LlamaModel {
         let mut up = vec![0.0f32; n * f];
         let mut act = vec![0.0f32; n * f];
         let scale = 1.0 / (hd as f32).sqrt();
+        let path = self.matmul;
         for (layer, &block) in self.layers.iter().enumerate() {
             let w = &self.weights.layers[block];
             rms_norm(&x, &w.attn_norm, c.rms_eps, &mut h)?;
-            w.wq.matmul(&h, n, &mut q)?;
-            w.wk.matmul(&h, n, &mut k)?;
-            w.wv.matmul(&h, n, &mut v)?;
+            let mut input = ProductInput::new(&h, n, path);
+            input.product(&w.wq, &mut q)?;
+            input.product(&w.wk, &mut k)?;
+            input.product(&w.wv, &mut v)?;
             for (buf, bias, width) in [
                 (&mut q, &w.bq, q_w),
                 (&mut k, &w.bk, kv_w),
@@ -322,23 +401,24 @@ impl LlamaModel {
                     .chunks(c.q_dim())
                     .flat_map(|row| row[cols.clone()].iter().copied())
                     .collect();
-                w.wo.matmul(&selected, n, &mut o)?;
+                ProductInput::new(&selected, n, path).product(&w.wo, &mut o)?;
             } else {
-                w.wo.matmul(&attn, n, &mut o)?;
+                ProductInput::new(&attn, n, path).product(&w.wo, &mut o)?;
             }
             self.comm.all_reduce_sum(&mut o)?;
             add(&mut x, &o);
             rms_norm(&x, &w.ffn_norm, c.rms_eps, &mut h)?;
-            w.w_gate.matmul(&h, n, &mut gate)?;
-            w.w_up.matmul(&h, n, &mut up)?;
+            let mut input = ProductInput::new(&h, n, path);
+            input.product(&w.w_gate, &mut gate)?;
+            input.product(&w.w_up, &mut up)?;
             swiglu(&gate, &up, &mut act)?;
-            w.w_down.matmul(&act, n, &mut o)?;
+            ProductInput::new(&act, n, path).product(&w.w_down, &mut o)?;
             self.comm.all_reduce_sum(&mut o)?;
             add(&mut x, &o);
         }
         rms_norm(&x, &self.weights.output_norm, c.rms_eps, &mut h)?;
         let mut logits = vec![0.0f32; n * self.plan.vocab.len()];
-        self.weights.output.matmul(&h, n, &mut logits)?;
+        ProductInput::new(&h, n, path).product(&self.weights.output, &mut logits)?;
         if self.plan.world > 1 {
             logits = interleave(&self.comm.all_gather(&logits)?, n);
         }

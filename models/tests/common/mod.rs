@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use specdec_kernels::TreeTopology;
 use specdec_models::gguf::GgufFile;
-use specdec_models::llama::{LlamaModel, LlamaOptions};
+use specdec_models::llama::{LlamaModel, LlamaOptions, MatmulPath};
 use specdec_models::{registry, LanguageModel, Logits, SequenceStep};
 
 /// The cached file of registry model `name`; `None` (after saying so) when it is missing and
@@ -31,16 +31,24 @@ pub fn gguf(name: &str) -> Option<Arc<GgufFile>> {
     model_path(name).map(|p| Arc::new(GgufFile::open(p).expect("a readable GGUF file")))
 }
 
-/// A single-rank model with a small KV cache.
+/// A single-rank model with a small KV cache on the exact f32 matmul path (the one the
+/// reference logits are compared against).
 pub fn load(file: &Arc<GgufFile>) -> LlamaModel {
-    LlamaModel::from_gguf(
-        file,
-        LlamaOptions {
-            kv_capacity_tokens: 1024,
-            kv_block_size: 16,
-        },
-    )
-    .expect("the model loads")
+    load_with(file, MatmulPath::Exact)
+}
+
+/// Options with a small KV cache (1024 slots) and the given matmul path.
+pub fn small_options(matmul: MatmulPath) -> LlamaOptions {
+    LlamaOptions {
+        kv_capacity_tokens: 1024,
+        kv_block_size: 16,
+        matmul,
+    }
+}
+
+/// A single-rank model with a small KV cache on matmul path `matmul`.
+pub fn load_with(file: &Arc<GgufFile>, matmul: MatmulPath) -> LlamaModel {
+    LlamaModel::from_gguf(file, small_options(matmul)).expect("the model loads")
 }
 
 /// Forwards `tokens` as one chain on a fresh sequence, commits it, and returns the logits.
@@ -80,6 +88,117 @@ pub fn greedy(model: &mut dyn LanguageModel, prompt: &[u32], max_new: usize) -> 
     }
     model.release(seq).unwrap();
     out
+}
+
+/// Forwards `tokens` with topology `tree` as the only step of a forward of `seq`.
+pub fn forward_one(
+    model: &mut dyn LanguageModel,
+    seq: specdec_models::SeqId,
+    tokens: &[u32],
+    tree: &TreeTopology,
+) -> Logits {
+    model
+        .forward(&[SequenceStep { seq, tokens, tree }])
+        .unwrap()
+        .remove(0)
+}
+
+/// Asserts that the logits of `prompt`'s last token are bit-identical in a chain of the whole
+/// prompt, alone after the committed prefix, as the root of a 4-node tree (children `below`),
+/// and in a batch between sequences of `other` tokens. Uses fresh sequences of `model`.
+pub fn assert_token_logits_invariant(
+    model: &mut dyn LanguageModel,
+    prompt: &[u32],
+    below: [u32; 3],
+    other: &[u32],
+) {
+    let last = prompt.len() - 1;
+    // In a chain: the whole prompt in one forward.
+    let a = model.new_sequence().unwrap();
+    let chain = forward_one(model, a, prompt, &TreeTopology::chain(prompt.len()));
+    let reference = bits(chain.row(last));
+    // Alone: the prefix committed first, then the last token by itself.
+    let b = model.new_sequence().unwrap();
+    forward_one(model, b, &prompt[..last], &TreeTopology::chain(last));
+    model.commit(b, &(0..last).collect::<Vec<_>>()).unwrap();
+    let alone = forward_one(model, b, &prompt[last..], &TreeTopology::chain(1));
+    assert_eq!(bits(alone.row(0)), reference, "alone vs chain");
+    // In a tree: the last token as the root of a tree with siblings below it.
+    let tree = TreeTopology::from_parents(&[None, Some(0), Some(0), Some(1)]).unwrap();
+    let in_tree = forward_one(
+        model,
+        b,
+        &[prompt[last], below[0], below[1], below[2]],
+        &tree,
+    );
+    assert_eq!(bits(in_tree.row(0)), reference, "tree root vs chain");
+    // In a batch: beside two other sequences, one before and one after it.
+    let c = model.new_sequence().unwrap();
+    let d = model.new_sequence().unwrap();
+    let e = model.new_sequence().unwrap();
+    let chain_tree = TreeTopology::chain(prompt.len());
+    let other_tree = TreeTopology::chain(other.len());
+    let out = model
+        .forward(&[
+            SequenceStep {
+                seq: c,
+                tokens: other,
+                tree: &other_tree,
+            },
+            SequenceStep {
+                seq: d,
+                tokens: prompt,
+                tree: &chain_tree,
+            },
+            SequenceStep {
+                seq: e,
+                tokens: &other[..2],
+                tree: &TreeTopology::chain(2),
+            },
+        ])
+        .unwrap();
+    assert_eq!(out.len(), 3);
+    assert_eq!(bits(out[1].row(last)), reference, "in a batch vs alone");
+    // The batch neighbour's logits are its own, not a copy.
+    assert_ne!(bits(out[0].row(0)), bits(out[1].row(0)));
+}
+
+/// Forwards `tokens` as `tree` on `seq`, then each root-to-node path as a chain, asserting that
+/// every tree row is bit-identical to the last row of its chain.
+pub fn assert_tree_rows_equal_chains(
+    model: &mut dyn LanguageModel,
+    seq: specdec_models::SeqId,
+    tokens: &[u32],
+    tree: &TreeTopology,
+) {
+    let in_tree = forward_one(model, seq, tokens, tree);
+    for node in 0..tree.len() {
+        let path: Vec<u32> = tree.path_to(node).iter().map(|&i| tokens[i]).collect();
+        let chain = forward_one(model, seq, &path, &TreeTopology::chain(path.len()));
+        assert_eq!(
+            bits(in_tree.row(node)),
+            bits(chain.row(path.len() - 1)),
+            "node {node} (path {path:?}) differs between the tree and its chain"
+        );
+    }
+}
+
+/// The bit patterns of `row` (for exact comparisons that tell -0.0 and NaNs apart).
+pub fn bits(row: &[f32]) -> Vec<u32> {
+    row.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Largest |a − b| over paired elements.
+pub fn max_abs_gap(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+/// Largest |v|.
+pub fn max_abs(a: &[f32]) -> f32 {
+    a.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
 /// The `k` largest logits of `row` as (id, logit), largest first (ties: lowest id).
