@@ -4,7 +4,9 @@
 use super::dequant::dequantize_row_to_vec;
 use super::int8::{int8_supported, quant_matmul_int8, quant_matmul_int8_with, Q8Activations};
 use super::matmul::{QuantMatrix, SimdLevel};
-use super::testutil::{assert_rows_bit_identical, available_levels, random_row, TestRng};
+use super::testutil::{
+    assert_rows_bit_identical, available_levels, random_row, reference_dot, TestRng,
+};
 use super::types::QuantType;
 use crate::error::KernelError;
 
@@ -58,12 +60,7 @@ fn matches_exact_product_on_quantised_activations() {
             let wr = dequantize_row_to_vec(ty, w.row(r), cols).unwrap();
             for t in 0..n {
                 let xt = &xq[t * cols..(t + 1) * cols];
-                let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
-                let scale: f64 = wr
-                    .iter()
-                    .zip(xt)
-                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                    .sum();
+                let (exact, scale) = reference_dot(&wr, xt);
                 let got = out[t * rows + r] as f64;
                 // per super-block a few f32 roundings of values up to the block's Σ|w·x| (plus
                 // the min term for Q4_K): 1e-5 relative to the total magnitude is ample.

@@ -3,7 +3,9 @@
 
 use super::dequant::dequantize_row_to_vec;
 use super::matmul::{quant_matmul, quant_matmul_with, QuantMatrix};
-use super::testutil::{assert_rows_bit_identical, available_levels, random_row, TestRng};
+use super::testutil::{
+    assert_rows_bit_identical, available_levels, random_row, reference_dot, TestRng,
+};
 use super::types::QuantType;
 use crate::error::KernelError;
 
@@ -38,12 +40,7 @@ fn matches_dequantised_f64_reference() {
             let wr = dequantize_row_to_vec(ty, w.row(r), cols).unwrap();
             for t in 0..n_tokens {
                 let xt = &x[t * cols..(t + 1) * cols];
-                let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
-                let scale: f64 = wr
-                    .iter()
-                    .zip(xt)
-                    .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                    .sum();
+                let (exact, scale) = reference_dot(&wr, xt);
                 let got = out[t * rows + r] as f64;
                 // f32 accumulation of `cols` products: error ≤ ~cols/16 · ε · Σ|w·x| (lanes);
                 // we allow 4·cols·ε relative to Σ|w·x|, far below any layout error.

@@ -151,3 +151,13 @@ pub fn assert_rows_bit_identical(batch: &[f32], alone: &[Vec<f32>], rows: usize,
         );
     }
 }
+
+/// The f64 reference of one output element, `Σ w·x`, and the magnitude `Σ |w·x|` that error
+/// bounds are stated relative to.
+pub(crate) fn reference_dot(weights: &[f32], x: &[f32]) -> (f64, f64) {
+    weights
+        .iter()
+        .zip(x)
+        .map(|(&a, &b)| a as f64 * b as f64)
+        .fold((0.0, 0.0), |(sum, abs), p| (sum + p, abs + p.abs()))
+}
