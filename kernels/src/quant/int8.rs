@@ -735,6 +735,26 @@ mod avx512 {
         amax / 127.0
     }
 
+    /// Bytes ahead of the current weight block to prefetch: the weights stream from DRAM
+    /// once per product, and a software prefetch this far ahead keeps more requests in flight
+    /// than the hardware prefetchers alone.
+    const PREFETCH_DISTANCE: usize = 2048;
+
+    /// Hints the cache lines `PREFETCH_DISTANCE` bytes after `block`'s start (a hint: an
+    /// address past the matrix is harmless, it is never dereferenced).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn prefetch_ahead(block: &[u8]) {
+        let ahead = block.as_ptr().wrapping_add(PREFETCH_DISTANCE);
+        // SAFETY: prefetching is a hint that never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128).cast());
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(192).cast());
+        }
+    }
+
     /// Loads 64 bytes from `s[at..]` (bounds checked).
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -842,6 +862,7 @@ mod avx512 {
         let idx: [__m512i; 4] = std::array::from_fn(|c| spread(2 * c as i16, 16));
         let mut acc = [_mm256_setzero_ps(); G];
         for (sb, block) in row.chunks_exact(144).enumerate() {
+            prefetch_ahead(block);
             let (d, dmin) = f16_pair(block, 0);
             let (dv, ndminv) = (_mm256_set1_ps(d), _mm256_set1_ps(-dmin));
             let (sc, m) = q4k_scales_mins(block);
@@ -895,6 +916,7 @@ mod avx512 {
         let idx: [__m512i; 4] = std::array::from_fn(|i| spread(4 * i as i16, 8));
         let mut acc = [_mm256_setzero_ps(); G];
         for (sb, b) in row.chunks_exact(210).enumerate() {
+            prefetch_ahead(b);
             let (d, _) = f16_pair(b, 208);
             let dv = _mm256_set1_ps(d);
             let sc_bytes = &b[192..208];
