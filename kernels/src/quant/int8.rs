@@ -299,14 +299,17 @@ fn rows_generic<const K: u8>(
         for_token_groups!(n, [1, 2, 3, 4], t, G => {
             let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
             let sums = match (K, ty) {
-                // SAFETY (all SIMD arms): K == AVX512 / AVX2 only inside `avx512::rows` /
-                // `avx2::rows`, reached after the CPU check.
+                // SAFETY: K == AVX512 only inside `avx512::rows`, reached after the CPU check;
+                // the activations have the row's block count (checked by the caller).
                 #[cfg(target_arch = "x86_64")]
                 (AVX512, QuantType::Q4_K) => unsafe { avx512::q4k_row::<G>(row, tokens) },
+                // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
                 (AVX512, _) => unsafe { avx512::q6k_row::<G>(row, tokens) },
+                // SAFETY: K == AVX2 only inside `avx2::rows`, reached after the CPU check.
                 #[cfg(target_arch = "x86_64")]
                 (AVX2, QuantType::Q4_K) => unsafe { avx2::q4k_row::<G>(row, tokens) },
+                // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
                 (AVX2, _) => unsafe { avx2::q6k_row::<G>(row, tokens) },
                 _ => scalar_row::<G>(ty, row, tokens),
@@ -746,12 +749,9 @@ mod avx512 {
     #[target_feature(enable = "avx512f")]
     fn prefetch_ahead(block: &[u8]) {
         let ahead = block.as_ptr().wrapping_add(PREFETCH_DISTANCE);
-        // SAFETY: prefetching is a hint that never faults, whatever the address.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128).cast());
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(192).cast());
+        // Prefetching is a hint that never faults, whatever the address (a safe intrinsic).
+        for line in 0..4 {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line).cast());
         }
     }
 
