@@ -201,8 +201,11 @@ mod tests {
     use super::NcclCommunicator;
     use crate::shard::{Communicator, ThreadCommunicator};
 
+    /// One rank's results: the all-reduced sum, the all-gather, the broadcast.
+    type Outcome = (Vec<f32>, Vec<Vec<f32>>, Vec<f32>);
+
     /// The collectives on `world` ranks (threads), each rank's inputs derived from its rank.
-    fn exercise<C: Communicator>(comms: Vec<C>) -> Vec<(Vec<f32>, Vec<Vec<f32>>, Vec<f32>)> {
+    fn exercise<C: Communicator>(comms: Vec<C>) -> Vec<Outcome> {
         std::thread::scope(|s| {
             let handles: Vec<_> = comms
                 .iter()
