@@ -52,8 +52,10 @@ pub fn q32_supported(ty: QuantType) -> bool {
 /// A batch of activation rows quantised to 8 bits in blocks of [`Q32_BLOCK`] (see the module
 /// docs). Quantise once and reuse for every matrix that reads the same input.
 ///
-/// Each token's blocks are stored padded with zero blocks to a multiple of [`LANES`], so the
-/// SIMD kernels read whole groups of eight blocks.
+/// Storage: each token's blocks are padded with zero blocks to a multiple of [`LANES`]; the
+/// quants of each group of eight blocks (256 bytes) are stored as four 64-byte *slabs*, slab
+/// `s` holding elements `8s .. 8s + 8` of block `k` at bytes `8k .. 8k + 8`, so that one
+/// 64-byte multiply-add covers eight blocks (the SIMD kernels' layout).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Q8Blocks32 {
     n_tokens: usize,
@@ -101,13 +103,17 @@ impl Q8Blocks32 {
             for (t, xt) in x.chunks_exact(cols).enumerate() {
                 for (b, xb) in xt.chunks_exact(Q32_BLOCK).enumerate() {
                     let i = t * stride + b;
-                    let qb = &mut quants[i * Q32_BLOCK..(i + 1) * Q32_BLOCK];
+                    let mut qb = [0i8; Q32_BLOCK];
                     let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     if amax > 0.0 {
                         let inv = 127.0 / amax;
                         for (q, &v) in qb.iter_mut().zip(xb) {
                             *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
                         }
+                    }
+                    for (s, part) in qb.chunks_exact(8).enumerate() {
+                        let at = slab_offset(i, s);
+                        quants[at..at + 8].copy_from_slice(part);
                     }
                     let d = amax / 127.0;
                     let sum: i32 = qb.iter().map(|&q| i32::from(q)).sum();
@@ -155,11 +161,23 @@ impl Q8Blocks32 {
     fn index(&self, t: usize, b: usize) -> usize {
         t * self.stride + b
     }
-    /// The 32 quants of stored block `i`.
+    /// The 32 quants of stored block `i`, gathered from its slabs.
     #[inline(always)]
-    fn block(&self, i: usize) -> &[i8] {
-        &self.quants[i * Q32_BLOCK..(i + 1) * Q32_BLOCK]
+    fn block(&self, i: usize) -> [i8; Q32_BLOCK] {
+        let mut q = [0i8; Q32_BLOCK];
+        for (s, part) in q.chunks_exact_mut(8).enumerate() {
+            let at = slab_offset(i, s);
+            part.copy_from_slice(&self.quants[at..at + 8]);
+        }
+        q
     }
+}
+
+/// Byte offset in the slab layout (see [`Q8Blocks32`]) of elements `8s .. 8s + 8` of stored
+/// block `i`.
+#[inline(always)]
+fn slab_offset(i: usize, s: usize) -> usize {
+    (i / LANES) * LANES * Q32_BLOCK + s * 64 + (i % LANES) * 8
 }
 
 /// `out = x · Wᵀ` with 8-bit activations: `acts` holds `[n_tokens × w.cols()]`, `out` is
@@ -361,7 +379,7 @@ fn row_dot_portable<const T: u8>(row: &[u8], acts: &Q8Blocks32, t: usize) -> f32
         let i = acts.index(t, b);
         let isum: i32 = qw
             .iter()
-            .zip(acts.block(i))
+            .zip(&acts.block(i))
             .map(|(&w, &a)| i32::from(w) * i32::from(a))
             .sum();
         let mut term = (dw * acts.scales[i]) * isum as f32;
@@ -445,28 +463,85 @@ mod simd {
     /// Loads 8 f32 from `s[at..at + 8]` (bounds checked).
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) fn load_ps(s: &[f32], at: usize) -> __m256 {
+    fn load_ps(s: &[f32], at: usize) -> __m256 {
         let v = &s[at..at + 8];
         // SAFETY: `v` spans exactly 8 readable f32; unaligned loads are allowed.
         unsafe { _mm256_loadu_ps(v.as_ptr()) }
     }
 
-    /// The f16 at byte `at` of each of the first `n` blocks of `blocks` as eight f32 (zero past
-    /// `n`), converted exactly by `vcvtph2ps`.
+    /// The little-endian u32 at byte `at` of each of the first `n` blocks of format `T` in
+    /// `blocks` (`n` whole blocks), zero past `n`.
     #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    pub(super) fn block_f16s<const T: u8>(blocks: &[u8], n: usize, at: usize) -> __m256 {
+    #[target_feature(enable = "avx2")]
+    pub(super) fn block_words<const T: u8>(blocks: &[u8], n: usize, at: usize) -> __m256i {
         let bb = block_bytes::<T>();
-        let mut h = [0u16; LANES];
-        for (k, h) in h.iter_mut().enumerate().take(n) {
-            let o = k * bb + at;
-            *h = u16::from_le_bytes([blocks[o], blocks[o + 1]]);
-        }
-        // SAFETY: `h` is 16 readable bytes; unaligned loads are allowed.
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) })
+        assert!(n <= LANES && (n == 0 || blocks.len() >= (n - 1) * bb + at + 4));
+        let word = |k: usize| {
+            if k < n {
+                // SAFETY: bytes `k·bb + at .. k·bb + at + 4` lie inside `blocks` (asserted for
+                // the last block read, `n − 1`); unaligned reads are allowed.
+                unsafe {
+                    blocks
+                        .as_ptr()
+                        .add(k * bb + at)
+                        .cast::<i32>()
+                        .read_unaligned()
+                }
+            } else {
+                0
+            }
+        };
+        _mm256_setr_epi32(
+            word(0),
+            word(1),
+            word(2),
+            word(3),
+            word(4),
+            word(5),
+            word(6),
+            word(7),
+        )
     }
 
-    /// The float step of eight blocks of one token starting at block `b0`:
+    /// The f16 scale `d` (and, for Q4_1, the min `m`; zero otherwise) of each of the first `n`
+    /// blocks as eight f32 (zero past `n`), converted exactly by `vcvtph2ps`.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn scales<const T: u8>(blocks: &[u8], n: usize) -> (__m256, __m256) {
+        let words = block_words::<T>(blocks, n, 0);
+        let low16 = |v: __m256i| {
+            let v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+            _mm256_cvtph_ps(_mm_packus_epi32(
+                _mm256_castsi256_si128(v),
+                _mm256_extracti128_si256::<1>(v),
+            ))
+        };
+        let m = if T == Q4_1 {
+            low16(_mm256_srli_epi32::<16>(words))
+        } else {
+            _mm256_setzero_ps()
+        };
+        (low16(words), m)
+    }
+
+    /// Q5_0: the fifth bits of the first `n` blocks (zero past `n`) rearranged as the slabs
+    /// need them: 32-bit lane `2s + h` holds byte `s` of `qh` of blocks `4h .. 4h + 4`, so
+    /// 64-bit lane `s` holds bit `8k + e` = fifth bit of element `8s + e` of block `k`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn q5_high_bits<const T: u8>(blocks: &[u8], n: usize) -> __m256i {
+        let qh = block_words::<T>(blocks, n, 2);
+        let by_byte = _mm256_shuffle_epi8(
+            qh,
+            _mm256_setr_epi8(
+                0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2,
+                6, 10, 14, 3, 7, 11, 15,
+            ),
+        );
+        _mm256_permutevar8x32_epi32(by_byte, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+
+    /// The float step of eight blocks of one token (stored blocks `i .. i + 8`):
     /// `acc + ((dw · da) · f32(isum) [+ m · sa])`, lane by lane (module docs).
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -486,7 +561,7 @@ mod simd {
         _mm256_add_ps(acc, term)
     }
 
-    /// `isum − (asum << shift)` for the eight blocks starting at stored block `i`.
+    /// `isum − (asum << SHIFT)` for the eight blocks starting at stored block `i`.
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn minus_offset<const SHIFT: i32>(
@@ -510,88 +585,90 @@ mod simd {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    //! The AVX2 kernel: one block per 256-bit register (`vpmaddubsw` u8×i8 pair sums, then
-    //! `vpmaddwd` by ones), eight blocks' partial sums reduced to one lane each by `vphaddd`.
+    //! The AVX2 kernel: per group of eight blocks, each 64-byte activation slab is two 256-bit
+    //! halves (blocks 0..4, 4..8) met by `vpmaddubsw` + `vpmaddwd`; the four slabs' sums give
+    //! two partial sums per block, joined by one `vphaddd`.
 
-    use super::simd::{accumulate, block_f16s, fold, load128, load256, minus_offset};
+    use super::simd::{accumulate, fold, load128, load256, minus_offset, q5_high_bits, scales};
     use super::{
         block_bytes, for_rows_and_groups, nibbles_at, Q8Blocks32, QuantMatrix, LANES, Q32_BLOCK,
-        Q4_0, Q4_1, Q5_0, Q8_0,
+        Q4_0, Q5_0, Q8_0,
     };
     use std::arch::x86_64::*;
 
     super::group_rows!("avx2,fma,f16c", "The CPU must support AVX2, FMA and F16C.");
 
-    /// Block `k`'s 32 weight quants as bytes: Q8_0 signed, the others unsigned (before the
-    /// offset); zero when `k >= n`.
+    /// The weights of the first `n` of eight blocks (zero past `n`) in slab order:
+    /// `[slab][half]`, Q8_0 signed, the others unsigned (before their offset).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn weights<const T: u8>(blocks: &[u8], k: usize, n: usize) -> __m256i {
-        if k >= n {
-            return _mm256_setzero_si256();
-        }
-        let at = k * block_bytes::<T>();
+    #[allow(clippy::needless_range_loop)] // `h` indexes the inner dimension of `out`
+    fn slabs<const T: u8>(blocks: &[u8], n: usize) -> [[__m256i; 2]; 4] {
+        let bb = block_bytes::<T>();
+        let mut out = [[_mm256_setzero_si256(); 2]; 4];
         if T == Q8_0 {
-            return load256(blocks, at + 2);
+            let y = |k: usize| {
+                if k < n {
+                    load256(blocks, k * bb + 2)
+                } else {
+                    _mm256_setzero_si256()
+                }
+            };
+            for h in 0..2 {
+                let (y0, y1, y2, y3) = (y(4 * h), y(4 * h + 1), y(4 * h + 2), y(4 * h + 3));
+                let (t0, t1) = (_mm256_unpacklo_epi64(y0, y1), _mm256_unpackhi_epi64(y0, y1));
+                let (t2, t3) = (_mm256_unpacklo_epi64(y2, y3), _mm256_unpackhi_epi64(y2, y3));
+                out[0][h] = _mm256_permute2x128_si256::<0x20>(t0, t2);
+                out[1][h] = _mm256_permute2x128_si256::<0x20>(t1, t3);
+                out[2][h] = _mm256_permute2x128_si256::<0x31>(t0, t2);
+                out[3][h] = _mm256_permute2x128_si256::<0x31>(t1, t3);
+            }
+            return out;
         }
-        let qs = load128(blocks, at + nibbles_at::<T>());
-        // low nibbles are elements 0..16, high nibbles 16..32
-        let both = _mm256_set_m128i(qs, qs);
-        let shifted = _mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-        let mut q = _mm256_and_si256(shifted, _mm256_set1_epi8(15));
-        if T == Q5_0 {
-            let qh = u32::from_le_bytes([
-                blocks[at + 2],
-                blocks[at + 3],
-                blocks[at + 4],
-                blocks[at + 5],
-            ]);
-            // byte j takes bit j of qh
-            let spread = _mm256_shuffle_epi8(
-                _mm256_set1_epi32(qh as i32),
-                _mm256_setr_epi64x(
-                    0,
-                    0x0101_0101_0101_0101,
-                    0x0202_0202_0202_0202,
-                    0x0303_0303_0303_0303,
-                ),
-            );
-            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-            let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-            q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
-        }
-        q
-    }
-
-    /// The eight per-lane i32 partial sums of 8 × 4 products each.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn dot<const T: u8>(w: __m256i, a: __m256i) -> __m256i {
-        let ones = _mm256_set1_epi16(1);
-        let pairs = if T == Q8_0 {
-            // |w| · (a · sign w): |w| ≤ 128, so pair sums stay below 2^15
-            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
-        } else {
-            _mm256_maddubs_epi16(w, a)
+        let x = |k: usize| {
+            if k < n {
+                load128(blocks, k * bb + nibbles_at::<T>())
+            } else {
+                _mm_setzero_si128()
+            }
         };
-        _mm256_madd_epi16(pairs, ones)
-    }
-
-    /// Eight registers of eight partial sums → one register of the eight totals, in order.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn reduce8(d: [__m256i; 8]) -> __m256i {
-        let h01 = _mm256_hadd_epi32(d[0], d[1]);
-        let h23 = _mm256_hadd_epi32(d[2], d[3]);
-        let h45 = _mm256_hadd_epi32(d[4], d[5]);
-        let h67 = _mm256_hadd_epi32(d[6], d[7]);
-        let q0 = _mm256_hadd_epi32(h01, h23);
-        let q1 = _mm256_hadd_epi32(h45, h67);
-        // q0: [blocks 0..4 low halves | blocks 0..4 high halves], q1 likewise for 4..8
-        _mm256_add_epi32(
-            _mm256_permute2x128_si256::<0x20>(q0, q1),
-            _mm256_permute2x128_si256::<0x31>(q0, q1),
-        )
+        let low = _mm256_set1_epi8(15);
+        let high = if T == Q5_0 {
+            q5_high_bits::<T>(blocks, n)
+        } else {
+            _mm256_setzero_si256()
+        };
+        for h in 0..2 {
+            let x02 = _mm256_set_m128i(x(4 * h + 2), x(4 * h));
+            let x13 = _mm256_set_m128i(x(4 * h + 3), x(4 * h + 1));
+            // the first and second 8 bytes of qs of blocks 4h .. 4h + 4
+            let q0 = _mm256_unpacklo_epi64(x02, x13);
+            let q1 = _mm256_unpackhi_epi64(x02, x13);
+            out[0][h] = _mm256_and_si256(q0, low);
+            out[1][h] = _mm256_and_si256(q1, low);
+            out[2][h] = _mm256_and_si256(_mm256_srli_epi16::<4>(q0), low);
+            out[3][h] = _mm256_and_si256(_mm256_srli_epi16::<4>(q1), low);
+            if T == Q5_0 {
+                for (s, slab) in out.iter_mut().enumerate() {
+                    // 32 bits for these 32 bytes, one per byte
+                    let word =
+                        _mm256_permutevar8x32_epi32(high, _mm256_set1_epi32((2 * s + h) as i32));
+                    let spread = _mm256_shuffle_epi8(
+                        word,
+                        _mm256_setr_epi64x(
+                            0,
+                            0x0101_0101_0101_0101,
+                            0x0202_0202_0202_0202,
+                            0x0303_0303_0303_0303,
+                        ),
+                    );
+                    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+                    slab[h] = _mm256_or_si256(slab[h], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+                }
+            }
+        }
+        out
     }
 
     /// Dot products of one weight row with tokens `t0 .. t0 + G`.
@@ -600,24 +677,38 @@ mod avx2 {
     fn row_dot<const T: u8, const G: usize>(row: &[u8], acts: &Q8Blocks32, t0: usize) -> [f32; G] {
         let bb = block_bytes::<T>();
         let nb = acts.blocks;
+        let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); G];
         let mut b0 = 0;
         while b0 < nb {
             let n = LANES.min(nb - b0);
             let blocks = &row[b0 * bb..(b0 + n) * bb];
-            let wq: [__m256i; 8] = std::array::from_fn(|k| weights::<T>(blocks, k, n));
-            let dw = block_f16s::<T>(blocks, n, 0);
-            let m = if T == Q4_1 {
-                block_f16s::<T>(blocks, n, 2)
+            let w = slabs::<T>(blocks, n);
+            // Q8_0: |w| against a · sign(w) (|w| ≤ 128 keeps the pair sums below 2^15)
+            let wu = if T == Q8_0 {
+                w.map(|s| s.map(|v| _mm256_sign_epi8(v, v)))
             } else {
-                _mm256_setzero_ps()
+                w
             };
+            let (dw, m) = scales::<T>(blocks, n);
             for (g, acc) in acc.iter_mut().enumerate() {
                 let i = acts.index(t0 + g, b0);
-                let aq = &acts.quants[i * Q32_BLOCK..(i + LANES) * Q32_BLOCK];
-                let d: [__m256i; 8] =
-                    std::array::from_fn(|k| dot::<T>(wq[k], load256(aq, k * Q32_BLOCK)));
-                let mut isum = reduce8(d);
+                let base = i * Q32_BLOCK;
+                let half = |h: usize| {
+                    let mut sum = _mm256_setzero_si256();
+                    for s in 0..4 {
+                        let mut a = load256(&acts.quants, base + 64 * s + 32 * h);
+                        if T == Q8_0 {
+                            a = _mm256_sign_epi8(a, w[s][h]);
+                        }
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu[s][h], a), ones);
+                        sum = _mm256_add_epi32(sum, p);
+                    }
+                    sum
+                };
+                // lanes 2k, 2k+1 of each half belong to block 4h + k
+                let pairs = _mm256_hadd_epi32(half(0), half(1));
+                let mut isum = _mm256_permute4x64_epi64::<0b11_01_10_00>(pairs);
                 isum = match T {
                     Q4_0 => minus_offset::<3>(isum, acts, i),
                     Q5_0 => minus_offset::<4>(isum, acts, i),
@@ -634,13 +725,14 @@ mod avx2 {
 // The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    //! The AVX-512 kernel: two blocks per 512-bit register (`vpdpbusd` on unsigned weights),
-    //! four registers' partial sums reduced to one lane per block by `vpermt2d`.
+    //! The AVX-512 kernel: per group of eight blocks, four `vpdpbusd` (one per 64-byte slab, on
+    //! unsigned weights) leave two partial sums per block in one register, joined by a shift
+    //! and an add.
 
-    use super::simd::{accumulate, block_f16s, fold, load128, load256, minus_offset};
+    use super::simd::{accumulate, fold, load128, load256, minus_offset, q5_high_bits, scales};
     use super::{
         block_bytes, for_rows_and_groups, nibbles_at, Q8Blocks32, QuantMatrix, LANES, Q32_BLOCK,
-        Q4_0, Q4_1, Q5_0, Q8_0,
+        Q4_0, Q5_0, Q8_0,
     };
     use std::arch::x86_64::*;
 
@@ -658,84 +750,81 @@ mod avx512 {
         unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
     }
 
-    /// Blocks `k` and `k + 1` (zero past `n`) as 64 unsigned bytes: Q8_0 `qs + 128`, the
-    /// others their unsigned 4- or 5-bit quants.
+    /// The weights of the first `n` of eight blocks (zero past `n`) as four slabs of unsigned
+    /// bytes: Q8_0 `qs + 128`, the others their 4- or 5-bit quants.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-    fn weights<const T: u8>(blocks: &[u8], k: usize, n: usize) -> __m512i {
+    fn slabs<const T: u8>(blocks: &[u8], n: usize) -> [__m512i; 4] {
         let bb = block_bytes::<T>();
-        if k >= n {
-            return _mm512_setzero_si512();
-        }
-        let second = k + 1 < n;
         if T == Q8_0 {
-            let lo = load256(blocks, k * bb + 2);
-            let hi = if second {
-                load256(blocks, (k + 1) * bb + 2)
-            } else {
-                // 0x80 ^ 0x80 = 0 below: the missing block's bytes are zero
-                _mm256_set1_epi8(-128)
-            };
-            let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            return _mm512_xor_si512(v, _mm512_set1_epi8(-128));
-        }
-        let nib = |j: usize| {
-            if j < n {
-                _mm256_broadcastsi128_si256(load128(blocks, j * bb + nibbles_at::<T>()))
-            } else {
-                _mm256_setzero_si256()
-            }
-        };
-        let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(nib(k)), nib(k + 1));
-        // 128-bit lanes [qs_k, qs_k, qs_k+1, qs_k+1] → [low, high, low, high] nibbles
-        let shifts = _mm512_set_epi64(
-            0x0004_0004_0004_0004,
-            0x0004_0004_0004_0004,
-            0,
-            0,
-            0x0004_0004_0004_0004,
-            0x0004_0004_0004_0004,
-            0,
-            0,
-        );
-        let q = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), _mm512_set1_epi8(15));
-        if T == Q5_0 {
-            let qh = |j: usize| {
-                if j < n {
-                    let at = j * bb + 2;
-                    u64::from(u32::from_le_bytes([
-                        blocks[at],
-                        blocks[at + 1],
-                        blocks[at + 2],
-                        blocks[at + 3],
-                    ]))
+            // a missing block reads as 0x80, which the final flip turns into 0
+            let y = |k: usize| {
+                if k < n {
+                    load256(blocks, k * bb + 2)
                 } else {
-                    0
+                    _mm256_set1_epi8(-128)
                 }
             };
-            let mask: __mmask64 = qh(k) | (qh(k + 1) << 32);
-            return _mm512_or_si512(q, _mm512_maskz_set1_epi8(mask, 16));
+            let z = |k: usize| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(y(k)), y(k + 1));
+            let (z01, z23, z45, z67) = (z(0), z(2), z(4), z(6));
+            // 8-byte word s of blocks 0..4 then of blocks 4..8
+            let even = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
+            let odd = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+            let (a, b) = (
+                _mm512_permutex2var_epi64(z01, even, z23),
+                _mm512_permutex2var_epi64(z45, even, z67),
+            );
+            let (c, d) = (
+                _mm512_permutex2var_epi64(z01, odd, z23),
+                _mm512_permutex2var_epi64(z45, odd, z67),
+            );
+            let lo = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+            let hi = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+            let flip = _mm512_set1_epi8(-128);
+            return [
+                _mm512_xor_si512(_mm512_permutex2var_epi64(a, lo, b), flip),
+                _mm512_xor_si512(_mm512_permutex2var_epi64(a, hi, b), flip),
+                _mm512_xor_si512(_mm512_permutex2var_epi64(c, lo, d), flip),
+                _mm512_xor_si512(_mm512_permutex2var_epi64(c, hi, d), flip),
+            ];
         }
-        q
-    }
-
-    /// Four registers of two blocks' eight partial sums each → the eight block totals, in order.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-    fn reduce4(d: [__m512i; 4]) -> __m256i {
-        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        let pair = |a: __m512i, b: __m512i| {
-            _mm512_add_epi32(
-                _mm512_permutex2var_epi32(a, even, b),
-                _mm512_permutex2var_epi32(a, odd, b),
-            )
+        let x = |k: usize| {
+            if k < n {
+                load128(blocks, k * bb + nibbles_at::<T>())
+            } else {
+                _mm_setzero_si128()
+            }
         };
-        // 4 lanes per block (blocks 0..4 and 4..8), then 2 lanes per block (0..8)
-        let y = pair(pair(d[0], d[1]), pair(d[2], d[3]));
-        // each 64-bit lane holds one block's two halves: add them, keep the low 32 bits
-        let z = _mm512_add_epi32(y, _mm512_srli_epi64::<32>(y));
-        _mm512_cvtepi64_epi32(z)
+        let four = |k: usize| {
+            let v = _mm512_castsi128_si512(x(k));
+            let v = _mm512_inserti32x4::<1>(v, x(k + 1));
+            let v = _mm512_inserti32x4::<2>(v, x(k + 2));
+            _mm512_inserti32x4::<3>(v, x(k + 3))
+        };
+        let (z0, z1) = (four(0), four(4));
+        // the first and second 8 bytes of qs of blocks 0..8
+        let q0 = _mm512_permutex2var_epi64(z0, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), z1);
+        let q1 = _mm512_permutex2var_epi64(z0, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), z1);
+        let low = _mm512_set1_epi8(15);
+        let mut out = [
+            _mm512_and_si512(q0, low),
+            _mm512_and_si512(q1, low),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(q0), low),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(q1), low),
+        ];
+        if T == Q5_0 {
+            let high = q5_high_bits::<T>(blocks, n);
+            let masks: [u64; 4] = [
+                _mm256_extract_epi64::<0>(high) as u64,
+                _mm256_extract_epi64::<1>(high) as u64,
+                _mm256_extract_epi64::<2>(high) as u64,
+                _mm256_extract_epi64::<3>(high) as u64,
+            ];
+            for (slab, mask) in out.iter_mut().zip(masks) {
+                *slab = _mm512_or_si512(*slab, _mm512_maskz_set1_epi8(mask, 16));
+            }
+        }
+        out
     }
 
     /// Dot products of one weight row with tokens `t0 .. t0 + G`.
@@ -749,20 +838,26 @@ mod avx512 {
         while b0 < nb {
             let n = LANES.min(nb - b0);
             let blocks = &row[b0 * bb..(b0 + n) * bb];
-            let wq: [__m512i; 4] = std::array::from_fn(|p| weights::<T>(blocks, 2 * p, n));
-            let dw = block_f16s::<T>(blocks, n, 0);
-            let m = if T == Q4_1 {
-                block_f16s::<T>(blocks, n, 2)
-            } else {
-                _mm256_setzero_ps()
-            };
+            let w = slabs::<T>(blocks, n);
+            let (dw, m) = scales::<T>(blocks, n);
             for (g, acc) in acc.iter_mut().enumerate() {
                 let i = acts.index(t0 + g, b0);
-                let aq = &acts.quants[i * Q32_BLOCK..(i + LANES) * Q32_BLOCK];
-                let d: [__m512i; 4] = std::array::from_fn(|p| {
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[p], load512(aq, 64 * p))
-                });
-                let mut isum = reduce4(d);
+                let a = &acts.quants[i * Q32_BLOCK..(i + LANES) * Q32_BLOCK];
+                let zero = _mm512_setzero_si512();
+                let p01 = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(zero, w[0], load512(a, 0)),
+                    w[1],
+                    load512(a, 64),
+                );
+                let p23 = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(zero, w[2], load512(a, 128)),
+                    w[3],
+                    load512(a, 192),
+                );
+                // 64-bit lane k holds block k's two partial sums
+                let y = _mm512_add_epi32(p01, p23);
+                let mut isum =
+                    _mm512_cvtepi64_epi32(_mm512_add_epi32(y, _mm512_srli_epi64::<32>(y)));
                 isum = match T {
                     Q8_0 => minus_offset::<7>(isum, acts, i),
                     Q4_0 => minus_offset::<3>(isum, acts, i),
