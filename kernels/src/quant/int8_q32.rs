@@ -727,7 +727,7 @@ mod avx2 {
 mod avx512 {
     //! The AVX-512 kernel: per group of eight blocks, four `vpdpbusd` (one per 64-byte slab, on
     //! unsigned weights) leave two partial sums per block in one register, joined by a shift
-    //! and an add.
+    //! and an add. A row's last group of at most four blocks runs on 256-bit halves.
 
     use super::simd::{accumulate, fold, load128, load256, minus_offset, q5_high_bits, scales};
     use super::{
@@ -843,21 +843,33 @@ mod avx512 {
             for (g, acc) in acc.iter_mut().enumerate() {
                 let i = acts.index(t0 + g, b0);
                 let a = &acts.quants[i * Q32_BLOCK..(i + LANES) * Q32_BLOCK];
-                let zero = _mm512_setzero_si512();
-                let p01 = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(zero, w[0], load512(a, 0)),
-                    w[1],
-                    load512(a, 64),
-                );
-                let p23 = _mm512_dpbusd_epi32(
-                    _mm512_dpbusd_epi32(zero, w[2], load512(a, 128)),
-                    w[3],
-                    load512(a, 192),
-                );
-                // 64-bit lane k holds block k's two partial sums
-                let y = _mm512_add_epi32(p01, p23);
-                let mut isum =
-                    _mm512_cvtepi64_epi32(_mm512_add_epi32(y, _mm512_srli_epi64::<32>(y)));
+                let mut isum = if n <= LANES / 2 {
+                    // a tail of at most four blocks: the low halves of the slabs suffice
+                    let zero = _mm256_setzero_si256();
+                    let half = |s: usize| _mm512_castsi512_si256(w[s]);
+                    let mut y = zero;
+                    for s in 0..4 {
+                        y = _mm256_dpbusd_epi32(y, half(s), load256(a, 64 * s));
+                    }
+                    let four =
+                        _mm256_cvtepi64_epi32(_mm256_add_epi32(y, _mm256_srli_epi64::<32>(y)));
+                    _mm256_zextsi128_si256(four)
+                } else {
+                    let zero = _mm512_setzero_si512();
+                    let p01 = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(zero, w[0], load512(a, 0)),
+                        w[1],
+                        load512(a, 64),
+                    );
+                    let p23 = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(zero, w[2], load512(a, 128)),
+                        w[3],
+                        load512(a, 192),
+                    );
+                    // 64-bit lane k holds block k's two partial sums
+                    let y = _mm512_add_epi32(p01, p23);
+                    _mm512_cvtepi64_epi32(_mm512_add_epi32(y, _mm512_srli_epi64::<32>(y)))
+                };
                 isum = match T {
                     Q8_0 => minus_offset::<7>(isum, acts, i),
                     Q4_0 => minus_offset::<3>(isum, acts, i),
