@@ -74,8 +74,8 @@ fn int8_differs_from_exact_by_quantisation_noise_only() {
 /// every fixture position of Qwen2.5-Coder-0.5B, where every matrix takes an 8-bit path (Q4_K /
 /// Q6_K FFN down projections the 256-block one, the Q5_0 / Q8_0 rest and the Q8_0 head the
 /// 32-block one). Measured 0.54 with only the FFN down projection on the 8-bit path, 0.713
-/// with every matrix on it (180 positions, logits up to ~32); bound 0.75 (the products are deterministic:
-/// the figure only moves when the arithmetic does).
+/// with every matrix on it (180 positions, logits up to ~32); bound 0.75 (the products are
+/// deterministic: the figure only moves when the arithmetic does).
 const QWEN_05B_INT8_ABS_TOL: f32 = 0.75;
 
 /// The same on SmolLM2-135M (Q4_1 matrices and Q8_0 tied head, all on the 32-block path; 191
