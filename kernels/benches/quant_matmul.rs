@@ -4,14 +4,19 @@
 //! exact f32-activation path (`f32-*`) and the 8-bit-activation path (`int8-*`).
 //! Throughput is reported as bytes of weights swept per second.
 //!
+//! Then the 32-element types at the shapes of the small models, exact path (`f32-*`) against the
+//! 32-block 8-bit path (`q32-*`, quantisation included) for n_tokens 1, 4, 8: SmolLM2-135M's
+//! `[1536 x 576]` Q4_1 FFN and `[49152 x 576]` Q8_0 tied head, Qwen2.5-Coder-0.5B's
+//! `[4864 x 896]` Q5_0 FFN and `[151936 x 896]` Q8_0 head.
+//!
 //! Weights are synthetic ([`synthetic_weights`]): speed does not depend on values.
 //!
 //! `cargo bench -p specdec-kernels --bench quant_matmul` (set `RAYON_NUM_THREADS` to pin threads).
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use specdec_kernels::quant::{
-    quant_matmul_int8_with, quant_matmul_with, synthetic_weights, Q8Activations, QuantMatrix,
-    QuantType, SimdLevel,
+    quant_matmul_int8_with, quant_matmul_q32_with, quant_matmul_with, synthetic_weights,
+    Q8Activations, Q8Blocks32, QuantMatrix, QuantType, SimdLevel,
 };
 
 const ROWS: usize = 8960;
@@ -54,6 +59,51 @@ fn bench(c: &mut Criterion) {
                     },
                 );
             }
+        }
+        group.finish();
+    }
+    bench_q32(c, best);
+}
+
+/// Activations of `n_tokens × cols` in [-1, 1].
+fn activations(n_tokens: usize, cols: usize) -> Vec<f32> {
+    (0..n_tokens * cols)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect()
+}
+
+/// The 32-element types at the small models' real shapes: exact vs 32-block 8-bit path.
+fn bench_q32(c: &mut Criterion, best: SimdLevel) {
+    let shapes = [
+        (QuantType::Q4_1, 1536, 576, "smollm2_ffn"),
+        (QuantType::Q8_0, 49152, 576, "smollm2_head"),
+        (QuantType::Q5_0, 4864, 896, "qwen05_ffn"),
+        (QuantType::Q8_0, 151936, 896, "qwen05_head"),
+    ];
+    for (ty, rows, cols, name) in shapes {
+        let data = synthetic_weights(ty, rows, cols, 1).unwrap();
+        let w = QuantMatrix::new(ty, rows, cols, &data).unwrap();
+        let mut group = c.benchmark_group(format!("{name}_{rows}x{cols}_{}", ty.name()));
+        group.throughput(Throughput::Bytes(data.len() as u64));
+        group.sample_size(10);
+        for n_tokens in [1usize, 4, 8] {
+            let x = activations(n_tokens, cols);
+            let mut out = vec![0.0; n_tokens * rows];
+            group.bench_with_input(
+                BenchmarkId::new(format!("f32-{best:?}"), n_tokens),
+                &n_tokens,
+                |b, &n| b.iter(|| quant_matmul_with(&w, &x, n, &mut out, best).unwrap()),
+            );
+            group.bench_with_input(
+                BenchmarkId::new(format!("q32-{best:?}"), n_tokens),
+                &n_tokens,
+                |b, &n| {
+                    b.iter(|| {
+                        let acts = Q8Blocks32::quantize(&x, n, cols).unwrap();
+                        quant_matmul_q32_with(&w, &acts, &mut out, best).unwrap()
+                    })
+                },
+            );
         }
         group.finish();
     }

@@ -71,28 +71,35 @@ fn int8_differs_from_exact_by_quantisation_noise_only() {
 }
 
 /// Max |Δ| between the 8-bit and the exact path over every logit (full 151 936-entry rows) at
-/// every fixture position of Qwen2.5-Coder-0.5B. Measured 0.54 (180 positions, logits up to
-/// ~25); bound 0.75.
+/// every fixture position of Qwen2.5-Coder-0.5B, where every matrix takes an 8-bit path (Q4_K /
+/// Q6_K FFN down projections the 256-block one, the Q5_0 / Q8_0 rest and the Q8_0 head the
+/// 32-block one). Measured 0.54 with only the FFN down projection on the 8-bit path, 0.713
+/// with every matrix on it (180 positions, logits up to ~32); bound 0.75 (the products are
+/// deterministic: the figure only moves when the arithmetic does).
 const QWEN_05B_INT8_ABS_TOL: f32 = 0.75;
 
-/// Exact-path top-2 margin above which the two paths must pick the same top-1 token. Measured:
-/// the top-1 differs at 2 of 180 positions, both near-ties (margins 0.037 and 0.022).
-const QWEN_05B_TOP1_MARGIN: f32 = 0.25;
+/// The same on SmolLM2-135M (Q4_1 matrices and Q8_0 tied head, all on the 32-block path; 191
+/// positions, logits up to ~48). Measured 2.24 (SmolLM2's activations have large outliers, so
+/// 8-bit blocks lose more); bound 3.0.
+const SMOLLM2_INT8_ABS_TOL: f32 = 3.0;
 
-/// On Qwen2.5-Coder-0.5B (hidden 896, so only the FFN down projection, width 4864 = 19 blocks,
-/// takes the 8-bit path) at every position of the reference-fixture prompts: every logit within
-/// [`QWEN_05B_INT8_ABS_TOL`] of the exact path, and the same top-1 token wherever the exact
-/// top-2 margin exceeds [`QWEN_05B_TOP1_MARGIN`].
-#[test]
-fn int8_logits_track_exact_on_qwen_05b() {
-    let name = "qwen2.5-coder-0.5b";
+/// Exact-path top-2 margin above which the two paths must pick the same top-1 token. Measured
+/// on Qwen2.5-Coder-0.5B: the top-1 differs at 2 of 180 positions, both near-ties (margins
+/// 0.037 and 0.022) with only the FFN down projection on the 8-bit path, none of 180 with
+/// every matrix on it; on SmolLM2-135M 3 of 191 (margins below 0.09).
+const INT8_TOP1_MARGIN: f32 = 0.25;
+
+/// On `name` at every position of the reference-fixture prompts: every logit within `abs_tol`
+/// of the exact path, and the same top-1 token wherever the exact top-2 margin exceeds
+/// [`INT8_TOP1_MARGIN`].
+fn int8_logits_track_exact(name: &str, abs_tol: f32) {
     let Some(file) = gguf(name) else { return };
     let text = include_str!("fixtures/reference_logits.json");
     let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
     let prompts = fixture["models"][name]["prompts"].as_array().unwrap();
     let mut exact = load_with(&file, MatmulPath::Exact);
     let mut int8 = load_with(&file, MatmulPath::Int8);
-    let (mut worst, mut positions, mut same_top1) = (0.0f32, 0, 0);
+    let (mut worst, mut positions, mut same_top1, mut largest) = (0.0f32, 0, 0, 0.0f32);
     for prompt in prompts {
         let ids: Vec<u32> = serde_json::from_value(prompt["ids"].clone()).unwrap();
         let tree = TreeTopology::chain(ids.len());
@@ -107,21 +114,36 @@ fn int8_logits_track_exact_on_qwen_05b() {
             let (ra, rb) = (a.row(pos), b.row(pos));
             let gap = max_abs_gap(ra, rb);
             worst = worst.max(gap);
-            assert!(gap <= QWEN_05B_INT8_ABS_TOL, "position {pos}: gap {gap}");
+            largest = largest.max(max_abs(ra));
+            assert!(gap <= abs_tol, "{name} position {pos}: gap {gap}");
             let top = common::top_k(ra, 2);
-            if top[0].1 - top[1].1 > QWEN_05B_TOP1_MARGIN {
-                assert_eq!(a.argmax(pos), b.argmax(pos), "top-1 at position {pos}");
+            if top[0].1 - top[1].1 > INT8_TOP1_MARGIN {
+                assert_eq!(
+                    a.argmax(pos),
+                    b.argmax(pos),
+                    "{name}: top-1 at position {pos}"
+                );
             }
             if a.argmax(pos) == b.argmax(pos) {
                 same_top1 += 1;
             } else {
-                eprintln!("top-1 differs at a near-tie: exact top-2 {top:?}");
+                eprintln!("{name}: top-1 differs at a near-tie: exact top-2 {top:?}");
             }
             positions += 1;
         }
     }
     eprintln!(
-        "{name}: max |int8 - exact| logit {worst:.3e} over {positions} positions; \
-         top-1 equal at {same_top1}"
+        "{name}: max |int8 - exact| logit {worst:.3e} over {positions} positions (max |logit| \
+         {largest:.2}); top-1 equal at {same_top1}"
     );
+}
+
+#[test]
+fn int8_logits_track_exact_on_qwen_05b() {
+    int8_logits_track_exact("qwen2.5-coder-0.5b", QWEN_05B_INT8_ABS_TOL);
+}
+
+#[test]
+fn int8_logits_track_exact_on_smollm2() {
+    int8_logits_track_exact("smollm2-135m", SMOLLM2_INT8_ABS_TOL);
 }

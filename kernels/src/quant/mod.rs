@@ -4,24 +4,30 @@
 //! Layouts are documented on [`QuantType`]; the arithmetic order of dequantisation on
 //! [`dequant`]. Both are the contract the CUDA port follows.
 //!
-//! Two products, both batch-invariant and bit-identical on every [`SimdLevel`]:
+//! Three products, all batch-invariant and bit-identical on every [`SimdLevel`]:
 //! - [`quant_matmul`] ([`matmul`]): exact f32 activations, every type; the reference path
 //!   (closest to an f32 PyTorch reference).
 //! - [`quant_matmul_int8`] ([`int8`]): activations quantised to 8 bits per 256-block
 //!   ([`Q8Activations`], quantise once per input and reuse), integer dot products, Q4_K and
 //!   Q6_K only ([`int8_supported`]); ~3-4x faster per token, with llama.cpp-like deviation from
 //!   the f32 result (bound stated in [`int8`]).
+//! - [`quant_matmul_q32`] ([`int8_q32`]): the same idea for the 32-element types Q8_0, Q4_0,
+//!   Q4_1 and Q5_0 ([`q32_supported`]), activations quantised per 32-block ([`Q8Blocks32`]),
+//!   any width multiple of 32.
 
 pub mod cuda;
 pub mod dequant;
 pub mod float16;
 pub mod int8;
+pub mod int8_q32;
 pub mod matmul;
 pub mod synthetic;
 pub mod types;
 
 #[cfg(test)]
 mod dequant_tests;
+#[cfg(test)]
+mod int8_q32_tests;
 #[cfg(test)]
 mod int8_tests;
 #[cfg(test)]
@@ -32,6 +38,7 @@ pub(crate) mod testutil;
 pub use dequant::{dequantize_row, dequantize_row_to_vec};
 pub use float16::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int8::{int8_supported, quant_matmul_int8, quant_matmul_int8_with, Q8Activations};
+pub use int8_q32::{q32_supported, quant_matmul_q32, quant_matmul_q32_with, Q8Blocks32};
 pub use matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
 pub use synthetic::synthetic_weights;
 pub use types::QuantType;

@@ -8,7 +8,9 @@ use specdec_kernels::attention::{tree_attention_into, AttentionParams, Attention
 use specdec_kernels::kv::{KvLayout, PagedKvCache};
 use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
 use specdec_kernels::quant::int8::Q8_BLOCK;
-use specdec_kernels::quant::{int8_supported, quant_matmul_int8, Q8Activations};
+use specdec_kernels::quant::{
+    int8_supported, q32_supported, quant_matmul_int8, quant_matmul_q32, Q8Activations, Q8Blocks32,
+};
 use specdec_kernels::TreeTopology;
 
 use super::config::LlamaConfig;
@@ -28,12 +30,14 @@ pub enum MatmulPath {
     /// ([`quant_matmul`](specdec_kernels::quant::quant_matmul)) for every matrix: the
     /// reference path, matching an f32 transformers run of the same GGUF to ~1e-4.
     Exact,
-    /// The llama.cpp-like fast path ([`quant_matmul_int8`]): each layer input is quantised once
-    /// to 8 bits per 256-element block ([`Q8Activations`]) and shared by every matrix reading
-    /// it (Q/K/V, gate/up), with integer dot products. Used for every matrix whose type
-    /// [`int8_supported`] accepts (Q4_K, Q6_K) and whose input width is a multiple of
-    /// [`Q8_BLOCK`]; every other matrix takes the [`MatmulPath::Exact`] product. Logits then
-    /// differ from the f32 reference by activation-quantisation noise (as llama.cpp's do).
+    /// The llama.cpp-like fast path: each layer input is quantised once to 8 bits and shared
+    /// by every matrix reading it (Q/K/V, gate/up), with integer dot products. Q4_K / Q6_K
+    /// matrices ([`int8_supported`]) whose input width is a multiple of [`Q8_BLOCK`] use
+    /// [`quant_matmul_int8`] (256-element blocks, [`Q8Activations`]); Q8_0, Q4_0, Q4_1 and Q5_0
+    /// matrices ([`q32_supported`], the LM head / tied embedding included) use
+    /// [`quant_matmul_q32`] (32-element blocks, [`Q8Blocks32`]); every other matrix takes the
+    /// [`MatmulPath::Exact`] product. Logits then differ from the f32 reference by
+    /// activation-quantisation noise (as llama.cpp's do).
     #[default]
     Int8,
 }
@@ -71,13 +75,14 @@ impl Default for LlamaOptions {
 }
 
 /// One layer input (`[n, cols]` f32 rows) as read by the products that consume it: on the
-/// [`MatmulPath::Int8`] path its 8-bit quantisation is made on first use and shared by every
-/// later matrix reading the same input.
+/// [`MatmulPath::Int8`] path each of its 8-bit quantisations (256-blocks, 32-blocks) is made on
+/// first use and shared by every later matrix reading the same input.
 struct ProductInput<'a> {
     x: &'a [f32],
     n: usize,
     path: MatmulPath,
     q8: Option<Q8Activations>,
+    q32: Option<Q8Blocks32>,
 }
 
 impl<'a> ProductInput<'a> {
@@ -87,22 +92,31 @@ impl<'a> ProductInput<'a> {
             n,
             path,
             q8: None,
+            q32: None,
         }
     }
 
     /// `out = x · wᵀ` on the chosen path (`out: [n, w.rows()]`).
     fn product(&mut self, w: &WeightMatrix, out: &mut [f32]) -> Result<()> {
-        let int8 = self.path == MatmulPath::Int8
-            && int8_supported(w.quant_type())
-            && w.cols().is_multiple_of(Q8_BLOCK);
-        if !int8 {
+        let ty = w.quant_type();
+        if self.path != MatmulPath::Int8 {
             return w.matmul(self.x, self.n, out);
         }
-        let acts = match &mut self.q8 {
-            Some(acts) => acts,
-            slot => slot.insert(Q8Activations::quantize(self.x, self.n, w.cols())?),
-        };
-        Ok(quant_matmul_int8(&w.view(), acts, out)?)
+        if int8_supported(ty) && w.cols().is_multiple_of(Q8_BLOCK) {
+            let acts = match &mut self.q8 {
+                Some(acts) => acts,
+                slot => slot.insert(Q8Activations::quantize(self.x, self.n, w.cols())?),
+            };
+            return Ok(quant_matmul_int8(&w.view(), acts, out)?);
+        }
+        if q32_supported(ty) {
+            let acts = match &mut self.q32 {
+                Some(acts) => acts,
+                slot => slot.insert(Q8Blocks32::quantize(self.x, self.n, w.cols())?),
+            };
+            return Ok(quant_matmul_q32(&w.view(), acts, out)?);
+        }
+        w.matmul(self.x, self.n, out)
     }
 }
 

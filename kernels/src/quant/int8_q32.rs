@@ -1,0 +1,885 @@
+//! Fast quantised matrix product with 8-bit activations in 32-element blocks, for the
+//! 32-element weight types Q8_0, Q4_0, Q4_1 and Q5_0 (any `cols` multiple of 32).
+//!
+//! **Activations** ([`Q8Blocks32`]): each token's row is cut into blocks of 32; a block with
+//! `amax = max |x|` gets the scale `da = amax / 127` and quants `qa = round(x · (127 / amax))`
+//! (f32 arithmetic, rounding half away from zero, clamped to ±127; an all-zero block has
+//! `da = 0, qa = 0`), its quant sum `asum = Σ qa` and the f32 product `sa = da · asum` (used by
+//! Q4_1's min). Each activation moves by at most `da / 2`, so an output moves by at most
+//! `Σ_blocks da_b / 2 · Σ_{i∈b} |w_i|` from the exact f32 product ([`super::quant_matmul`]).
+//!
+//! **Integer core** (exact, per 32-element block `b`): `isum_b = Σ_i qw_i · qa_i` in 32-bit
+//! integers, `qw` the block's signed weight quants as documented on [`QuantType`]: Q8_0 `qs[i]`,
+//! Q4_0 `nibble − 8`, Q5_0 `5-bit − 16`, Q4_1 the unsigned nibble (its min is a separate term).
+//! `|isum| < 2^20`, so its conversion to f32 is exact. The AVX-512 kernel computes it with
+//! `vpdpbusd` on unsigned weights (offset by 128 / 8 / 16 and corrected by `offset · asum`), the
+//! AVX2 kernel with `vpmaddubsw` (Q8_0 by the sign trick), the portable kernel element by
+//! element: all give the same integers.
+//!
+//! **Float accumulation order** (one token, one row; the contract the CUDA port follows):
+//! eight f32 partial sums `acc[0..8] = +0.0`; for each block `b` in increasing order, with
+//! `dw` (and Q4_1's `m`) the block's f16 fields read exactly as f32,
+//! - `term = (dw · da_b) · f32(isum_b)` (Q8_0, Q4_0, Q5_0), or
+//! - `term = (dw · da_b) · f32(isum_b) + m · sa_b` (Q4_1),
+//!
+//! then `acc[b % 8] = acc[b % 8] + term`. Every product and sum is one IEEE f32 operation
+//! rounded to nearest (no fused multiply-add). Finally the lanes are folded pairwise:
+//! `acc[k] += acc[k + 4]` (k < 4), then `acc[k] += acc[k + 2]` (k < 2), then `acc[0] + acc[1]`.
+//! The SIMD kernels process eight blocks at a time, one block per float lane, and add a term of
+//! `+0.0` to the lanes past the row's last block, which leaves them unchanged (a lane starts at
+//! `+0.0` and a sum is never `−0.0` then). The result depends only on the weight row and the
+//! token's activations: bit-identical whatever the number of tokens in the call, the token's
+//! position, the thread split and the [`SimdLevel`].
+
+use super::dequant::le_f16;
+use super::matmul::{check_len, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
+use super::types::QuantType;
+use crate::error::{KernelError, Result};
+
+/// Elements per activation block (the block length of every supported weight type).
+pub const Q32_BLOCK: usize = 32;
+/// Float partial sums per output element (blocks go to lane `b % LANES`).
+pub const LANES: usize = 8;
+
+/// Whether [`quant_matmul_q32`] accepts weights of this type (Q8_0, Q4_0, Q4_1, Q5_0).
+pub fn q32_supported(ty: QuantType) -> bool {
+    matches!(
+        ty,
+        QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0
+    )
+}
+
+/// A batch of activation rows quantised to 8 bits in blocks of [`Q32_BLOCK`] (see the module
+/// docs). Quantise once and reuse for every matrix that reads the same input.
+///
+/// Storage: each token's blocks are padded with zero blocks to a multiple of [`LANES`]; the
+/// quants of each group of eight blocks (256 bytes) are stored as four 64-byte *slabs*, slab
+/// `s` holding elements `8s .. 8s + 8` of block `k` at bytes `8k .. 8k + 8`, so that one
+/// 64-byte multiply-add covers eight blocks (the SIMD kernels' layout).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Q8Blocks32 {
+    n_tokens: usize,
+    cols: usize,
+    /// Real blocks per token (`cols / 32`).
+    blocks: usize,
+    /// Stored blocks per token (`blocks` rounded up to a multiple of [`LANES`]).
+    stride: usize,
+    scales: Vec<f32>,
+    quants: Vec<i8>,
+    sums: Vec<i32>,
+    scaled_sums: Vec<f32>,
+}
+
+impl Q8Blocks32 {
+    /// Quantises `x` (`[n_tokens × cols]`, row-major).
+    ///
+    /// # Errors
+    /// [`KernelError::NotBlockAligned`] when `cols` is not a multiple of 32;
+    /// [`KernelError::ShapeMismatch`] when `x.len() != n_tokens * cols`;
+    /// [`KernelError::InvalidParameter`] naming the first non-finite activation.
+    pub fn quantize(x: &[f32], n_tokens: usize, cols: usize) -> Result<Self> {
+        if !cols.is_multiple_of(Q32_BLOCK) {
+            return Err(KernelError::NotBlockAligned {
+                quant: "Q8 activations (32-blocks)",
+                len: cols,
+                block_len: Q32_BLOCK,
+            });
+        }
+        check_len("activations [n_tokens x cols]", n_tokens * cols, x.len())?;
+        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+            return Err(KernelError::InvalidParameter {
+                what: "activation",
+                reason: format!("element {i} (token {}) is {}", i / cols.max(1), x[i]),
+            });
+        }
+        let blocks = cols / Q32_BLOCK;
+        let stride = blocks.div_ceil(LANES) * LANES;
+        let total = n_tokens * stride;
+        let mut scales = vec![0.0f32; total];
+        let mut quants = vec![0i8; total * Q32_BLOCK];
+        let mut sums = vec![0i32; total];
+        let mut scaled_sums = vec![0.0f32; total];
+        if cols > 0 {
+            for (t, xt) in x.chunks_exact(cols).enumerate() {
+                for (b, xb) in xt.chunks_exact(Q32_BLOCK).enumerate() {
+                    let i = t * stride + b;
+                    let mut qb = [0i8; Q32_BLOCK];
+                    let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    if amax > 0.0 {
+                        let inv = 127.0 / amax;
+                        for (q, &v) in qb.iter_mut().zip(xb) {
+                            *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
+                        }
+                    }
+                    for (s, part) in qb.chunks_exact(8).enumerate() {
+                        let at = slab_offset(i, s);
+                        quants[at..at + 8].copy_from_slice(part);
+                    }
+                    let d = amax / 127.0;
+                    let sum: i32 = qb.iter().map(|&q| i32::from(q)).sum();
+                    scales[i] = d;
+                    sums[i] = sum;
+                    scaled_sums[i] = d * sum as f32;
+                }
+            }
+        }
+        Ok(Self {
+            n_tokens,
+            cols,
+            blocks,
+            stride,
+            scales,
+            quants,
+            sums,
+            scaled_sums,
+        })
+    }
+
+    /// Number of tokens (rows).
+    pub fn n_tokens(&self) -> usize {
+        self.n_tokens
+    }
+    /// Elements per token.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    /// The dequantised activations `da · qa` (`[n_tokens × cols]`), for error analysis.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.n_tokens * self.cols);
+        for t in 0..self.n_tokens {
+            for b in 0..self.blocks {
+                let i = t * self.stride + b;
+                let d = self.scales[i];
+                out.extend(self.block(i).iter().map(|&q| d * f32::from(q)));
+            }
+        }
+        out
+    }
+
+    /// Index of block `b` of token `t` in the per-block arrays.
+    #[inline(always)]
+    fn index(&self, t: usize, b: usize) -> usize {
+        t * self.stride + b
+    }
+    /// The 32 quants of stored block `i`, gathered from its slabs.
+    #[inline(always)]
+    fn block(&self, i: usize) -> [i8; Q32_BLOCK] {
+        let mut q = [0i8; Q32_BLOCK];
+        for (s, part) in q.chunks_exact_mut(8).enumerate() {
+            let at = slab_offset(i, s);
+            part.copy_from_slice(&self.quants[at..at + 8]);
+        }
+        q
+    }
+}
+
+/// Byte offset in the slab layout (see [`Q8Blocks32`]) of elements `8s .. 8s + 8` of stored
+/// block `i`.
+#[inline(always)]
+fn slab_offset(i: usize, s: usize) -> usize {
+    (i / LANES) * LANES * Q32_BLOCK + s * 64 + (i % LANES) * 8
+}
+
+/// `out = x · Wᵀ` with 8-bit activations: `acts` holds `[n_tokens × w.cols()]`, `out` is
+/// `[n_tokens × w.rows()]`, on the CPU's best [`SimdLevel`]. See the module docs for the exact
+/// arithmetic.
+///
+/// # Errors
+/// [`KernelError::UnsupportedQuantType`] when `!q32_supported(w.quant_type())`;
+/// [`KernelError::ShapeMismatch`] when `acts.cols() != w.cols()` or `out` has the wrong length.
+pub fn quant_matmul_q32(w: &QuantMatrix<'_>, acts: &Q8Blocks32, out: &mut [f32]) -> Result<()> {
+    quant_matmul_q32_with(w, acts, out, SimdLevel::detect())
+}
+
+/// [`quant_matmul_q32`] with an explicit [`SimdLevel`].
+///
+/// # Errors
+/// As [`quant_matmul_q32`], and [`KernelError::InvalidParameter`] when `level` is not
+/// available on this CPU.
+pub fn quant_matmul_q32_with(
+    w: &QuantMatrix<'_>,
+    acts: &Q8Blocks32,
+    out: &mut [f32],
+    level: SimdLevel,
+) -> Result<()> {
+    let ty = w.quant_type();
+    let Some(fmt) = Format::of(ty) else {
+        return Err(KernelError::UnsupportedQuantType {
+            id: ty.ggml_id(),
+            name: ty.name(),
+        });
+    };
+    check_len("activation columns", w.cols(), acts.cols)?;
+    check_len(
+        "output [n_tokens x rows]",
+        acts.n_tokens * w.rows(),
+        out.len(),
+    )?;
+    level.ensure_available()?;
+    if acts.n_tokens == 0 || w.rows() == 0 {
+        return Ok(());
+    }
+    par_over_rows(w.rows(), acts.n_tokens, out, |first_row, chunk| match fmt {
+        Format::Q8_0 => rows::<{ Format::Q8_0 as u8 }>(level, w, acts, first_row, chunk),
+        Format::Q4_0 => rows::<{ Format::Q4_0 as u8 }>(level, w, acts, first_row, chunk),
+        Format::Q4_1 => rows::<{ Format::Q4_1 as u8 }>(level, w, acts, first_row, chunk),
+        Format::Q5_0 => rows::<{ Format::Q5_0 as u8 }>(level, w, acts, first_row, chunk),
+    });
+    Ok(())
+}
+
+/// The supported weight formats, as `u8` const-generic selectors of the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+enum Format {
+    Q8_0 = 0,
+    Q4_0 = 1,
+    Q4_1 = 2,
+    Q5_0 = 3,
+}
+
+impl Format {
+    fn of(ty: QuantType) -> Option<Self> {
+        Some(match ty {
+            QuantType::Q8_0 => Format::Q8_0,
+            QuantType::Q4_0 => Format::Q4_0,
+            QuantType::Q4_1 => Format::Q4_1,
+            QuantType::Q5_0 => Format::Q5_0,
+            _ => return None,
+        })
+    }
+}
+
+const Q8_0: u8 = Format::Q8_0 as u8;
+const Q4_0: u8 = Format::Q4_0 as u8;
+const Q4_1: u8 = Format::Q4_1 as u8;
+const Q5_0: u8 = Format::Q5_0 as u8;
+
+/// Bytes per block of format `T`.
+#[inline(always)]
+const fn block_bytes<const T: u8>() -> usize {
+    match T {
+        Q8_0 => 34,
+        Q4_0 => 18,
+        Q4_1 => 20,
+        _ => 22,
+    }
+}
+
+/// Byte offset of the 4-bit quants (`qs`) in a Q4_0 / Q4_1 / Q5_0 block.
+#[inline(always)]
+const fn nibbles_at<const T: u8>() -> usize {
+    match T {
+        Q4_0 => 2,
+        Q4_1 => 4,
+        _ => 6,
+    }
+}
+
+/// Rows `first_row ..` into `out` (`[rows × n_tokens]`) on `level`.
+fn rows<const T: u8>(
+    level: SimdLevel,
+    w: &QuantMatrix<'_>,
+    acts: &Q8Blocks32,
+    first_row: usize,
+    out: &mut [f32],
+) {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 if std::arch::is_x86_feature_detected!("f16c") => {
+            // SAFETY: the caller checked `level.ensure_available()` (AVX-512 F/BW/VL/VNNI, AVX2,
+            // FMA) and F16C was just detected.
+            unsafe { avx512::rows::<T>(w, acts, first_row, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 | SimdLevel::Avx512 if std::arch::is_x86_feature_detected!("f16c") => {
+            // SAFETY: as above (AVX2 is implied by both levels), F16C just detected.
+            unsafe { avx2::rows::<T>(w, acts, first_row, out) }
+        }
+        // every level gives the same bits: the portable kernel serves CPUs without F16C
+        _ => rows_portable::<T>(w, acts, first_row, out),
+    }
+}
+
+/// Calls `dot(row, t0, G)` for every row of the chunk and token group, storing `[rows × n]`.
+#[inline(always)]
+fn for_rows_and_groups(
+    w: &QuantMatrix<'_>,
+    acts: &Q8Blocks32,
+    first_row: usize,
+    out: &mut [f32],
+    mut dot: impl FnMut(&[u8], usize, usize, &mut [f32]),
+) {
+    let n = acts.n_tokens;
+    for (i, out_row) in out.chunks_exact_mut(n).enumerate() {
+        let row = w.row(first_row + i);
+        for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
+            dot(row, t, G, &mut out_row[t..t + G]);
+        });
+    }
+}
+
+/// The portable kernel (the definition the SIMD kernels reproduce bit for bit).
+fn rows_portable<const T: u8>(
+    w: &QuantMatrix<'_>,
+    acts: &Q8Blocks32,
+    first_row: usize,
+    out: &mut [f32],
+) {
+    for_rows_and_groups(w, acts, first_row, out, |row, t0, g, o| {
+        for (k, o) in o.iter_mut().enumerate().take(g) {
+            *o = row_dot_portable::<T>(row, acts, t0 + k);
+        }
+    });
+}
+
+/// The signed weight quants `qw`, the scale `dw` and (Q4_1) the min `m` of one block.
+#[inline(always)]
+fn decode_block<const T: u8>(b: &[u8]) -> ([i8; 32], f32, f32) {
+    let mut q = [0i8; 32];
+    let d = le_f16(b, 0);
+    match T {
+        Q8_0 => {
+            for (q, &v) in q.iter_mut().zip(&b[2..34]) {
+                *q = v as i8;
+            }
+            (q, d, 0.0)
+        }
+        Q4_0 | Q4_1 => {
+            let (qs, offset) = if T == Q4_0 {
+                (&b[2..18], 8)
+            } else {
+                (&b[4..20], 0)
+            };
+            for i in 0..16 {
+                q[i] = (qs[i] & 15) as i8 - offset;
+                q[i + 16] = (qs[i] >> 4) as i8 - offset;
+            }
+            (q, d, if T == Q4_1 { le_f16(b, 2) } else { 0.0 })
+        }
+        _ => {
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            let qs = &b[6..22];
+            for i in 0..16 {
+                let h0 = (((qh >> i) & 1) << 4) as u8;
+                let h1 = (((qh >> (i + 16)) & 1) << 4) as u8;
+                q[i] = ((qs[i] & 15) | h0) as i8 - 16;
+                q[i + 16] = ((qs[i] >> 4) | h1) as i8 - 16;
+            }
+            (q, d, 0.0)
+        }
+    }
+}
+
+/// One output element, block by block (float order: module docs).
+fn row_dot_portable<const T: u8>(row: &[u8], acts: &Q8Blocks32, t: usize) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    for (b, block) in row.chunks_exact(block_bytes::<T>()).enumerate() {
+        let (qw, dw, m) = decode_block::<T>(block);
+        let i = acts.index(t, b);
+        let isum: i32 = qw
+            .iter()
+            .zip(&acts.block(i))
+            .map(|(&w, &a)| i32::from(w) * i32::from(a))
+            .sum();
+        let mut term = (dw * acts.scales[i]) * isum as f32;
+        if T == Q4_1 {
+            term += m * acts.scaled_sums[i];
+        }
+        acc[b % LANES] += term;
+    }
+    fold_lanes(acc)
+}
+
+/// Folds the eight lanes pairwise in the fixed order of the module docs.
+#[inline(always)]
+fn fold_lanes(mut l: [f32; LANES]) -> f32 {
+    for k in 0..4 {
+        l[k] += l[k + 4];
+    }
+    for k in 0..2 {
+        l[k] += l[k + 2];
+    }
+    l[0] + l[1]
+}
+
+/// Defines `rows`, running the enclosing module's `row_dot::<T, G>` over every row of a chunk
+/// and every token group (G = 1..=8), compiled with `$features`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! group_rows {
+    ($features:literal, $safety:literal) => {
+        /// Rows `first_row ..` into `out` (`[rows × n_tokens]`).
+        ///
+        /// # Safety
+        #[doc = $safety]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn rows<const T: u8>(
+            w: &QuantMatrix<'_>,
+            acts: &Q8Blocks32,
+            first_row: usize,
+            out: &mut [f32],
+        ) {
+            for_rows_and_groups(w, acts, first_row, out, |row, t0, g, o| match g {
+                1 => o.copy_from_slice(&row_dot::<T, 1>(row, acts, t0)),
+                2 => o.copy_from_slice(&row_dot::<T, 2>(row, acts, t0)),
+                3 => o.copy_from_slice(&row_dot::<T, 3>(row, acts, t0)),
+                4 => o.copy_from_slice(&row_dot::<T, 4>(row, acts, t0)),
+                5 => o.copy_from_slice(&row_dot::<T, 5>(row, acts, t0)),
+                6 => o.copy_from_slice(&row_dot::<T, 6>(row, acts, t0)),
+                7 => o.copy_from_slice(&row_dot::<T, 7>(row, acts, t0)),
+                _ => o.copy_from_slice(&row_dot::<T, 8>(row, acts, t0)),
+            });
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+use group_rows;
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    //! Pieces shared by the AVX2 and AVX-512 kernels.
+
+    use super::{block_bytes, Q8Blocks32, LANES, Q4_1};
+    use std::arch::x86_64::*;
+
+    /// Loads 32 bytes from `s[at..at + 32 / size_of::<T>()]` (bounds checked).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn load256<T>(s: &[T], at: usize) -> __m256i {
+        let bytes = &s[at..at + 32 / size_of::<T>()];
+        // SAFETY: `bytes` spans exactly 32 readable bytes; unaligned loads are allowed.
+        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+    }
+
+    /// Loads 16 bytes from `s[at..at + 16]` (bounds checked).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn load128(s: &[u8], at: usize) -> __m128i {
+        let bytes = &s[at..at + 16];
+        // SAFETY: `bytes` spans exactly 16 readable bytes; unaligned loads are allowed.
+        unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
+    }
+
+    /// Loads 8 f32 from `s[at..at + 8]` (bounds checked).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn load_ps(s: &[f32], at: usize) -> __m256 {
+        let v = &s[at..at + 8];
+        // SAFETY: `v` spans exactly 8 readable f32; unaligned loads are allowed.
+        unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
+
+    /// The little-endian u32 at byte `at` of each of the first `n` blocks of format `T` in
+    /// `blocks` (`n` whole blocks), zero past `n`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn block_words<const T: u8>(blocks: &[u8], n: usize, at: usize) -> __m256i {
+        let bb = block_bytes::<T>();
+        assert!(n <= LANES && (n == 0 || blocks.len() >= (n - 1) * bb + at + 4));
+        let word = |k: usize| {
+            if k < n {
+                // SAFETY: bytes `k·bb + at .. k·bb + at + 4` lie inside `blocks` (asserted for
+                // the last block read, `n − 1`); unaligned reads are allowed.
+                unsafe {
+                    blocks
+                        .as_ptr()
+                        .add(k * bb + at)
+                        .cast::<i32>()
+                        .read_unaligned()
+                }
+            } else {
+                0
+            }
+        };
+        _mm256_setr_epi32(
+            word(0),
+            word(1),
+            word(2),
+            word(3),
+            word(4),
+            word(5),
+            word(6),
+            word(7),
+        )
+    }
+
+    /// The f16 scale `d` (and, for Q4_1, the min `m`; zero otherwise) of each of the first `n`
+    /// blocks as eight f32 (zero past `n`), converted exactly by `vcvtph2ps`.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn scales<const T: u8>(blocks: &[u8], n: usize) -> (__m256, __m256) {
+        let words = block_words::<T>(blocks, n, 0);
+        let low16 = |v: __m256i| {
+            let v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+            _mm256_cvtph_ps(_mm_packus_epi32(
+                _mm256_castsi256_si128(v),
+                _mm256_extracti128_si256::<1>(v),
+            ))
+        };
+        let m = if T == Q4_1 {
+            low16(_mm256_srli_epi32::<16>(words))
+        } else {
+            _mm256_setzero_ps()
+        };
+        (low16(words), m)
+    }
+
+    /// Q5_0: the fifth bits of the first `n` blocks (zero past `n`) rearranged as the slabs
+    /// need them: 32-bit lane `2s + h` holds byte `s` of `qh` of blocks `4h .. 4h + 4`, so
+    /// 64-bit lane `s` holds bit `8k + e` = fifth bit of element `8s + e` of block `k`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn q5_high_bits<const T: u8>(blocks: &[u8], n: usize) -> __m256i {
+        let qh = block_words::<T>(blocks, n, 2);
+        let by_byte = _mm256_shuffle_epi8(
+            qh,
+            _mm256_setr_epi8(
+                0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2,
+                6, 10, 14, 3, 7, 11, 15,
+            ),
+        );
+        _mm256_permutevar8x32_epi32(by_byte, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+
+    /// The float step of eight blocks of one token (stored blocks `i .. i + 8`):
+    /// `acc + ((dw · da) · f32(isum) [+ m · sa])`, lane by lane (module docs).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn accumulate<const T: u8>(
+        acc: __m256,
+        isum: __m256i,
+        dw: __m256,
+        m: __m256,
+        acts: &Q8Blocks32,
+        i: usize,
+    ) -> __m256 {
+        let da = load_ps(&acts.scales, i);
+        let mut term = _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum));
+        if T == Q4_1 {
+            term = _mm256_add_ps(term, _mm256_mul_ps(m, load_ps(&acts.scaled_sums, i)));
+        }
+        _mm256_add_ps(acc, term)
+    }
+
+    /// `isum − (asum << SHIFT)` for the eight blocks starting at stored block `i`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn minus_offset<const SHIFT: i32>(
+        isum: __m256i,
+        acts: &Q8Blocks32,
+        i: usize,
+    ) -> __m256i {
+        let asum = load256(&acts.sums, i);
+        _mm256_sub_epi32(isum, _mm256_slli_epi32::<SHIFT>(asum))
+    }
+
+    /// Folds the eight lanes in the order of the module docs.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn fold(acc: __m256) -> f32 {
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! The AVX2 kernel: per group of eight blocks, each 64-byte activation slab is two 256-bit
+    //! halves (blocks 0..4, 4..8) met by `vpmaddubsw` + `vpmaddwd`; the four slabs' sums give
+    //! two partial sums per block, joined by one `vphaddd`.
+
+    use super::simd::{accumulate, fold, load128, load256, minus_offset, q5_high_bits, scales};
+    use super::{
+        block_bytes, for_rows_and_groups, nibbles_at, Q8Blocks32, QuantMatrix, LANES, Q32_BLOCK,
+        Q4_0, Q5_0, Q8_0,
+    };
+    use std::arch::x86_64::*;
+
+    super::group_rows!("avx2,fma,f16c", "The CPU must support AVX2, FMA and F16C.");
+
+    /// The weights of the first `n` of eight blocks (zero past `n`) in slab order:
+    /// `[slab][half]`, Q8_0 signed, the others unsigned (before their offset).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::needless_range_loop)] // `h` indexes the inner dimension of `out`
+    fn slabs<const T: u8>(blocks: &[u8], n: usize) -> [[__m256i; 2]; 4] {
+        let bb = block_bytes::<T>();
+        let mut out = [[_mm256_setzero_si256(); 2]; 4];
+        if T == Q8_0 {
+            let y = |k: usize| {
+                if k < n {
+                    load256(blocks, k * bb + 2)
+                } else {
+                    _mm256_setzero_si256()
+                }
+            };
+            for h in 0..2 {
+                let (y0, y1, y2, y3) = (y(4 * h), y(4 * h + 1), y(4 * h + 2), y(4 * h + 3));
+                let (t0, t1) = (_mm256_unpacklo_epi64(y0, y1), _mm256_unpackhi_epi64(y0, y1));
+                let (t2, t3) = (_mm256_unpacklo_epi64(y2, y3), _mm256_unpackhi_epi64(y2, y3));
+                out[0][h] = _mm256_permute2x128_si256::<0x20>(t0, t2);
+                out[1][h] = _mm256_permute2x128_si256::<0x20>(t1, t3);
+                out[2][h] = _mm256_permute2x128_si256::<0x31>(t0, t2);
+                out[3][h] = _mm256_permute2x128_si256::<0x31>(t1, t3);
+            }
+            return out;
+        }
+        let x = |k: usize| {
+            if k < n {
+                load128(blocks, k * bb + nibbles_at::<T>())
+            } else {
+                _mm_setzero_si128()
+            }
+        };
+        let low = _mm256_set1_epi8(15);
+        let high = if T == Q5_0 {
+            q5_high_bits::<T>(blocks, n)
+        } else {
+            _mm256_setzero_si256()
+        };
+        for h in 0..2 {
+            let x02 = _mm256_set_m128i(x(4 * h + 2), x(4 * h));
+            let x13 = _mm256_set_m128i(x(4 * h + 3), x(4 * h + 1));
+            // the first and second 8 bytes of qs of blocks 4h .. 4h + 4
+            let q0 = _mm256_unpacklo_epi64(x02, x13);
+            let q1 = _mm256_unpackhi_epi64(x02, x13);
+            out[0][h] = _mm256_and_si256(q0, low);
+            out[1][h] = _mm256_and_si256(q1, low);
+            out[2][h] = _mm256_and_si256(_mm256_srli_epi16::<4>(q0), low);
+            out[3][h] = _mm256_and_si256(_mm256_srli_epi16::<4>(q1), low);
+            if T == Q5_0 {
+                for (s, slab) in out.iter_mut().enumerate() {
+                    // 32 bits for these 32 bytes, one per byte
+                    let word =
+                        _mm256_permutevar8x32_epi32(high, _mm256_set1_epi32((2 * s + h) as i32));
+                    let spread = _mm256_shuffle_epi8(
+                        word,
+                        _mm256_setr_epi64x(
+                            0,
+                            0x0101_0101_0101_0101,
+                            0x0202_0202_0202_0202,
+                            0x0303_0303_0303_0303,
+                        ),
+                    );
+                    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+                    slab[h] = _mm256_or_si256(slab[h], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Dot products of one weight row with tokens `t0 .. t0 + G`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn row_dot<const T: u8, const G: usize>(row: &[u8], acts: &Q8Blocks32, t0: usize) -> [f32; G] {
+        let bb = block_bytes::<T>();
+        let nb = acts.blocks;
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); G];
+        let mut b0 = 0;
+        while b0 < nb {
+            let n = LANES.min(nb - b0);
+            let blocks = &row[b0 * bb..(b0 + n) * bb];
+            let w = slabs::<T>(blocks, n);
+            // Q8_0: |w| against a · sign(w) (|w| ≤ 128 keeps the pair sums below 2^15)
+            let wu = if T == Q8_0 {
+                w.map(|s| s.map(|v| _mm256_sign_epi8(v, v)))
+            } else {
+                w
+            };
+            let (dw, m) = scales::<T>(blocks, n);
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let i = acts.index(t0 + g, b0);
+                let base = i * Q32_BLOCK;
+                let half = |h: usize| {
+                    let mut sum = _mm256_setzero_si256();
+                    for s in 0..4 {
+                        let mut a = load256(&acts.quants, base + 64 * s + 32 * h);
+                        if T == Q8_0 {
+                            a = _mm256_sign_epi8(a, w[s][h]);
+                        }
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu[s][h], a), ones);
+                        sum = _mm256_add_epi32(sum, p);
+                    }
+                    sum
+                };
+                // lanes 2k, 2k+1 of each half belong to block 4h + k
+                let pairs = _mm256_hadd_epi32(half(0), half(1));
+                let mut isum = _mm256_permute4x64_epi64::<0b11_01_10_00>(pairs);
+                isum = match T {
+                    Q4_0 => minus_offset::<3>(isum, acts, i),
+                    Q5_0 => minus_offset::<4>(isum, acts, i),
+                    _ => isum,
+                };
+                *acc = accumulate::<T>(*acc, isum, dw, m, acts, i);
+            }
+            b0 += LANES;
+        }
+        acc.map(|a| fold(a))
+    }
+}
+
+// The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! The AVX-512 kernel: per group of eight blocks, four `vpdpbusd` (one per 64-byte slab, on
+    //! unsigned weights) leave two partial sums per block in one register, joined by a shift
+    //! and an add. A row's last group of at most four blocks runs on 256-bit halves.
+
+    use super::simd::{accumulate, fold, load128, load256, minus_offset, q5_high_bits, scales};
+    use super::{
+        block_bytes, for_rows_and_groups, nibbles_at, Q8Blocks32, QuantMatrix, LANES, Q32_BLOCK,
+        Q4_0, Q5_0, Q8_0,
+    };
+    use std::arch::x86_64::*;
+
+    super::group_rows!(
+        "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+        "The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C."
+    );
+
+    /// Loads 64 bytes from `s[at..at + 64]` (bounds checked).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load512(s: &[i8], at: usize) -> __m512i {
+        let bytes = &s[at..at + 64];
+        // SAFETY: `bytes` spans exactly 64 readable bytes; unaligned loads are allowed.
+        unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
+    }
+
+    /// The weights of the first `n` of eight blocks (zero past `n`) as four slabs of unsigned
+    /// bytes: Q8_0 `qs + 128`, the others their 4- or 5-bit quants.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    fn slabs<const T: u8>(blocks: &[u8], n: usize) -> [__m512i; 4] {
+        let bb = block_bytes::<T>();
+        if T == Q8_0 {
+            // a missing block reads as 0x80, which the final flip turns into 0
+            let y = |k: usize| {
+                if k < n {
+                    load256(blocks, k * bb + 2)
+                } else {
+                    _mm256_set1_epi8(-128)
+                }
+            };
+            let z = |k: usize| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(y(k)), y(k + 1));
+            let (z01, z23, z45, z67) = (z(0), z(2), z(4), z(6));
+            // 8-byte word s of blocks 0..4 then of blocks 4..8
+            let even = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
+            let odd = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+            let (a, b) = (
+                _mm512_permutex2var_epi64(z01, even, z23),
+                _mm512_permutex2var_epi64(z45, even, z67),
+            );
+            let (c, d) = (
+                _mm512_permutex2var_epi64(z01, odd, z23),
+                _mm512_permutex2var_epi64(z45, odd, z67),
+            );
+            let lo = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+            let hi = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+            let flip = _mm512_set1_epi8(-128);
+            return [
+                _mm512_xor_si512(_mm512_permutex2var_epi64(a, lo, b), flip),
+                _mm512_xor_si512(_mm512_permutex2var_epi64(a, hi, b), flip),
+                _mm512_xor_si512(_mm512_permutex2var_epi64(c, lo, d), flip),
+                _mm512_xor_si512(_mm512_permutex2var_epi64(c, hi, d), flip),
+            ];
+        }
+        let x = |k: usize| {
+            if k < n {
+                load128(blocks, k * bb + nibbles_at::<T>())
+            } else {
+                _mm_setzero_si128()
+            }
+        };
+        let four = |k: usize| {
+            let v = _mm512_castsi128_si512(x(k));
+            let v = _mm512_inserti32x4::<1>(v, x(k + 1));
+            let v = _mm512_inserti32x4::<2>(v, x(k + 2));
+            _mm512_inserti32x4::<3>(v, x(k + 3))
+        };
+        let (z0, z1) = (four(0), four(4));
+        // the first and second 8 bytes of qs of blocks 0..8
+        let q0 = _mm512_permutex2var_epi64(z0, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), z1);
+        let q1 = _mm512_permutex2var_epi64(z0, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), z1);
+        let low = _mm512_set1_epi8(15);
+        let mut out = [
+            _mm512_and_si512(q0, low),
+            _mm512_and_si512(q1, low),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(q0), low),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(q1), low),
+        ];
+        if T == Q5_0 {
+            let high = q5_high_bits::<T>(blocks, n);
+            let masks: [u64; 4] = [
+                _mm256_extract_epi64::<0>(high) as u64,
+                _mm256_extract_epi64::<1>(high) as u64,
+                _mm256_extract_epi64::<2>(high) as u64,
+                _mm256_extract_epi64::<3>(high) as u64,
+            ];
+            for (slab, mask) in out.iter_mut().zip(masks) {
+                *slab = _mm512_or_si512(*slab, _mm512_maskz_set1_epi8(mask, 16));
+            }
+        }
+        out
+    }
+
+    /// Dot products of one weight row with tokens `t0 .. t0 + G`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn row_dot<const T: u8, const G: usize>(row: &[u8], acts: &Q8Blocks32, t0: usize) -> [f32; G] {
+        let bb = block_bytes::<T>();
+        let nb = acts.blocks;
+        let mut acc = [_mm256_setzero_ps(); G];
+        let mut b0 = 0;
+        while b0 < nb {
+            let n = LANES.min(nb - b0);
+            let blocks = &row[b0 * bb..(b0 + n) * bb];
+            let w = slabs::<T>(blocks, n);
+            let (dw, m) = scales::<T>(blocks, n);
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let i = acts.index(t0 + g, b0);
+                let a = &acts.quants[i * Q32_BLOCK..(i + LANES) * Q32_BLOCK];
+                let mut isum = if n <= LANES / 2 {
+                    // a tail of at most four blocks: the low halves of the slabs suffice
+                    let zero = _mm256_setzero_si256();
+                    let half = |s: usize| _mm512_castsi512_si256(w[s]);
+                    let mut y = zero;
+                    for s in 0..4 {
+                        y = _mm256_dpbusd_epi32(y, half(s), load256(a, 64 * s));
+                    }
+                    let four =
+                        _mm256_cvtepi64_epi32(_mm256_add_epi32(y, _mm256_srli_epi64::<32>(y)));
+                    _mm256_zextsi128_si256(four)
+                } else {
+                    let zero = _mm512_setzero_si512();
+                    let p01 = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(zero, w[0], load512(a, 0)),
+                        w[1],
+                        load512(a, 64),
+                    );
+                    let p23 = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(zero, w[2], load512(a, 128)),
+                        w[3],
+                        load512(a, 192),
+                    );
+                    // 64-bit lane k holds block k's two partial sums
+                    let y = _mm512_add_epi32(p01, p23);
+                    _mm512_cvtepi64_epi32(_mm512_add_epi32(y, _mm512_srli_epi64::<32>(y)))
+                };
+                isum = match T {
+                    Q8_0 => minus_offset::<7>(isum, acts, i),
+                    Q4_0 => minus_offset::<3>(isum, acts, i),
+                    Q5_0 => minus_offset::<4>(isum, acts, i),
+                    _ => isum,
+                };
+                *acc = accumulate::<T>(*acc, isum, dw, m, acts, i);
+            }
+            b0 += LANES;
+        }
+        acc.map(|a| fold(a))
+    }
+}
