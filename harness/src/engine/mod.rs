@@ -35,7 +35,7 @@ pub use stop::{Detokenizer, FinishReason, StopRule};
 use std::time::Instant;
 
 use specdec_algorithms::drafters::{DraftRequest, Drafter};
-use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome};
+use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome, StepTiming};
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
@@ -125,6 +125,7 @@ struct Active<'r> {
     steps: Vec<StepRecord>,
     started: Instant,
     prefill_s: f64,
+    prefill_tokens: usize,
 }
 
 impl Active<'_> {
@@ -289,6 +290,7 @@ impl<'a> Engine<'a> {
             steps: Vec::new(),
             started,
             prefill_s: started.elapsed().as_secs_f64(),
+            prefill_tokens: prefix.len(),
         })
     }
 
@@ -406,10 +408,26 @@ impl<'a> Engine<'a> {
             }
             let commit_s = t0.elapsed().as_secs_f64();
 
-            seq.policy.observe(&StepOutcome::from_verdict(
-                tree.topology(),
-                &verdict.accepted_path,
-            )?);
+            // The policy sees the outcome with this step's measured costs (its own cost model).
+            let first = seq.step == 0;
+            let timing = StepTiming {
+                draft_passes: tree.topology().max_depth(),
+                draft_s: draft_s[position],
+                target_s,
+                other_s: verify_s + commit_s,
+                prefill_tokens: if first { seq.prefill_tokens } else { 0 },
+                prefill_s: if first { seq.prefill_s } else { 0.0 },
+                remaining_tokens: Some(
+                    seq.request
+                        .stop
+                        .max_new_tokens
+                        .saturating_sub(seq.output().len()),
+                ),
+            };
+            seq.policy.observe_measured(
+                &StepOutcome::from_verdict(tree.topology(), &verdict.accepted_path)?,
+                &timing,
+            );
             let proposed = tree.len() - 1;
             seq.steps.push(StepRecord {
                 method: self.options.method.clone(),
