@@ -54,6 +54,7 @@ use crate::engine::{Engine, EngineOptions, Generation, LmDraftModel, NoDrafter, 
 use crate::engine::{Request, StopRule};
 use crate::error::{HarnessError, Result};
 use crate::policies::policy_for;
+use crate::runner::layer_skip_tune::tune_layer_skip;
 
 /// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
 const KV_TOKENS_PER_SEQUENCE: usize = 2048;
@@ -164,6 +165,8 @@ pub struct ModelSet<'m> {
     pub sampling: SamplingParams,
     /// Requests in flight at once (sizes the draft KV pools).
     pub batch_size: usize,
+    /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
+    pub calibration: Option<&'m [u32]>,
 }
 
 impl ModelSet<'_> {
@@ -185,6 +188,29 @@ impl ModelSet<'_> {
         Ok(self
             .target
             .layer_skip(keep, kv_options(self.batch_size + 2))?)
+    }
+
+    /// The kept blocks [`tune_layer_skip`] picks on `prompt` (its table goes to stderr).
+    fn tuned_keep(&mut self, prompt: &[u32]) -> Result<Vec<usize>> {
+        let ranked = tune_layer_skip(self.target, prompt, kv_options(1))?;
+        eprintln!(
+            "layer-skip tuning on {} prompt tokens (best first):",
+            prompt.len()
+        );
+        for c in &ranked {
+            eprintln!(
+                "  {:<12} {:>2} blocks  agreement {:.3}  cost {:.3}  score {:.3} (K={})",
+                c.label,
+                c.keep.len(),
+                c.agreement,
+                c.cost,
+                c.score,
+                c.best_k
+            );
+        }
+        ranked.into_iter().next().map(|c| c.keep).ok_or_else(|| {
+            HarnessError::InvalidEngine("layer-skip tuning: the model has one block".into())
+        })
     }
 
     fn lm(&self, model: LlamaModel) -> LmDraftModel<LlamaModel> {
@@ -304,8 +330,12 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
                 ratio,
             )
         }
-        DrafterConfig::LayerSkip { keep } => {
-            let mut model = models.layer_skip(keep.as_deref())?;
+        DrafterConfig::LayerSkip { keep, tune } => {
+            let tuned = match (keep, tune, models.calibration) {
+                (None, true, Some(prompt)) => Some(models.tuned_keep(prompt)?),
+                _ => None,
+            };
+            let mut model = models.layer_skip(keep.as_deref().or(tuned.as_deref()))?;
             let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm(model);
             (
@@ -468,6 +498,7 @@ pub struct EngineBackend {
     seed: u64,
     max_tokens: usize,
     batch_size: usize,
+    calibration: Option<Vec<u32>>,
 }
 
 impl EngineBackend {
@@ -520,6 +551,7 @@ impl EngineBackend {
             seed,
             max_tokens,
             batch_size: batch_size.max(1),
+            calibration: None,
         })
     }
 
@@ -550,6 +582,7 @@ impl EngineBackend {
             default_draft: self.default_draft.as_deref(),
             sampling: self.sampling,
             batch_size: self.batch_size,
+            calibration: self.calibration.as_deref(),
         };
         build_method(method, &mut models)
     }
@@ -591,6 +624,9 @@ impl EngineBackend {
         on_tokens: &mut dyn FnMut(u64, &[u32]),
         on_done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Generation>> {
+        if let Some(first) = requests.first() {
+            self.calibration = Some(first.prompt.clone());
+        }
         let BuiltMethod {
             mut drafter,
             verifier,
