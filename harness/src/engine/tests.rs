@@ -297,10 +297,7 @@ impl SpeculationPolicy for Recorder {
         panic!("the engine reports timings: observe_measured, not observe");
     }
     fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
-        self.seen
-            .lock()
-            .unwrap()
-            .push((outcome.proposed, *timing));
+        self.seen.lock().unwrap().push((outcome.proposed, *timing));
     }
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         Box::new(self.clone())

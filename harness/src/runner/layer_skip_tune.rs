@@ -7,8 +7,9 @@
 //!
 //! - **agreement α**: at every prompt position, does the candidate's argmax equal the target's?
 //!   (the greedy acceptance of a first draft with the right context);
-//! - **cost c**: the candidate's prefill time over the target's (its pass cost relative to the
-//!   target's, the LM head included);
+//! - **cost c**: blocks kept / blocks (the pass cost relative to the target's, leaving out the
+//!   shared embedding and LM head, so it understates the cost; structural rather than timed,
+//!   because the prefill times of a loaded machine vary more than the candidates differ);
 //! - **verify slope s**: the target's prefill time per token over one single-token step (what one
 //!   more token in a verify pass costs, relative to a plain step).
 //!
@@ -35,7 +36,7 @@ pub struct SkipCandidate {
     pub keep: Vec<usize>,
     /// Fraction of prompt positions where its argmax equals the target's.
     pub agreement: f64,
-    /// Its prefill time over the target's.
+    /// Blocks kept / blocks.
     pub cost: f64,
     /// Best predicted speed over plain decoding (see the module docs), and the K reaching it.
     pub score: f64,
@@ -126,17 +127,18 @@ pub fn tune_layer_skip(
             prompt.len()
         )));
     }
+    let n_layers = target.active_layers();
     let (want, target_s) = argmaxes(target, prompt)?;
     // One single-token step, for the verify slope.
     let (_, step_s) = argmaxes(target, &prompt[..1])?;
     let slope = target_s / prompt.len() as f64 / step_s.max(f64::MIN_POSITIVE);
     let mut out = Vec::new();
-    for (label, keep) in skip_candidates(target.active_layers()) {
-        let mut draft = target.layer_skip(&keep, options.clone())?;
-        let (got, draft_s) = argmaxes(&mut draft, prompt)?;
+    for (label, keep) in skip_candidates(n_layers) {
+        let mut draft = target.layer_skip(&keep, options)?;
+        let (got, _) = argmaxes(&mut draft, prompt)?;
         let agree = want.iter().zip(&got).filter(|(a, b)| a == b).count();
         let agreement = agree as f64 / want.len() as f64;
-        let cost = draft_s / target_s.max(f64::MIN_POSITIVE);
+        let cost = keep.len() as f64 / n_layers as f64;
         let (score, best_k) = skip_score(agreement, cost, slope);
         out.push(SkipCandidate {
             label,
