@@ -13,7 +13,10 @@
 //! 5. **commit** — the accepted path (root + accepted drafts) is committed to the target's KV,
 //!    the rest of the tree is dropped; stop conditions are checked token by token and KV past a
 //!    stop is rewound;
-//! 6. **observe** — the policy sees the [`StepOutcome`].
+//! 6. **observe** — the policy sees the [`StepOutcome`] with the step's measured [`StepTiming`]
+//!    (draft, target and verify + commit seconds; the prompt prefill on the first step; tokens
+//!    left), through [`SpeculationPolicy::observe_measured`], so a cost-model policy decides
+//!    from this machine's costs as they are now.
 //!
 //! Invariant between steps: the target's KV holds the request's context except its last token.
 //! Requests are admitted (prefilled) when a batch slot is free and retired independently
