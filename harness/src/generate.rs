@@ -131,7 +131,13 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
             fixed,
         ),
         "ngram" => (DrafterConfig::Ngram { n: 3 }, fixed),
-        "layer-skip" | "layer_skip" => (DrafterConfig::LayerSkip { keep: None }, fixed),
+        "layer-skip" | "layer_skip" => (
+            DrafterConfig::LayerSkip {
+                keep: None,
+                tune: false,
+            },
+            fixed,
+        ),
         "staged" | "multi-level" => (
             DrafterConfig::Staged {
                 levels: vec![draft.unwrap_or("layer_skip").to_string()],

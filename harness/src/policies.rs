@@ -51,8 +51,8 @@ pub fn policy_for(
         } => {
             let costs = costs.ok_or_else(|| {
                 HarnessError::NotYetAvailable(
-                    "policy cost_optimal needs a cost model: run it in simulation mode, or wait \
-                     for the engine's measured costs"
+                    "policy cost_optimal needs a cost model: the simulation's, or on real models \
+                     the engine backend's measured mode (CostModelPolicy::measured)"
                         .into(),
                 )
             })?;

@@ -118,7 +118,14 @@ fn smollm2_greedy_speculation_equals_plain() {
     let requests = humaneval_requests(&backend, 3, 24);
     let methods = [
         method("ngram", DrafterConfig::Ngram { n: 3 }, 4),
-        method("layer-skip", DrafterConfig::LayerSkip { keep: None }, 3),
+        method(
+            "layer-skip",
+            DrafterConfig::LayerSkip {
+                keep: None,
+                tune: false,
+            },
+            3,
+        ),
         method(
             "tree",
             DrafterConfig::Tree {
@@ -288,7 +295,14 @@ fn smollm2_sampling_at_t1_follows_the_target() {
             .collect()
     };
     let vocab = expected.len();
-    let layer_skip = method("layer-skip", DrafterConfig::LayerSkip { keep: None }, 2);
+    let layer_skip = method(
+        "layer-skip",
+        DrafterConfig::LayerSkip {
+            keep: None,
+            tune: false,
+        },
+        2,
+    );
     let n = 200;
     for m in [MethodConfig::baseline(), layer_skip] {
         let counts = first_token_counts(&mut backend, &m, &prompt, n, vocab);

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use crate::error::{ensure_param, Result};
 use crate::policy::{
-    expected_tokens, AcceptanceStats, Budget, CostModel, Prober, SpeculationPolicy, StepOutcome,
+    expected_tokens, AcceptanceStats, Budget, CostCurve, CostModel, LiveCosts, Prober,
+    SpeculationPolicy, StepOutcome, StepTiming,
 };
 use crate::trees::SequoiaPlanner;
 
@@ -40,6 +41,30 @@ pub enum TreeSearch {
 /// its predicted rate beats plain decoding by `min_gain` (default 2%). While plain decoding is
 /// chosen, one chain of 1 draft is taken every `probe_every` plain steps (default 16) so the
 /// estimates can recover. α̂ → 1 is handled exactly (products, no `1/(1 − α)`).
+///
+/// # Measured mode ([`CostModelPolicy::measured`])
+///
+/// The costs come from the engine's timings of this very sequence ([`LiveCosts`], fed through
+/// [`SpeculationPolicy::observe_measured`]), not from a model given up front:
+///
+/// - **start plain**: until a plain step has been timed there is no cost model, so the first
+///   step is plain decoding (it measures the plain step; the prompt prefill gives the chord that
+///   bounds the verify cost of unmeasured sizes from below);
+/// - **explore only when it can pay**: before any draft was verified, α̂ is taken as
+///   `explore_alpha` (default 0.8, the acceptance of a well-matched drafter); otherwise the
+///   smoothed per-position α̂ (censored positions handled by [`AcceptanceStats`]);
+/// - **price the switch**: a model drafter that sat out plain steps must catch up on the tokens
+///   it missed (the whole prompt before its first draft). Speculation is started only when the
+///   predicted saving over the tokens left (`(1 − 1/rate)` plain steps per token, over the
+///   engine's remaining token count, else `horizon` minus the tokens generated) exceeds that
+///   catch-up cost;
+/// - **step aside, probe rarely**: when plain decoding wins, a probe (the cheapest speculative
+///   budget: a chain of 1, or a 1-node tree) is taken after `probe_every` plain steps, the
+///   interval doubling after each probe up to `probe_max` (default 256), and only if the probe
+///   could pay under the optimistic acceptance `max(α̂, explore_alpha)` including its catch-up.
+///
+/// The policy is per drafter: it chooses K (or the tree) for the drafter it is built with; the
+/// choice among drafters is the caller's (measure each with its own policy).
 #[derive(Debug, Clone)]
 pub struct CostModelPolicy {
     costs: CostModel,
@@ -52,6 +77,17 @@ pub struct CostModelPolicy {
     replan_every: usize,
     plan: Option<(Budget, f64)>,
     since_plan: usize,
+    live: Option<Live>,
+}
+
+/// The measured mode's state (see [`CostModelPolicy`]).
+#[derive(Debug, Clone)]
+struct Live {
+    costs: LiveCosts,
+    fresh: LiveCosts,
+    explore_alpha: f64,
+    horizon: usize,
+    generated: usize,
 }
 
 impl CostModelPolicy {
@@ -83,7 +119,75 @@ impl CostModelPolicy {
             },
             plan: None,
             since_plan: 0,
+            live: None,
         })
+    }
+
+    /// A policy in **measured mode** (see the type docs): costs from this sequence's timings,
+    /// `draft_pass_prior_s` the drafter's one-pass time in seconds if the caller timed it (0 for
+    /// drafters without a model, e.g. n-gram; `None` if unknown: then a speculative step is
+    /// taken only once a probe has measured it). Starts with plain decoding; probes after 16
+    /// plain steps, backing off to 256; explore α 0.8; horizon 128 tokens.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] if a search bound is 0.
+    pub fn measured(search: TreeSearch, draft_pass_prior_s: Option<f64>) -> Result<Self> {
+        // The placeholder model is never used: measured mode decides nothing before a plain
+        // step was timed, and then replaces it.
+        let placeholder = CostModel::new(CostCurve::linear(1.0)?, 1.0, 0.0)?;
+        let mut policy = Self::new(placeholder, search)?;
+        policy.prober = Prober::with_back_off(16, 256);
+        let costs =
+            LiveCosts::new(draft_pass_prior_s).per_node(matches!(search, TreeSearch::Tree { .. }));
+        policy.live = Some(Live {
+            fresh: costs.clone(),
+            costs,
+            explore_alpha: 0.8,
+            horizon: 128,
+            generated: 0,
+        });
+        Ok(policy)
+    }
+
+    /// Measured mode: the acceptance assumed before any draft was verified (and as the
+    /// optimistic bound when deciding whether a probe could pay), and the token horizon used
+    /// when the engine does not report the tokens left.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] unless `0 ≤ explore_alpha ≤ 1` and
+    /// `horizon ≥ 1`, or if the policy is not in measured mode.
+    pub fn with_exploration(mut self, explore_alpha: f64, horizon: usize) -> Result<Self> {
+        ensure_param(
+            (0.0..=1.0).contains(&explore_alpha),
+            "explore_alpha",
+            format!("must be in [0, 1], got {explore_alpha}"),
+        )?;
+        ensure_param(horizon >= 1, "horizon", "must be at least 1")?;
+        let live = self.live.as_mut();
+        ensure_param(
+            live.is_some(),
+            "explore_alpha",
+            "applies to a measured-mode policy (CostModelPolicy::measured)",
+        )?;
+        let live = live.expect("checked above");
+        live.explore_alpha = explore_alpha;
+        live.horizon = horizon;
+        Ok(self)
+    }
+
+    /// Measured mode: the probe interval after stepping aside, and its back-off cap.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] if `every` is 0.
+    pub fn with_probe_back_off(mut self, every: usize, max_every: usize) -> Result<Self> {
+        ensure_param(every >= 1, "probe_every", "must be at least 1")?;
+        self.prober = Prober::with_back_off(every, max_every);
+        Ok(self)
+    }
+
+    /// The run-time cost estimates (measured mode only).
+    pub fn live_costs(&self) -> Option<&LiveCosts> {
+        self.live.as_ref().map(|l| &l.costs)
     }
 
     /// Recomputes the optimum only every `steps` speculative observations (default 1 for chains,
@@ -134,9 +238,20 @@ impl CostModelPolicy {
     /// The optimum under the current estimates, with its predicted rate (tokens per plain-step
     /// cost), before the min-gain rule and probing.
     pub fn optimum(&self) -> (Budget, f64) {
+        self.optimum_at(None)
+    }
+
+    /// [`CostModelPolicy::optimum`], with every acceptance raised to at least `floor` if given.
+    fn optimum_at(&self, floor: Option<f64>) -> (Budget, f64) {
+        let raise = |alphas: Vec<f64>| -> Vec<f64> {
+            match floor {
+                Some(f) => alphas.into_iter().map(|a| a.max(f)).collect(),
+                None => alphas,
+            }
+        };
         match self.search {
             TreeSearch::Chain { max_k } => {
-                let alphas = self.stats.position_alphas(max_k);
+                let alphas = raise(self.stats.position_alphas(max_k));
                 let mut best = (0, 1.0);
                 for k in 1..=max_k {
                     let rate = expected_tokens(&alphas[..k]) / self.costs.chain_cost(k);
@@ -151,7 +266,7 @@ impl CostModelPolicy {
                 max_depth,
                 max_ranks,
             } => {
-                let alphas = self.stats.rank_alphas(max_ranks);
+                let alphas = raise(self.stats.rank_alphas(max_ranks));
                 let planner = SequoiaPlanner::new(&alphas, max_nodes, max_depth)
                     .expect("smoothed acceptances are probabilities");
                 let (planned, rate) = planner.best_for_cost(&self.costs);
@@ -161,6 +276,54 @@ impl CostModelPolicy {
                     (Budget::Tree(Arc::new(planned.shape)), rate)
                 }
             }
+        }
+    }
+}
+
+impl CostModelPolicy {
+    /// The measured mode's decision (see the type docs).
+    fn next_measured(&mut self) -> Budget {
+        let live = self.live.as_ref().expect("measured mode");
+        let Some(model) = live.costs.cost_model() else {
+            // Nothing timed yet (or the draft cost is unknown): decode plainly, which measures.
+            self.predicted_rate = 1.0;
+            return Budget::Plain;
+        };
+        let explore = live.explore_alpha;
+        let switch = live.costs.switch_cost();
+        let left = live
+            .costs
+            .remaining_tokens()
+            .unwrap_or_else(|| live.horizon.saturating_sub(live.generated))
+            .max(1) as f64;
+        let untried = self.stats.speculative_passes() == 0;
+        self.costs = model;
+        if self.plan.is_none() || self.since_plan >= self.replan_every || untried {
+            self.plan = Some(self.optimum_at(untried.then_some(explore)));
+            self.since_plan = 0;
+        }
+        let (budget, rate) = self.plan.clone().expect("planned above");
+        // Worth it: beats plain by the margin, and the saving over the tokens left repays the
+        // drafter's catch-up.
+        let pays = |rate: f64| rate >= 1.0 + self.min_gain && left * (1.0 - 1.0 / rate) > switch;
+        if !budget.is_plain() && pays(rate) {
+            self.prober.restart();
+            self.prober.reset_interval();
+            self.predicted_rate = rate;
+            return budget;
+        }
+        self.predicted_rate = 1.0;
+        if !self.prober.probe_due() {
+            return Budget::Plain;
+        }
+        self.prober.back_off();
+        let (_, optimistic) = self.optimum_at(Some(explore));
+        if !pays(optimistic) {
+            return Budget::Plain;
+        }
+        match self.search {
+            TreeSearch::Chain { .. } => Budget::Chain(1),
+            TreeSearch::Tree { .. } => Budget::TreeNodes(1),
         }
     }
 }
@@ -180,6 +343,9 @@ impl SpeculationPolicy for CostModelPolicy {
     }
 
     fn next_budget(&mut self) -> Budget {
+        if self.live.is_some() {
+            return self.next_measured();
+        }
         if self.plan.is_none() || self.since_plan >= self.replan_every {
             self.plan = Some(self.optimum());
             self.since_plan = 0;
@@ -205,6 +371,17 @@ impl SpeculationPolicy for CostModelPolicy {
         }
     }
 
+    fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
+        if outcome.validate().is_err() {
+            return;
+        }
+        self.observe(outcome);
+        if let Some(live) = self.live.as_mut() {
+            live.costs.record(outcome, timing);
+            live.generated += outcome.accepted + 1;
+        }
+    }
+
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         let mut fresh = self.clone();
         fresh.stats = self.fresh_stats.clone();
@@ -212,6 +389,11 @@ impl SpeculationPolicy for CostModelPolicy {
         fresh.predicted_rate = 1.0;
         fresh.plan = None;
         fresh.since_plan = 0;
+        fresh.prober.reset_interval();
+        if let Some(live) = fresh.live.as_mut() {
+            live.costs = live.fresh.clone();
+            live.generated = 0;
+        }
         Box::new(fresh)
     }
 }
@@ -381,5 +563,173 @@ mod tests {
             other => panic!("expected a tree, got {other:?}"),
         }
         assert!(policy.predicted_rate() > 1.5);
+    }
+
+    /// A simulated sequence for measured mode: plain step `t1` seconds, a forward over `n`
+    /// tokens `t1 · verify(n)`, a draft pass `d · t1`, catch-up `c · t1` per missed token,
+    /// conditional acceptance `alpha`; prompt of 100 tokens whose prefill follows `verify`.
+    struct Sim {
+        t1: f64,
+        d: f64,
+        c: f64,
+        alpha: f64,
+        verify: fn(usize) -> f64,
+        unsynced: usize,
+        rng: SplitMix,
+        time: f64,
+        tokens: usize,
+    }
+
+    impl Sim {
+        fn new(d: f64, c: f64, alpha: f64, verify: fn(usize) -> f64) -> Self {
+            Self {
+                t1: 0.01,
+                d,
+                c,
+                alpha,
+                verify,
+                unsynced: 100,
+                rng: SplitMix::new(3),
+                time: 0.0,
+                tokens: 0,
+            }
+        }
+
+        /// Runs `steps` steps; returns the budgets chosen.
+        fn run(
+            &mut self,
+            policy: &mut CostModelPolicy,
+            steps: usize,
+            max_tokens: usize,
+        ) -> Vec<Budget> {
+            let mut budgets = Vec::new();
+            for step in 0..steps {
+                let budget = policy.next_budget();
+                let k = budget.max_drafts();
+                let (outcome, mut timing) = if k == 0 {
+                    self.unsynced += 1;
+                    (
+                        StepOutcome::plain(),
+                        StepTiming {
+                            target_s: self.t1,
+                            ..StepTiming::default()
+                        },
+                    )
+                } else {
+                    let accepted = self.rng.chain_accepted(k, self.alpha);
+                    let catch_up = if self.unsynced > 2 {
+                        self.unsynced as f64 * self.c
+                    } else {
+                        0.0
+                    };
+                    self.unsynced = 1;
+                    (
+                        StepOutcome::chain(k, accepted).unwrap(),
+                        StepTiming {
+                            draft_passes: k,
+                            draft_s: self.t1 * (k as f64 * self.d + catch_up),
+                            target_s: self.t1 * (self.verify)(k + 1),
+                            ..StepTiming::default()
+                        },
+                    )
+                };
+                if step == 0 {
+                    timing.prefill_tokens = 99;
+                    timing.prefill_s = self.t1 * (self.verify)(99);
+                }
+                self.tokens += outcome.accepted + 1;
+                timing.remaining_tokens = Some(max_tokens.saturating_sub(self.tokens));
+                self.time += timing.draft_s + timing.target_s;
+                policy.observe_measured(&outcome, &timing);
+                budgets.push(budget);
+            }
+            budgets
+        }
+    }
+
+    fn cpu_verify(n: usize) -> f64 {
+        1.0 + 0.3 * (n as f64 - 1.0)
+    }
+
+    fn flat_verify(n: usize) -> f64 {
+        1.0 + 0.01 * (n as f64 - 1.0)
+    }
+
+    fn chain_policy(max_k: usize, prior: f64) -> CostModelPolicy {
+        CostModelPolicy::measured(TreeSearch::Chain { max_k }, Some(prior * 0.01)).unwrap()
+    }
+
+    #[test]
+    fn measured_mode_starts_plain() {
+        let mut policy = chain_policy(8, 0.0);
+        assert_eq!(policy.next_budget(), Budget::Plain);
+        assert!(policy.live_costs().unwrap().cost_model().is_none());
+        // An unknown draft cost keeps it plain even after timing plain steps.
+        let mut unknown = CostModelPolicy::measured(TreeSearch::Chain { max_k: 8 }, None).unwrap();
+        let budgets = Sim::new(0.5, 0.0, 0.9, flat_verify).run(&mut unknown, 50, 1000);
+        assert!(budgets.iter().all(Budget::is_plain));
+    }
+
+    #[test]
+    fn draft_as_costly_as_the_target_never_speculates() {
+        // Draft pass = one target step: no K can pay, whatever α; not even probes are taken.
+        for alpha in [0.5, 0.95] {
+            let mut policy = chain_policy(8, 1.0);
+            let budgets = Sim::new(1.0, 0.3, alpha, cpu_verify).run(&mut policy, 200, 1000);
+            assert!(budgets.iter().all(Budget::is_plain), "α = {alpha}");
+        }
+    }
+
+    #[test]
+    fn high_acceptance_and_flat_verification_pick_long_chains() {
+        // Free drafts (n-gram-like), verify(K) ≈ verify(1), α = 0.97: the longest chain.
+        let mut policy = chain_policy(8, 0.0);
+        let mut sim = Sim::new(0.0, 0.0, 0.97, flat_verify);
+        let budgets = sim.run(&mut policy, 60, 10_000);
+        assert_eq!(budgets[0], Budget::Plain, "starts plain");
+        assert!(
+            budgets[40..].iter().all(|b| *b == Budget::Chain(8)),
+            "{:?}",
+            &budgets[40..]
+        );
+        // And it beats plain decoding in simulated time.
+        assert!(sim.tokens as f64 / sim.time > 3.0 / sim.t1);
+    }
+
+    #[test]
+    fn low_acceptance_steps_aside_and_probes_rarely() {
+        // Free drafts but CPU-like verification and α = 0.1: plain, with backed-off probes.
+        let mut policy = chain_policy(8, 0.0);
+        let mut sim = Sim::new(0.0, 0.0, 0.1, cpu_verify);
+        let budgets = sim.run(&mut policy, 600, 100_000);
+        let speculative: Vec<usize> = (0..budgets.len())
+            .filter(|&i| !budgets[i].is_plain())
+            .collect();
+        let late = speculative.iter().filter(|&&i| i >= 100).count();
+        assert!(late <= 3, "probes after step 100: {speculative:?}");
+        assert!(speculative
+            .iter()
+            .filter(|&&i| i >= 100)
+            .all(|&i| budgets[i] == Budget::Chain(1)));
+        // Costs at most a few percent over plain decoding.
+        let plain_time = sim.tokens as f64 * sim.t1;
+        assert!(sim.time < 1.05 * plain_time, "{} vs {plain_time}", sim.time);
+    }
+
+    #[test]
+    fn catch_up_cost_is_weighed_against_the_tokens_left() {
+        // A modest gain (draft 0.3, α 0.9, CPU-like verify: rate ≈ 1.23) but a catch-up of
+        // 100 prompt tokens at the target's prefill cost per token × 0.3 (≈ 9 plain steps):
+        // not worth it for 40 tokens, worth it for 4000.
+        let c = cpu_verify(99) / 99.0 * 0.3;
+        let mut short = chain_policy(4, 0.3);
+        let budgets = Sim::new(0.3, c, 0.9, cpu_verify).run(&mut short, 40, 40);
+        assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
+        let mut long = chain_policy(4, 0.3);
+        let budgets = Sim::new(0.3, c, 0.9, cpu_verify).run(&mut long, 40, 4000);
+        assert!(budgets[1..].iter().all(|b| !b.is_plain()), "{budgets:?}");
+        // Forks start over (plain first), with the same configuration.
+        let mut forked = long.fork();
+        assert_eq!(forked.next_budget(), Budget::Plain);
     }
 }

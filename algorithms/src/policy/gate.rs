@@ -3,19 +3,51 @@
 use std::collections::VecDeque;
 
 use crate::error::{ensure_param, Result};
-use crate::policy::{AcceptanceStats, Budget, SpeculationPolicy, StepOutcome};
+use crate::policy::{AcceptanceStats, Budget, SpeculationPolicy, StepOutcome, StepTiming};
 
-/// Counts plain steps and says when a periodic probe is due.
+/// Counts plain steps and says when a periodic probe is due; optionally backs off (the interval
+/// doubles after each unsuccessful probe, up to a cap).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prober {
     every: usize,
+    base: usize,
+    max_every: usize,
     waited: usize,
 }
 
 impl Prober {
-    /// A probe after every `every` plain steps (`every = 0`: never probe).
+    /// A probe after every `every` plain steps (`every = 0`: never probe), no back-off.
     pub fn new(every: usize) -> Self {
-        Self { every, waited: 0 }
+        Self {
+            every,
+            base: every,
+            max_every: every,
+            waited: 0,
+        }
+    }
+
+    /// Like [`Prober::new`], but [`Prober::back_off`] doubles the interval up to `max_every`
+    /// (at least `every`).
+    pub fn with_back_off(every: usize, max_every: usize) -> Self {
+        Self {
+            max_every: max_every.max(every),
+            ..Self::new(every)
+        }
+    }
+
+    /// Plain steps between probes now.
+    pub fn interval(&self) -> usize {
+        self.every
+    }
+
+    /// A probe did not pay: doubles the interval (up to the cap given at construction).
+    pub fn back_off(&mut self) {
+        self.every = (self.every.saturating_mul(2)).min(self.max_every);
+    }
+
+    /// Speculation paid again: the interval returns to its initial value.
+    pub fn reset_interval(&mut self) {
+        self.every = self.base;
     }
 
     /// Records one more plain step about to be taken; true if this step should be a probe instead
@@ -160,6 +192,38 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
             return;
         }
         self.inner.observe(outcome);
+        self.gate(outcome);
+    }
+
+    fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
+        if outcome.validate().is_err() {
+            return;
+        }
+        self.inner.observe_measured(outcome, timing);
+        self.gate(outcome);
+    }
+
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(DisableGate {
+            inner: self.inner.fork(),
+            threshold: self.threshold,
+            min_trials: self.min_trials,
+            probe: self.probe.clone(),
+            prober: Prober::new(self.prober.base),
+            probe_window: self.probe_window,
+            decay: self.decay,
+            stats: AcceptanceStats::new()
+                .with_decay(self.decay)
+                .expect("valid decay"),
+            probes: VecDeque::new(),
+            disabled: false,
+        })
+    }
+}
+
+impl<P: SpeculationPolicy> DisableGate<P> {
+    /// The disable rule's bookkeeping for one validated outcome.
+    fn gate(&mut self, outcome: &StepOutcome) {
         if !self.disabled {
             self.stats.observe(outcome).expect("validated above");
             if self.stats.position_trials() >= self.min_trials
@@ -193,23 +257,6 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
                 }
             }
         }
-    }
-
-    fn fork(&self) -> Box<dyn SpeculationPolicy> {
-        Box::new(DisableGate {
-            inner: self.inner.fork(),
-            threshold: self.threshold,
-            min_trials: self.min_trials,
-            probe: self.probe.clone(),
-            prober: Prober::new(self.prober.every),
-            probe_window: self.probe_window,
-            decay: self.decay,
-            stats: AcceptanceStats::new()
-                .with_decay(self.decay)
-                .expect("valid decay"),
-            probes: VecDeque::new(),
-            disabled: false,
-        })
     }
 }
 

@@ -54,6 +54,7 @@ mod cost;
 mod cost_model;
 mod fixed;
 mod gate;
+mod measured;
 mod outcome;
 mod pid;
 mod stats;
@@ -65,6 +66,7 @@ pub use cost::{expected_tokens, expected_tokens_constant, CostCurve, CostModel};
 pub use cost_model::{CostModelPolicy, TreeSearch};
 pub use fixed::FixedPolicy;
 pub use gate::{DisableGate, Prober};
+pub use measured::{LiveCosts, StepTiming};
 pub use outcome::{Budget, DepthTrial, StepOutcome};
 pub use pid::PidPolicy;
 pub use stats::AcceptanceStats;
@@ -81,6 +83,13 @@ pub trait SpeculationPolicy: Send {
     fn next_budget(&mut self) -> Budget;
     /// Records the outcome of the step whose budget was last returned.
     fn observe(&mut self, outcome: &StepOutcome);
+    /// Records the outcome together with the step's measured [`StepTiming`]. The engine calls
+    /// this (instead of [`SpeculationPolicy::observe`]); policies that decide from measured
+    /// costs override it, the default forwards the outcome to `observe` and drops the timings.
+    fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
+        let _ = timing;
+        self.observe(outcome);
+    }
     /// A fresh instance with the same configuration and no statistics, for a new sequence.
     fn fork(&self) -> Box<dyn SpeculationPolicy>;
 }
@@ -94,6 +103,9 @@ impl SpeculationPolicy for Box<dyn SpeculationPolicy> {
     }
     fn observe(&mut self, outcome: &StepOutcome) {
         (**self).observe(outcome)
+    }
+    fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
+        (**self).observe_measured(outcome, timing)
     }
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         (**self).fork()

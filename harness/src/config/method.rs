@@ -95,6 +95,11 @@ pub enum DrafterConfig {
         /// of the middle half].
         #[serde(default)]
         keep: Option<Vec<usize>>,
+        /// When `keep` is not given: pick the kept blocks on the first prompt of the run by
+        /// measuring a few candidate subsets (greedy agreement with the target on the prompt
+        /// prefill × prefill cost; see `runner::layer_skip_tune`). Its time counts in the run.
+        #[serde(default)]
+        tune: bool,
     },
 }
 

@@ -13,7 +13,10 @@
 //! 5. **commit** — the accepted path (root + accepted drafts) is committed to the target's KV,
 //!    the rest of the tree is dropped; stop conditions are checked token by token and KV past a
 //!    stop is rewound;
-//! 6. **observe** — the policy sees the [`StepOutcome`].
+//! 6. **observe** — the policy sees the [`StepOutcome`] with the step's measured [`StepTiming`]
+//!    (draft, target and verify + commit seconds; the prompt prefill on the first step; tokens
+//!    left), through [`SpeculationPolicy::observe_measured`], so a cost-model policy decides
+//!    from this machine's costs as they are now.
 //!
 //! Invariant between steps: the target's KV holds the request's context except its last token.
 //! Requests are admitted (prefilled) when a batch slot is free and retired independently
@@ -35,7 +38,7 @@ pub use stop::{Detokenizer, FinishReason, StopRule};
 use std::time::Instant;
 
 use specdec_algorithms::drafters::{DraftRequest, Drafter};
-use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome};
+use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome, StepTiming};
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
@@ -125,6 +128,7 @@ struct Active<'r> {
     steps: Vec<StepRecord>,
     started: Instant,
     prefill_s: f64,
+    prefill_tokens: usize,
 }
 
 impl Active<'_> {
@@ -289,6 +293,7 @@ impl<'a> Engine<'a> {
             steps: Vec::new(),
             started,
             prefill_s: started.elapsed().as_secs_f64(),
+            prefill_tokens: prefix.len(),
         })
     }
 
@@ -406,10 +411,26 @@ impl<'a> Engine<'a> {
             }
             let commit_s = t0.elapsed().as_secs_f64();
 
-            seq.policy.observe(&StepOutcome::from_verdict(
-                tree.topology(),
-                &verdict.accepted_path,
-            )?);
+            // The policy sees the outcome with this step's measured costs (its own cost model).
+            let first = seq.step == 0;
+            let timing = StepTiming {
+                draft_passes: tree.topology().max_depth(),
+                draft_s: draft_s[position],
+                target_s,
+                other_s: verify_s + commit_s,
+                prefill_tokens: if first { seq.prefill_tokens } else { 0 },
+                prefill_s: if first { seq.prefill_s } else { 0.0 },
+                remaining_tokens: Some(
+                    seq.request
+                        .stop
+                        .max_new_tokens
+                        .saturating_sub(seq.output().len()),
+                ),
+            };
+            seq.policy.observe_measured(
+                &StepOutcome::from_verdict(tree.topology(), &verdict.accepted_path)?,
+                &timing,
+            );
             let proposed = tree.len() - 1;
             seq.steps.push(StepRecord {
                 method: self.options.method.clone(),

@@ -279,3 +279,84 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     assert_eq!(done[0].finish, FinishReason::ContextFull);
     assert_eq!(done[0].tokens.len(), 2);
 }
+
+/// Records what the engine reports to the policy, speculating with a chain of 2 every step.
+#[derive(Clone, Default)]
+struct Recorder {
+    seen: Arc<std::sync::Mutex<Vec<(usize, StepTiming)>>>,
+}
+
+impl SpeculationPolicy for Recorder {
+    fn name(&self) -> String {
+        "recorder".into()
+    }
+    fn next_budget(&mut self) -> Budget {
+        Budget::Chain(2)
+    }
+    fn observe(&mut self, _outcome: &StepOutcome) {
+        panic!("the engine reports timings: observe_measured, not observe");
+    }
+    fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
+        self.seen.lock().unwrap().push((outcome.proposed, *timing));
+    }
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(self.clone())
+    }
+}
+
+#[test]
+fn the_policy_is_fed_each_steps_measured_costs() {
+    let greedy = SamplingParams::greedy();
+    let pair = pair(1);
+    let reqs = requests(1, 10);
+    let recorder = Recorder::default();
+    let mut chain = ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax);
+    let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+    let generations = run(
+        &pair,
+        &mut chain,
+        verifier,
+        Box::new(recorder.clone()),
+        options(greedy, 1),
+        &reqs,
+    );
+    let seen = recorder.seen.lock().unwrap();
+    assert_eq!(seen.len(), generations[0].steps.len());
+    // The first step carries the prompt prefill (prompt minus its last token).
+    assert_eq!(seen[0].1.prefill_tokens, reqs[0].prompt.len() - 1);
+    assert!(seen[1..].iter().all(|(_, t)| t.prefill_tokens == 0));
+    let mut emitted = 0;
+    for ((proposed, timing), step) in seen.iter().zip(&generations[0].steps) {
+        emitted += step.emitted;
+        assert_eq!(*proposed, step.proposed);
+        assert_eq!(timing.draft_passes, step.draft_depth);
+        assert_eq!(timing.draft_s, step.draft_s);
+        assert_eq!(timing.target_s, step.target_s);
+        assert_eq!(timing.remaining_tokens, Some(10 - emitted));
+    }
+}
+
+#[test]
+fn the_measured_cost_policy_keeps_greedy_output_equal_to_plain() {
+    use specdec_algorithms::policy::{CostModelPolicy, TreeSearch};
+    let greedy = SamplingParams::greedy();
+    for seed in 0..3 {
+        let pair = pair(seed);
+        let reqs = requests(3, 24);
+        let expected = plain(&pair, options(greedy, 1), &reqs);
+        // Draft pass prior 0 (n-gram-like): the policy explores speculation after a plain step.
+        let policy = CostModelPolicy::measured(TreeSearch::Chain { max_k: 4 }, Some(0.0)).unwrap();
+        let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+        let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+        let got = run(
+            &pair,
+            &mut ngram,
+            verifier,
+            Box::new(policy),
+            options(greedy, 2),
+            &reqs,
+        );
+        let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+        assert_eq!(got, expected, "seed {seed}");
+    }
+}

@@ -74,6 +74,11 @@ pub struct MethodSummary {
     pub time_split: TimeSplit,
     /// Largest KV block count of any request.
     pub kv_blocks_peak: usize,
+    /// `(equal, compared)`: prompts whose generated text equals the baseline's on the same
+    /// prompt, out of those where both texts are recorded (at temperature 0 every lossless
+    /// method must give `equal == compared`); `None` when no text was recorded.
+    #[serde(default)]
+    pub matches_baseline: Option<(usize, usize)>,
 }
 
 /// Acceptance by depth: entry d (0-based) is, among steps that proposed a node at depth d+1 and
@@ -138,6 +143,14 @@ pub fn summarize(
         .map(|r| (r.request, r.elapsed_s / r.generated_tokens as f64))
         .collect();
 
+    let baseline_text: HashMap<usize, &str> = by_method
+        .get(baseline.method.as_str())
+        .map(|reqs| {
+            reqs.iter()
+                .filter_map(|r| r.text.as_deref().map(|t| (r.request, t)))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut out = Vec::with_capacity(runs.len());
     for run in runs {
         let reqs = &by_method[run.method.as_str()];
@@ -184,6 +197,17 @@ pub fn summarize(
                 overhead_s: sum(|r| r.overhead_s),
             },
             kv_blocks_peak: reqs.iter().map(|r| r.kv_blocks_peak).max().unwrap_or(0),
+            matches_baseline: {
+                let compared: Vec<bool> = reqs
+                    .iter()
+                    .filter_map(|r| {
+                        let text = r.text.as_deref()?;
+                        baseline_text.get(&r.request).map(|b| *b == text)
+                    })
+                    .collect();
+                (!compared.is_empty())
+                    .then(|| (compared.iter().filter(|&&e| e).count(), compared.len()))
+            },
         });
     }
     Ok(out)

@@ -30,9 +30,9 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
     };
     let _ = writeln!(
         md,
-        "| method | drafter / verifier / policy | tokens/s | speedup | per-prompt speedup (95% CI) | acceptance | τ (95% CI) | draft / target / verify / commit / overhead ({unit} per token) |"
+        "| method | drafter / verifier / policy | tokens/s | speedup | per-prompt speedup (95% CI) | acceptance | τ (95% CI) | = baseline | draft / target / verify / commit / overhead ({unit} per token) |"
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---|");
     for s in summaries {
         let pp = s
             .speedup_per_prompt
@@ -57,7 +57,7 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
             .collect();
         let _ = writeln!(
             md,
-            "| {}{} | {} | {:.1} | {:.2}× | {} | {} | {:.2} [{:.2}, {:.2}] | {} |",
+            "| {}{} | {} | {:.1} | {:.2}× | {} | {} | {:.2} [{:.2}, {:.2}] | {} | {} |",
             s.method,
             if s.is_baseline && s.method != "baseline" {
                 " (baseline)"
@@ -72,6 +72,9 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
             s.tau.mean,
             s.tau.lo,
             s.tau.hi,
+            s.matches_baseline
+                .map(|(equal, of)| format!("{equal}/{of}"))
+                .unwrap_or_else(|| "-".into()),
             split.join(" / ")
         );
     }
@@ -81,7 +84,9 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
         "\nTimes are {time_unit} ({} backend). {n} prompts per method. Speedup = tokens/s over the \
          baseline's in this run. Acceptance = accepted drafts / proposed drafts. τ = accepted \
          drafts + 1 per target pass, mean over prompts with a two-sided 95% Student-t interval \
-         over prompts; the per-prompt speedup interval is the same kind.\n",
+         over prompts; the per-prompt speedup interval is the same kind. = baseline: prompts whose \
+         text equals the baseline's on the same prompt (at temperature 0 a lossless method \
+         matches on every prompt; above 0 texts differ by chance).\n",
         provenance.backend
     );
     let _ = writeln!(md, "## Provenance\n");

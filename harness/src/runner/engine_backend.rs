@@ -20,8 +20,11 @@
 //! | `staged`       | n-gram → level-1 model (an i.i.d. chain of q1) | chain rejection             |
 //!
 //! Policies: the policy's K is the chain length for linear drafters and the draft-node budget for
-//! trees (capped by the tree's shape). `cost_optimal` measures the target's verify-cost curve and
-//! the draft's per-pass cost once per backend and feeds them to [`CostModelPolicy`].
+//! trees (capped by the tree's shape). `cost_optimal` runs [`CostModelPolicy::measured`]: it
+//! decides from the costs the engine measures while decoding (plain step, target forward per
+//! size, draft pass, the drafter's catch-up), starting with plain decoding. The only calibration
+//! is one single-token forward of the draft model (best of two, on an empty sequence: no
+//! prefill), which prices a draft pass before any speculative step.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -33,8 +36,7 @@ use specdec_algorithms::drafters::{
     StagedDrafter, TreeFill,
 };
 use specdec_algorithms::policy::{
-    Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, FixedPolicy, SpeculationPolicy,
-    TreeSearch,
+    Budget, CostModelPolicy, DisableGate, FixedPolicy, SpeculationPolicy, TreeSearch,
 };
 use specdec_algorithms::trees::{sequoia_tree, TreeShape};
 use specdec_algorithms::verify::PairedVerifier;
@@ -52,6 +54,7 @@ use crate::engine::{Engine, EngineOptions, Generation, LmDraftModel, NoDrafter, 
 use crate::engine::{Request, StopRule};
 use crate::error::{HarnessError, Result};
 use crate::policies::policy_for;
+use crate::runner::layer_skip_tune::tune_layer_skip;
 
 /// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
 const KV_TOKENS_PER_SEQUENCE: usize = 2048;
@@ -148,7 +151,7 @@ pub struct BuiltMethod {
 }
 
 /// Everything [`build_method`] may need: the target (for layer skip), the models it may load as
-/// drafts, the sampling settings, and measured costs for the cost-model policy.
+/// drafts and the sampling settings.
 pub struct ModelSet<'m> {
     /// The target model (its weights are shared by layer-skip drafters).
     pub target: &'m mut LlamaModel,
@@ -162,8 +165,8 @@ pub struct ModelSet<'m> {
     pub sampling: SamplingParams,
     /// Requests in flight at once (sizes the draft KV pools).
     pub batch_size: usize,
-    /// Measured target verify curve, per-token cost points (lazily filled).
-    pub verify_curve: &'m mut Option<CostCurve>,
+    /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
+    pub calibration: Option<&'m [u32]>,
 }
 
 impl ModelSet<'_> {
@@ -185,6 +188,29 @@ impl ModelSet<'_> {
         Ok(self
             .target
             .layer_skip(keep, kv_options(self.batch_size + 2))?)
+    }
+
+    /// The kept blocks [`tune_layer_skip`] picks on `prompt` (its table goes to stderr).
+    fn tuned_keep(&mut self, prompt: &[u32]) -> Result<Vec<usize>> {
+        let ranked = tune_layer_skip(self.target, prompt, kv_options(1))?;
+        eprintln!(
+            "layer-skip tuning on {} prompt tokens (best first):",
+            prompt.len()
+        );
+        for c in &ranked {
+            eprintln!(
+                "  {:<12} {:>2} blocks  agreement {:.3}  cost {:.3}  score {:.3} (K={})",
+                c.label,
+                c.keep.len(),
+                c.agreement,
+                c.cost,
+                c.score,
+                c.best_k
+            );
+        }
+        ranked.into_iter().next().map(|c| c.keep).ok_or_else(|| {
+            HarnessError::InvalidEngine("layer-skip tuning: the model has one block".into())
+        })
     }
 
     fn lm(&self, model: LlamaModel) -> LmDraftModel<LlamaModel> {
@@ -213,51 +239,24 @@ impl ModelSet<'_> {
         })
     }
 
-    /// One draft pass's time over one plain target step's, measured on `model` when `needed`
-    /// (0 otherwise).
-    fn draft_cost(&mut self, model: &mut LlamaModel, needed: bool) -> Result<f64> {
+    /// Seconds of one draft pass of `model` when `needed` (for the cost-model policy's prior),
+    /// `None` otherwise. Cheap: a single-token forward on an empty sequence, best of two.
+    fn draft_pass_s(&mut self, model: &mut LlamaModel, needed: bool) -> Result<Option<f64>> {
         if !needed {
-            return Ok(0.0);
+            return Ok(None);
         }
-        Ok(time_forward(model, 1)? / time_forward(self.target, 1)?)
-    }
-
-    /// The target's verify cost curve at 1, 2, 4, 8, 16 tokens (median of 3), measured once.
-    fn verify_curve(&mut self) -> Result<CostCurve> {
-        if let Some(curve) = self.verify_curve.as_ref() {
-            return Ok(curve.clone());
-        }
-        let mut points = Vec::new();
-        for n in [1usize, 2, 4, 8, 16] {
-            points.push((n, time_forward(self.target, n)?));
-        }
-        let curve = CostCurve::from_measurements(&points)?;
-        *self.verify_curve = Some(curve.clone());
-        Ok(curve)
-    }
-}
-
-/// Median seconds of a forward of `n` chained tokens after a 32-token prefix (3 runs).
-fn time_forward(model: &mut LlamaModel, n: usize) -> Result<f64> {
-    let seq = model.new_sequence()?;
-    let result = (|| -> Result<f64> {
-        let prefix: Vec<u32> = (0..32u32).map(|i| 100 + i).collect();
-        let chain = TreeTopology::chain(prefix.len());
-        model.forward(&[SequenceStep::chain(seq, &prefix, &chain)])?;
-        model.commit(seq, &(0..prefix.len()).collect::<Vec<_>>())?;
-        let tokens: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
-        let tree = TreeTopology::chain(n);
-        let mut times = Vec::new();
-        for _ in 0..3 {
+        let mut best = f64::INFINITY;
+        for _ in 0..2 {
+            let seq = model.new_sequence()?;
             let t0 = Instant::now();
-            model.forward(&[SequenceStep::chain(seq, &tokens, &tree)])?;
-            times.push(t0.elapsed().as_secs_f64());
+            let forward =
+                model.forward(&[SequenceStep::chain(seq, &[100], &TreeTopology::chain(1))]);
+            best = best.min(t0.elapsed().as_secs_f64());
+            model.release(seq)?;
+            forward?;
         }
-        times.sort_by(f64::total_cmp);
-        Ok(times[1].max(1e-9))
-    })();
-    model.release(seq)?;
-    result
+        Ok(Some(best))
+    }
 }
 
 /// The verifier `auto` picks for a drafter's kind at `temperature`.
@@ -292,13 +291,6 @@ fn verifier_for(
     Ok(PairedVerifier::new(Arc::new(chosen), kind)?)
 }
 
-/// How a drafter's cost scales, for the cost-model policy: per draft pass (chains) or per
-/// drafted node (trees), relative to one plain target step.
-enum DraftCost {
-    PerPass(f64),
-    PerNode(f64),
-}
-
 /// Builds the drafter, verifier and policy of `method` (see the module docs for the mapping).
 ///
 /// # Errors
@@ -318,18 +310,18 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         TreeFill::WithoutReplacement
     };
     let needs_cost = matches!(method.policy, Some(PolicyConfig::CostOptimal { .. }));
-    // (drafter, is a chain, tree shape cap, draft pass cost / plain target step)
+    // (drafter, is a chain, tree shape cap, seconds of one draft pass if timed)
     let (drafter, is_chain, shape, pass_cost): (
         Box<dyn Drafter<f32>>,
         bool,
         Option<TreeShape>,
-        f64,
+        Option<f64>,
     ) = match &method.drafter {
-        DrafterConfig::None => (Box::new(NoDrafter), true, None, 0.0),
+        DrafterConfig::None => (Box::new(NoDrafter), true, None, Some(0.0)),
         DrafterConfig::Chain => {
             let name = models.named_draft(method)?;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm(model);
             (
                 Box::new(ChainDrafter::new(lm, chain_mode)),
@@ -338,9 +330,13 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
                 ratio,
             )
         }
-        DrafterConfig::LayerSkip { keep } => {
-            let mut model = models.layer_skip(keep.as_deref())?;
-            let ratio = models.draft_cost(&mut model, needs_cost)?;
+        DrafterConfig::LayerSkip { keep, tune } => {
+            let tuned = match (keep, tune, models.calibration) {
+                (None, true, Some(prompt)) => Some(models.tuned_keep(prompt)?),
+                _ => None,
+            };
+            let mut model = models.layer_skip(keep.as_deref().or(tuned.as_deref()))?;
+            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm(model);
             (
                 Box::new(ChainDrafter::new(lm, chain_mode)),
@@ -353,7 +349,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let name = models.named_draft(method)?;
             let shape = TreeShape::from_branching(branching);
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm_ranked(model);
             (
                 Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
@@ -367,7 +363,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let alphas = [0.7, 0.15, 0.07, 0.04, 0.02, 0.01, 0.01];
             let shape = sequoia_tree(&alphas, *nodes, 8)?.shape;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm_ranked(model);
             (
                 Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
@@ -379,7 +375,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         DrafterConfig::DynamicTree { nodes, top_k } => {
             let name = models.named_draft(method)?;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm_ranked(model);
             (
                 Box::new(DynamicTreeDrafter::new(lm, *nodes, *top_k, *top_k)?),
@@ -394,7 +390,12 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
                 min_n: 1,
                 max_matches: 4,
             };
-            (Box::new(NgramDrafter::new(config, 16)?), true, None, 0.0)
+            (
+                Box::new(NgramDrafter::new(config, 16)?),
+                true,
+                None,
+                Some(0.0),
+            )
         }
         DrafterConfig::Staged { levels } => {
             let name = levels.last().cloned().ok_or_else(|| {
@@ -405,18 +406,13 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             })?;
             let level0 = NgramDrafter::new(NgramConfig::default(), 16)?;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_cost(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm(model);
             (Box::new(StagedDrafter::new(level0, lm)), true, None, ratio)
         }
     };
     let verifier = verifier_for(method, drafter.kind(), is_chain, temperature)?;
-    let cost = if is_chain {
-        DraftCost::PerPass(pass_cost)
-    } else {
-        DraftCost::PerNode(pass_cost)
-    };
-    let policy = build_policy(method, is_chain, shape.as_ref(), cost, models)?;
+    let policy = build_policy(method, is_chain, shape.as_ref(), pass_cost)?;
     Ok(BuiltMethod {
         drafter,
         verifier,
@@ -438,28 +434,34 @@ fn build_policy(
     method: &MethodConfig,
     is_chain: bool,
     shape: Option<&TreeShape>,
-    cost: DraftCost,
-    models: &mut ModelSet<'_>,
+    draft_pass_s: Option<f64>,
 ) -> Result<Box<dyn SpeculationPolicy>> {
     let Some(policy) = &method.policy else {
         return Ok(Box::new(FixedPolicy::new(Budget::Plain)));
     };
-    let costs = match policy {
-        PolicyConfig::CostOptimal { .. } => {
-            let curve = models.verify_curve()?;
-            let (per_pass, per_node) = match cost {
-                DraftCost::PerPass(c) => (c, 0.0),
-                DraftCost::PerNode(c) => (0.0, c),
-            };
-            Some(CostModel::new(curve, per_pass, per_node)?)
-        }
-        _ => None,
-    };
-    if is_chain {
-        return policy_for(policy, costs.as_ref());
-    }
-    // Tree drafters: K is a node budget within the drafter's shape.
     Ok(match policy {
+        PolicyConfig::CostOptimal {
+            k_max,
+            min_gain,
+            probe_every,
+        } => {
+            // Decides from costs measured while decoding (see the module docs).
+            let search = if is_chain {
+                TreeSearch::Chain { max_k: *k_max }
+            } else {
+                TreeSearch::Tree {
+                    max_nodes: *k_max,
+                    max_depth: 8,
+                    max_ranks: 4,
+                }
+            };
+            let policy = CostModelPolicy::measured(search, draft_pass_s)?
+                .with_min_gain(*min_gain, *probe_every)?
+                .with_probe_back_off(*probe_every, 16 * *probe_every)?;
+            Box::new(policy)
+        }
+        _ if is_chain => policy_for(policy, None)?,
+        // Tree drafters: K is a node budget within the drafter's shape.
         PolicyConfig::Fixed { k } => Box::new(FixedPolicy::new(budget_of(*k, false, shape))),
         PolicyConfig::Threshold {
             k,
@@ -470,21 +472,6 @@ fn build_policy(
                 .with_threshold(*min_acceptance)?
                 .with_probe(*probe_every, Budget::TreeNodes(1))?,
         ),
-        PolicyConfig::CostOptimal {
-            k_max,
-            min_gain,
-            probe_every,
-        } => {
-            let search = TreeSearch::Tree {
-                max_nodes: *k_max,
-                max_depth: 8,
-                max_ranks: 4,
-            };
-            Box::new(
-                CostModelPolicy::new(costs.expect("measured above"), search)?
-                    .with_min_gain(*min_gain, *probe_every)?,
-            )
-        }
         PolicyConfig::Aimd { .. } | PolicyConfig::Pid { .. } => {
             return Err(HarnessError::InvalidEngine(format!(
                 "method `{}`: the {} policy steers a chain length; drafter `{}` drafts trees \
@@ -511,7 +498,7 @@ pub struct EngineBackend {
     seed: u64,
     max_tokens: usize,
     batch_size: usize,
-    verify_curve: Option<CostCurve>,
+    calibration: Option<Vec<u32>>,
 }
 
 impl EngineBackend {
@@ -564,7 +551,7 @@ impl EngineBackend {
             seed,
             max_tokens,
             batch_size: batch_size.max(1),
-            verify_curve: None,
+            calibration: None,
         })
     }
 
@@ -595,7 +582,7 @@ impl EngineBackend {
             default_draft: self.default_draft.as_deref(),
             sampling: self.sampling,
             batch_size: self.batch_size,
-            verify_curve: &mut self.verify_curve,
+            calibration: self.calibration.as_deref(),
         };
         build_method(method, &mut models)
     }
@@ -637,6 +624,9 @@ impl EngineBackend {
         on_tokens: &mut dyn FnMut(u64, &[u32]),
         on_done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Generation>> {
+        if let Some(first) = requests.first() {
+            self.calibration = Some(first.prompt.clone());
+        }
         let BuiltMethod {
             mut drafter,
             verifier,

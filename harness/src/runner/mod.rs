@@ -9,6 +9,7 @@
 //! [`HarnessError::NotYetAvailable`] for real models.
 
 mod engine_backend;
+pub mod layer_skip_tune;
 mod simulated;
 mod toy;
 

@@ -1,0 +1,333 @@
+//! Costs measured at run time: what the engine's timings say a step of each size costs.
+//!
+//! The engine reports, after every step of a sequence, a [`StepTiming`] (seconds spent drafting,
+//! in the target forward and in verify + commit; and, on the first step, the prompt prefill).
+//! [`LiveCosts`] keeps a short window of recent samples per quantity and answers with medians
+//! (robust to the spikes a shared machine produces):
+//!
+//! - **plain step**: total seconds of steps that drafted nothing;
+//! - **target forward over `n` tokens**: `target_s` of steps whose tree had `n` nodes (root
+//!   included); `n = 1` comes from plain steps. Between measured sizes the curve is interpolated;
+//!   beyond the largest one it runs along the chord to the prompt-prefill point (`P` tokens in
+//!   `prefill_s`), which never overstates a concave cost curve, so unmeasured sizes look at least
+//!   as cheap as they are and get tried;
+//! - **draft pass**: `draft_s / passes` of *steady* speculative steps (the drafter was in sync:
+//!   at most two tokens arrived since it last drafted), else a prior given at construction (a
+//!   one-token forward the backend timed), else unknown;
+//! - **catch-up per token**: a model drafter that sat out plain steps must first forward the
+//!   tokens it missed (the whole prompt before its first draft). Measured on the first
+//!   speculative step after a pause, as (draft time − steady draft time) / missed tokens; before
+//!   any such step it is estimated as the target's prefill time per token scaled by the draft /
+//!   target pass ratio.
+//!
+//! [`LiveCosts::cost_model`] turns these into the relative [`CostModel`] the policy optimises,
+//! [`LiveCosts::switch_cost`] prices the catch-up a speculative step would pay now.
+
+use std::collections::VecDeque;
+
+use crate::policy::{CostCurve, CostModel, StepOutcome};
+
+/// Timings of one engine step of one sequence, in seconds, as the engine measured them.
+///
+/// With several sequences in one batch, `target_s` is the time of the shared forward.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepTiming {
+    /// Draft passes (depth of the draft tree; 0 for a plain step).
+    pub draft_passes: usize,
+    /// Seconds the drafter spent proposing (its catch-up included).
+    pub draft_s: f64,
+    /// Seconds of the target forward.
+    pub target_s: f64,
+    /// Seconds of verification and KV commit/rewind.
+    pub other_s: f64,
+    /// Prompt tokens prefilled (in one target forward) before this step: the first step of a
+    /// sequence only, 0 otherwise.
+    pub prefill_tokens: usize,
+    /// Seconds of that prefill (0 when `prefill_tokens` is 0).
+    pub prefill_s: f64,
+    /// Tokens the sequence may still generate after this step, when the engine knows.
+    pub remaining_tokens: Option<usize>,
+}
+
+/// A short window of recent samples with a median.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Window {
+    samples: VecDeque<f64>,
+}
+
+impl Window {
+    fn push(&mut self, value: f64, limit: usize) {
+        if !value.is_finite() || value < 0.0 {
+            return;
+        }
+        self.samples.push_back(value);
+        while self.samples.len() > limit {
+            self.samples.pop_front();
+        }
+    }
+
+    fn median(&self) -> Option<f64> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        let mut sorted: Vec<f64> = self.samples.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let mid = sorted.len() / 2;
+        Some(if sorted.len() % 2 == 1 {
+            sorted[mid]
+        } else {
+            0.5 * (sorted[mid - 1] + sorted[mid])
+        })
+    }
+}
+
+/// Tokens that may arrive between two drafts with the drafter still counted as in sync (the
+/// bonus token after a fully accepted chain, and the last draft it never forwarded).
+const IN_SYNC_TOKENS: usize = 2;
+
+/// Run-time cost estimates of one sequence (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveCosts {
+    window: usize,
+    plain: Window,
+    target: Vec<Window>,
+    draft_pass: Window,
+    draft_pass_prior_s: Option<f64>,
+    catch_up: Window,
+    prefill: Option<(usize, f64)>,
+    unsynced: usize,
+    remaining: Option<usize>,
+    per_node: bool,
+}
+
+impl LiveCosts {
+    /// No measurements yet; `draft_pass_prior_s` is the drafter's one-pass time if the caller
+    /// timed it (used until steady speculative steps measure it), windows of 9 samples.
+    pub fn new(draft_pass_prior_s: Option<f64>) -> Self {
+        Self {
+            window: 9,
+            plain: Window::default(),
+            target: Vec::new(),
+            draft_pass: Window::default(),
+            draft_pass_prior_s: draft_pass_prior_s.filter(|s| s.is_finite() && *s >= 0.0),
+            catch_up: Window::default(),
+            prefill: None,
+            unsynced: 0,
+            remaining: None,
+            per_node: false,
+        }
+    }
+
+    /// Counts the draft cost per drafted node instead of per pass (tree drafters that forward
+    /// each expanded node on its own); the "pass" figures then mean one node.
+    pub fn per_node(mut self, per_node: bool) -> Self {
+        self.per_node = per_node;
+        self
+    }
+
+    /// Records one step: its outcome (what was proposed and accepted) and its timings.
+    pub fn record(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
+        let limit = self.window;
+        if timing.prefill_tokens > 0 {
+            self.prefill = Some((timing.prefill_tokens, timing.prefill_s));
+            // The prompt (prefill + the root token) is unseen by any drafter with a memory.
+            self.unsynced = timing.prefill_tokens + 1;
+        }
+        self.remaining = timing.remaining_tokens;
+        let n = outcome.proposed + 1;
+        if self.target.len() < n {
+            self.target.resize(n, Window::default());
+        }
+        self.target[n - 1].push(timing.target_s, limit);
+        if outcome.proposed == 0 {
+            self.plain
+                .push(timing.draft_s + timing.target_s + timing.other_s, limit);
+            self.unsynced += 1;
+            return;
+        }
+        let passes = if self.per_node {
+            outcome.proposed
+        } else {
+            timing.draft_passes.max(1)
+        };
+        if self.unsynced <= IN_SYNC_TOKENS {
+            self.draft_pass.push(timing.draft_s / passes as f64, limit);
+        } else {
+            let steady = self.draft_pass_s().unwrap_or(0.0) * passes as f64;
+            let per_token = (timing.draft_s - steady).max(0.0) / self.unsynced as f64;
+            self.catch_up.push(per_token, limit);
+        }
+        // The drafter now holds the context up to its first rejected draft: the next step
+        // brings it the correction (or bonus) token.
+        self.unsynced = 1;
+    }
+
+    /// Median seconds of a plain step, `None` before the first one.
+    pub fn plain_s(&self) -> Option<f64> {
+        self.plain.median()
+    }
+
+    /// Median seconds of a target forward over `n` tokens of this sequence, if measured.
+    pub fn target_s(&self, n: usize) -> Option<f64> {
+        self.target.get(n.checked_sub(1)?)?.median()
+    }
+
+    /// Seconds of one steady draft pass (one node with [`LiveCosts::per_node`]): measured, else
+    /// the prior, else `None`.
+    pub fn draft_pass_s(&self) -> Option<f64> {
+        self.draft_pass.median().or(self.draft_pass_prior_s)
+    }
+
+    /// Seconds per missed token a drafter pays to catch up (see the module docs), if known.
+    pub fn catch_up_s_per_token(&self) -> Option<f64> {
+        if let Some(measured) = self.catch_up.median() {
+            return Some(measured);
+        }
+        let pass = self.draft_pass_s()?;
+        match (self.prefill, self.target_s(1)) {
+            (Some((tokens, seconds)), Some(t1)) if tokens > 1 && t1 > 0.0 => {
+                Some(seconds / tokens as f64 * pass / t1)
+            }
+            _ => Some(pass),
+        }
+    }
+
+    /// Tokens the drafter has not seen yet (its catch-up before the next draft).
+    pub fn unsynced_tokens(&self) -> usize {
+        self.unsynced
+    }
+
+    /// Tokens the sequence may still generate, as the engine last reported.
+    pub fn remaining_tokens(&self) -> Option<usize> {
+        self.remaining
+    }
+
+    /// The catch-up a speculative step taken now would pay first, relative to one plain target
+    /// forward (0 when the drafter is in sync or catching up is free).
+    pub fn switch_cost(&self) -> f64 {
+        if self.unsynced <= IN_SYNC_TOKENS {
+            return 0.0;
+        }
+        match (self.catch_up_s_per_token(), self.target_s(1)) {
+            (Some(per_token), Some(t1)) if t1 > 0.0 => per_token * self.unsynced as f64 / t1,
+            _ => 0.0,
+        }
+    }
+
+    /// The relative cost model of the measurements (costs over one plain target forward), or
+    /// `None` until a plain step and the draft pass cost are known.
+    pub fn cost_model(&self) -> Option<CostModel> {
+        let t1 = self.target_s(1).filter(|t| *t > 0.0)?;
+        let mut points = vec![(1usize, t1)];
+        for n in 2..=self.target.len() {
+            if let Some(t) = self.target_s(n).filter(|t| *t > 0.0) {
+                points.push((n, t));
+            }
+        }
+        if let Some((tokens, seconds)) = self.prefill {
+            let last = points.last().expect("n = 1 is there").0;
+            if tokens > last && seconds > 0.0 {
+                points.push((tokens, seconds));
+            }
+        }
+        let verify = CostCurve::from_measurements(&points).ok()?;
+        let draft = self.draft_pass_s()? / t1;
+        if self.per_node {
+            CostModel::new(verify, 0.0, draft).ok()
+        } else {
+            CostModel::new(verify, draft, 0.0).ok()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(target_s: f64) -> (StepOutcome, StepTiming) {
+        (
+            StepOutcome::plain(),
+            StepTiming {
+                target_s,
+                ..StepTiming::default()
+            },
+        )
+    }
+
+    fn chain(k: usize, accepted: usize, draft_s: f64, target_s: f64) -> (StepOutcome, StepTiming) {
+        (
+            StepOutcome::chain(k, accepted).unwrap(),
+            StepTiming {
+                draft_passes: k,
+                draft_s,
+                target_s,
+                ..StepTiming::default()
+            },
+        )
+    }
+
+    #[test]
+    fn medians_curve_and_prefill_chord() {
+        let mut live = LiveCosts::new(None);
+        assert!(live.cost_model().is_none());
+        let (o, mut t) = plain(0.010);
+        t.prefill_tokens = 99;
+        t.prefill_s = 0.010 + 98.0 * 0.002; // chord slope 2 ms per token
+        live.record(&o, &t);
+        for s in [0.011, 0.5, 0.010] {
+            let (o, t) = plain(s);
+            live.record(&o, &t);
+        }
+        let median = live.plain_s().unwrap();
+        assert!((median - 0.0105).abs() < 1e-12, "{median}"); // median of 4, the spike ignored
+        assert_eq!(live.unsynced_tokens(), 100 + 4);
+        // The draft pass is unknown: no model yet (an n-gram prior of 0 would give one).
+        assert!(live.cost_model().is_none());
+        let mut ngram = live.clone();
+        ngram.draft_pass_prior_s = Some(0.0);
+        let model = ngram.cost_model().unwrap();
+        // t(1) = 10.5 ms; chord to (99, 206.5 ms): cost(5) = (10.5 + 4 · (196/98)) / 10.5.
+        let want = (0.0105 + 4.0 * (0.206 - 0.0105) / 98.0) / 0.0105;
+        assert!(
+            (model.verify.cost(5) - want).abs() < 1e-9,
+            "{}",
+            model.verify.cost(5)
+        );
+        assert_eq!(model.draft_per_pass, 0.0);
+    }
+
+    #[test]
+    fn steady_and_catch_up_draft_costs_are_told_apart() {
+        let mut live = LiveCosts::new(Some(0.004));
+        let (o, mut t) = plain(0.010);
+        t.prefill_tokens = 49;
+        t.prefill_s = 0.1;
+        live.record(&o, &t);
+        // Prior pass 4 ms; prefill 2.04 ms/token; catch-up prior scales by 4/10.
+        let prior = live.catch_up_s_per_token().unwrap();
+        assert!((prior - 0.1 / 49.0 * 0.4).abs() < 1e-12);
+        assert!((live.switch_cost() - prior * 51.0 / 0.010).abs() < 1e-9);
+        // First speculative step: 51 missed tokens + 2 passes of (prior) 4 ms.
+        let (o, t) = chain(2, 1, 0.008 + 51.0 * 0.001, 0.013);
+        live.record(&o, &t);
+        assert!((live.catch_up_s_per_token().unwrap() - 0.001).abs() < 1e-12);
+        assert_eq!(live.switch_cost(), 0.0, "in sync after drafting");
+        // Steady steps measure the pass: 3 ms.
+        for _ in 0..3 {
+            let (o, t) = chain(2, 2, 0.006, 0.013);
+            live.record(&o, &t);
+        }
+        assert_eq!(live.draft_pass_s(), Some(0.003));
+        assert_eq!(live.target_s(3), Some(0.013));
+        let model = live.cost_model().unwrap();
+        assert!((model.draft_per_pass - 0.3).abs() < 1e-12);
+        assert!((model.verify.cost(3) - 1.3).abs() < 1e-12);
+        // Three plain steps later the drafter is out of sync again.
+        for _ in 0..3 {
+            let (o, t) = plain(0.010);
+            live.record(&o, &t);
+        }
+        assert_eq!(live.unsynced_tokens(), 4);
+        assert!((live.switch_cost() - 4.0 * 0.001 / 0.010).abs() < 1e-12);
+    }
+}
