@@ -53,6 +53,12 @@ use crate::engine::{Request, StopRule};
 use crate::error::{HarnessError, Result};
 use crate::policies::policy_for;
 
+/// The acceptance-by-rank vector the `sequoia` drafter plans its tree from.
+pub const SEQUOIA_ALPHAS: [f64; 7] = [0.7, 0.15, 0.07, 0.04, 0.02, 0.01, 0.01];
+
+/// The depth limit of the `sequoia` drafter's tree.
+pub const SEQUOIA_MAX_DEPTH: usize = 8;
+
 /// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
 const KV_TOKENS_PER_SEQUENCE: usize = 2048;
 
@@ -237,8 +243,12 @@ impl ModelSet<'_> {
     }
 }
 
-/// Median seconds of a forward of `n` chained tokens after a 32-token prefix (3 runs).
-fn time_forward(model: &mut LlamaModel, n: usize) -> Result<f64> {
+/// Median seconds of a forward of `n` chained tokens after a 32-token prefix (3 runs): one
+/// point of a model's cost curve over tokens per pass.
+///
+/// # Errors
+/// The model's errors (no free sequence, KV capacity).
+pub fn time_forward(model: &mut LlamaModel, n: usize) -> Result<f64> {
     let seq = model.new_sequence()?;
     let result = (|| -> Result<f64> {
         let prefix: Vec<u32> = (0..32u32).map(|i| 100 + i).collect();
@@ -364,8 +374,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         }
         DrafterConfig::Sequoia { nodes } => {
             let name = models.named_draft(method)?;
-            let alphas = [0.7, 0.15, 0.07, 0.04, 0.02, 0.01, 0.01];
-            let shape = sequoia_tree(&alphas, *nodes, 8)?.shape;
+            let shape = sequoia_tree(&SEQUOIA_ALPHAS, *nodes, SEQUOIA_MAX_DEPTH)?.shape;
             let mut model = models.draft_model(&name)?;
             let ratio = models.draft_cost(&mut model, needs_cost)?;
             let lm = models.lm_ranked(model);
