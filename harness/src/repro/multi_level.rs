@@ -27,12 +27,12 @@ pub struct MultiLevelParams {
 }
 
 impl MultiLevelParams {
-    /// The size of the note: 5 HumanEval prompts × 64 tokens, greedy, K = 4.
+    /// The size of the note: 3 HumanEval prompts × 48 tokens, greedy, K = 4.
     pub fn full() -> Self {
         MultiLevelParams {
             size: RealSize {
-                prompts: 5,
-                max_tokens: 64,
+                prompts: 3,
+                max_tokens: 48,
             },
             k: 4,
             temperature: 0.0,

@@ -122,8 +122,8 @@ pub struct TreeScalingParams {
 }
 
 impl TreeScalingParams {
-    /// The note's size: budgets 4..64, 20 000 steps, measured on 6 prompts × 96 tokens, checked
-    /// on 4 prompts × 48 tokens at budgets 4 and 16.
+    /// The note's size: budgets 4..64, 20 000 steps, measured on 4 prompts × 64 tokens, checked
+    /// on 2 prompts × 32 tokens at budgets 4 and 16.
     pub fn full() -> Self {
         TreeScalingParams {
             budgets: vec![4, 8, 16, 32, 64],
@@ -132,12 +132,12 @@ impl TreeScalingParams {
             seed: 2024,
             measure: Some(TreeMeasureSize {
                 measure: RealSize {
-                    prompts: 6,
-                    max_tokens: 96,
+                    prompts: 4,
+                    max_tokens: 64,
                 },
                 check: RealSize {
-                    prompts: 4,
-                    max_tokens: 48,
+                    prompts: 2,
+                    max_tokens: 32,
                 },
                 check_budgets: vec![4, 16],
             }),
