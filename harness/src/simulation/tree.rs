@@ -135,7 +135,7 @@ impl TreeAcceptance {
     }
 }
 
-const PROBABILITY_SALT: u64 = 0x5EED_0F_9B0B_AB17;
+const PROBABILITY_SALT: u64 = 0x005E_ED0F_9B0B_AB17;
 const DECISION_SALT: u64 = 0xDEC1_510B_A5E5_0001;
 
 /// One step's node probabilities and accept decisions (see [`TreeAcceptance::world`]). Shapes
