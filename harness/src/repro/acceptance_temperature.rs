@@ -28,14 +28,14 @@ pub struct TemperatureParams {
 }
 
 impl TemperatureParams {
-    /// The size of the note: T ∈ {0, 0.3, 0.6, 1.0}, 2 prompts × 48 tokens (about 7 minutes on
-    /// a loaded 2-core CPU).
+    /// The size of the note: T ∈ {0, 0.3, 0.6, 1.0}, 2 prompts × 32 tokens (minutes on a loaded
+    /// 2-core CPU).
     pub fn full() -> Self {
         TemperatureParams {
             temperatures: vec![0.0, 0.3, 0.6, 1.0],
             size: RealSize {
                 prompts: 2,
-                max_tokens: 48,
+                max_tokens: 32,
             },
             k: 4,
         }

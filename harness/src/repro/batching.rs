@@ -61,7 +61,7 @@ pub struct BatchingParams {
 
 impl BatchingParams {
     /// The note's size: batches 1, 2, 4, 8, 16, 64 requests × 128 tokens; real runs at batch 1
-    /// and 4 on 4 prompts × 24 tokens.
+    /// and 4 on 4 prompts × 16 tokens.
     pub fn full() -> Self {
         BatchingParams {
             batches: vec![1, 2, 4, 8, 16],
@@ -72,7 +72,7 @@ impl BatchingParams {
             real: Some(BatchCheck {
                 size: RealSize {
                     prompts: 4,
-                    max_tokens: 24,
+                    max_tokens: 16,
                 },
                 batches: vec![1, 4],
             }),

@@ -27,12 +27,12 @@ pub struct MultiLevelParams {
 }
 
 impl MultiLevelParams {
-    /// The size of the note: 3 HumanEval prompts × 48 tokens, greedy, K = 4.
+    /// The size of the note: 2 HumanEval prompts × 32 tokens, greedy, K = 4.
     pub fn full() -> Self {
         MultiLevelParams {
             size: RealSize {
-                prompts: 3,
-                max_tokens: 48,
+                prompts: 2,
+                max_tokens: 32,
             },
             k: 4,
             temperature: 0.0,
