@@ -170,7 +170,7 @@ pub struct RankMeasurement {
     pub rank0_by_depth: Vec<f64>,
     /// Acceptance of rank r given ranks < r missed, r = 0..8, pooled over positions.
     pub rank_conditional: Vec<f64>,
-    /// Mean and variance of the draft's top-1 probability.
+    /// Mean of the draft's top-1 probability.
     pub top1_mean: f64,
     /// Variance of the draft's top-1 probability.
     pub top1_var: f64,
