@@ -4,22 +4,32 @@
 //! **Activations** ([`Q8Activations`]): each token's row is cut into blocks of 256; a block with
 //! `amax = max |x|` gets the scale `d = amax / 127` and quants `q = round(x · (127 / amax))`
 //! (f32 arithmetic, rounding half away from zero, clamped to ±127; an all-zero block has
-//! `d = 0, q = 0`), plus the sums of its quants over each 16-element group. This loses precision
-//! against the exact f32 path ([`super::quant_matmul`]): each activation moves by at most
-//! `d / 2`, so a dot product moves by at most `Σ_blocks d_b / 2 · Σ_i |w_i|`. That is the
-//! difference between llama.cpp's logits and an f32 reference.
+//! `d = 0, q = 0`), plus the sums of its quants over each 16-element group (`gs_0 .. gs_15`).
+//! This loses precision against the exact f32 path ([`super::quant_matmul`]): each activation
+//! moves by at most `d / 2`, so a dot product moves by at most `Σ_blocks d_b / 2 · Σ_i |w_i|`.
+//! That is the difference between llama.cpp's logits and an f32 reference.
 //!
-//! **Integer core**: per 256-element super-block the weight quants meet the activation quants
-//! in exact 32-bit integer arithmetic (Q4_K: `isum = Σ_j sc_j Σ_{i∈j} q_i a_i` and
-//! `msum = Σ_j m_j Σ_{i∈j} a_i`; Q6_K: `isum = Σ_k sc_k Σ_{i∈k} (q_i − 32) a_i`). Integer sums do
-//! not depend on order, so the AVX-512, AVX2 and portable kernels produce the same integers.
+//! **Integer core, in eight lanes.** Within a 256-element super-block, element `i` belongs to
+//! lane `l(i) = (i mod 32) / 4` (so each lane sees four consecutive elements of every 32-run:
+//! the natural output of `vpmaddubsw` + `vpmaddwd` on 32 elements). Per super-block and lane the
+//! weight quants meet the activation quants in exact 32-bit integer arithmetic:
+//! - Q4_K (sub-block `j` = elements `32j .. 32j+32`, scale `sc_j`, min `m_j`):
+//!   `isum_l = Σ_j sc_j Σ_{i∈j, l(i)=l} q_i a_i` and `msum_l = m_l · (gs_{2l} + gs_{2l+1})`;
+//! - Q6_K (group `k` = elements `16k .. 16k+16`, signed scale `sc_k`, quants `q ∈ 0..64` with
+//!   offset 32): `isum_l = Σ_k sc_k Σ_{i∈k, l(i)=l} q_i a_i − 32 (sc_{2l} gs_{2l} + sc_{2l+1} gs_{2l+1})`.
 //!
-//! **Float accumulation order** (one token, one row): `acc = 0`, then for each super-block in
-//! order `acc = acc + ((d·da)·isum − (dmin·da)·msum)` (Q4_K) or `acc = acc + (d·da)·isum`
-//! (Q6_K), every product and difference rounded to f32 (no fused multiply-add), `d`/`dmin` the
-//! block's f16 scales and `da` the activation block's scale. The result depends only on the
-//! token's activations and the weight row: batch-invariant, thread-split-invariant and
-//! bit-identical on every [`SimdLevel`].
+//! Integer sums do not depend on order, so the AVX-512, AVX2 and portable kernels produce the
+//! same integers; no horizontal reduction happens inside the block loop.
+//!
+//! **Float accumulation order** (one token, one row): eight f32 lanes `acc_l = 0`; for each
+//! super-block in order, with `d`/`dmin` the block's f16 scales and `da` the activation block's
+//! scale, `dd = d·da` and `ndm = −(dmin·da)` (rounded f32 products):
+//! Q4_K `acc_l = fma(dd, isum_l, acc_l)` then `acc_l = fma(ndm, msum_l, acc_l)`;
+//! Q6_K `acc_l = fma(dd, isum_l, acc_l)` (fused multiply-adds, integers converted exactly to
+//! f32 — they stay far below 2^24). At the end of the row the lanes are folded
+//! `h_k = acc_k + acc_{k+4}` (k < 4), `p_k = h_k + h_{k+2}` (k < 2), `result = p_0 + p_1`.
+//! The result depends only on the token's activations and the weight row: batch-invariant,
+//! thread-split-invariant and bit-identical on every [`SimdLevel`]. The CUDA port follows it.
 
 #[cfg(test)]
 use super::dequant::k_scale_min;
@@ -32,6 +42,10 @@ use crate::error::{KernelError, Result};
 pub const Q8_BLOCK: usize = 256;
 /// Elements per activation group sum.
 const GROUP: usize = 16;
+/// Group sums per activation block.
+const GROUPS: usize = Q8_BLOCK / GROUP;
+/// Float accumulator lanes per output element (see the module docs).
+pub const ACC_LANES: usize = 8;
 
 /// Whether [`quant_matmul_int8`] accepts weights of this type (Q4_K and Q6_K).
 pub fn int8_supported(ty: QuantType) -> bool {
@@ -44,9 +58,12 @@ pub fn int8_supported(ty: QuantType) -> bool {
 pub struct Q8Activations {
     n_tokens: usize,
     cols: usize,
+    /// `[n_tokens × cols / 256]` block scales.
     scales: Vec<f32>,
+    /// `[n_tokens × cols]` quants.
     quants: Vec<i8>,
-    group_sums: Vec<i32>,
+    /// `[n_tokens × cols / 16]` sums of the quants of each 16-element group (|sum| ≤ 2032).
+    group_sums: Vec<i16>,
 }
 
 impl Q8Activations {
@@ -73,23 +90,21 @@ impl Q8Activations {
         }
         let mut scales = Vec::with_capacity(x.len() / Q8_BLOCK);
         let mut quants = vec![0i8; x.len()];
-        let mut group_sums = Vec::with_capacity(x.len() / GROUP);
-        for (xb, qb) in x
+        let mut group_sums = vec![0i16; x.len() / GROUP];
+        #[cfg(target_arch = "x86_64")]
+        let simd = SimdLevel::detect() == SimdLevel::Avx512;
+        for ((xb, qb), sb) in x
             .chunks_exact(Q8_BLOCK)
             .zip(quants.chunks_exact_mut(Q8_BLOCK))
+            .zip(group_sums.chunks_exact_mut(GROUPS))
         {
-            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            if amax > 0.0 {
-                let inv = 127.0 / amax;
-                for (q, &v) in qb.iter_mut().zip(xb) {
-                    *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
-                }
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // SAFETY: `detect()` found AVX-512 F/BW/VL on this CPU.
+                scales.push(unsafe { avx512::quantize_block(xb, qb, sb) });
+                continue;
             }
-            scales.push(amax / 127.0);
-            group_sums.extend(
-                qb.chunks_exact(GROUP)
-                    .map(|g| g.iter().map(|&q| i32::from(q)).sum::<i32>()),
-            );
+            scales.push(quantize_block(xb, qb, sb));
         }
         Ok(Self {
             n_tokens,
@@ -117,20 +132,86 @@ impl Q8Activations {
             .collect()
     }
 
+    /// Token `t`'s activation blocks, in order.
+    fn token(&self, t: usize) -> TokenBlocks<'_> {
+        let blocks = self.cols / Q8_BLOCK;
+        TokenBlocks {
+            scales: &self.scales[t * blocks..(t + 1) * blocks],
+            quants: &self.quants[t * self.cols..(t + 1) * self.cols],
+            group_sums: &self.group_sums[t * blocks * GROUPS..(t + 1) * blocks * GROUPS],
+        }
+    }
+}
+
+/// Quantises one block of [`Q8_BLOCK`] finite values into `quants` and the 16-element
+/// `group_sums` (module docs), returning its scale. The reference for the SIMD version.
+fn quantize_block(x: &[f32], quants: &mut [i8], group_sums: &mut [i16]) -> f32 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if amax > 0.0 {
+        let inv = 127.0 / amax;
+        for (q, &v) in quants.iter_mut().zip(x) {
+            *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
+        }
+    } else {
+        quants.fill(0);
+    }
+    for (sum, g) in group_sums.iter_mut().zip(quants.chunks_exact(GROUP)) {
+        *sum = g.iter().map(|&q| i16::from(q)).sum();
+    }
+    amax / 127.0
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+#[test]
+fn simd_quantisation_equals_the_reference_including_ties() {
+    if SimdLevel::detect() != SimdLevel::Avx512 {
+        return;
+    }
+    let mut rng = super::testutil::TestRng(7);
+    for case in 0..64 {
+        let x: Vec<f32> = match case % 4 {
+            // amax = 127 makes inv = 1: exact halves, the rounding ties
+            0 => (0..256)
+                .map(|i| {
+                    if i == 0 {
+                        127.0
+                    } else {
+                        (i % 255) as f32 - 127.5
+                    }
+                })
+                .collect(),
+            1 => vec![0.0; 256],
+            _ => (0..256).map(|_| rng.uniform(-4.0, 4.0)).collect(),
+        };
+        let (mut q_ref, mut s_ref) = (vec![0i8; 256], vec![0i16; 16]);
+        let (mut q_simd, mut s_simd) = (vec![1i8; 256], vec![1i16; 16]);
+        let d_ref = quantize_block(&x, &mut q_ref, &mut s_ref);
+        // SAFETY: AVX-512 was detected above.
+        let d_simd = unsafe { avx512::quantize_block(&x, &mut q_simd, &mut s_simd) };
+        assert_eq!(
+            (d_ref.to_bits(), &q_ref, &s_ref),
+            (d_simd.to_bits(), &q_simd, &s_simd),
+            "case {case}"
+        );
+    }
+}
+
+/// One token's quantised activations (`blocks = cols / 256` blocks).
+#[derive(Clone, Copy)]
+struct TokenBlocks<'a> {
+    scales: &'a [f32],
+    quants: &'a [i8],
+    group_sums: &'a [i16],
+}
+
+impl TokenBlocks<'_> {
     #[inline(always)]
-    fn block_index(&self, token: usize, block: usize) -> usize {
-        token * (self.cols / Q8_BLOCK) + block
+    fn quants(&self, block: usize) -> &[i8] {
+        &self.quants[block * Q8_BLOCK..(block + 1) * Q8_BLOCK]
     }
     #[inline(always)]
-    fn block_quants(&self, token: usize, block: usize) -> &[i8] {
-        let b = self.block_index(token, block);
-        &self.quants[b * Q8_BLOCK..(b + 1) * Q8_BLOCK]
-    }
-    #[inline(always)]
-    fn block_sums(&self, token: usize, block: usize) -> &[i32] {
-        let b = self.block_index(token, block);
-        let per = Q8_BLOCK / GROUP;
-        &self.group_sums[b * per..(b + 1) * per]
+    fn sums(&self, block: usize) -> &[i16] {
+        &self.group_sums[block * GROUPS..(block + 1) * GROUPS]
     }
 }
 
@@ -185,7 +266,7 @@ pub fn quant_matmul_int8_with(
             }
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx2 => {
-                // SAFETY: `level.ensure_available()` succeeded: AVX2 is present.
+                // SAFETY: `level.ensure_available()` succeeded: AVX2 and FMA are present.
                 unsafe { avx2::rows(w, acts, first_row, chunk) }
             }
             _ => rows_generic::<SCALAR>(w, acts, first_row, chunk),
@@ -194,7 +275,7 @@ pub fn quant_matmul_int8_with(
     Ok(())
 }
 
-/// Integer-kernel selector for [`rows_generic`].
+/// Kernel selector for [`rows_generic`]: portable.
 const SCALAR: u8 = 0;
 /// AVX2 kernels (only inside [`avx2::rows`]).
 #[cfg(target_arch = "x86_64")]
@@ -203,7 +284,7 @@ const AVX2: u8 = 1;
 #[cfg(target_arch = "x86_64")]
 const AVX512: u8 = 2;
 
-/// Rows `first_row ..` into `out` (`[rows × n_tokens]`); `K` selects the integer kernels.
+/// Rows `first_row ..` into `out` (`[rows × n_tokens]`); `K` selects the kernels.
 #[inline(always)]
 fn rows_generic<const K: u8>(
     w: &QuantMatrix<'_>,
@@ -212,65 +293,74 @@ fn rows_generic<const K: u8>(
     out: &mut [f32],
 ) {
     let n = acts.n_tokens;
+    let ty = w.quant_type();
     for (i, out_row) in out.chunks_exact_mut(n).enumerate() {
         let row = w.row(first_row + i);
-        for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
-            let sums = row_dot::<K, G>(w.quant_type(), row, acts, t);
+        for_token_groups!(n, [1, 2, 3, 4], t, G => {
+            let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
+            let sums = match (K, ty) {
+                // SAFETY: K == AVX512 only inside `avx512::rows`, reached after the CPU check;
+                // the activations have the row's block count (checked by the caller).
+                #[cfg(target_arch = "x86_64")]
+                (AVX512, QuantType::Q4_K) => unsafe { avx512::q4k_row::<G>(row, tokens) },
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                (AVX512, _) => unsafe { avx512::q6k_row::<G>(row, tokens) },
+                // SAFETY: K == AVX2 only inside `avx2::rows`, reached after the CPU check.
+                #[cfg(target_arch = "x86_64")]
+                (AVX2, QuantType::Q4_K) => unsafe { avx2::q4k_row::<G>(row, tokens) },
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                (AVX2, _) => unsafe { avx2::q6k_row::<G>(row, tokens) },
+                _ => scalar_row::<G>(ty, row, tokens),
+            };
             out_row[t..t + G].copy_from_slice(&sums);
         });
     }
 }
 
-/// Dot products of one weight row with tokens `t0 .. t0 + G` (float order: module docs).
+/// The lane fold at the end of a row (module docs).
 #[inline(always)]
-fn row_dot<const K: u8, const G: usize>(
-    ty: QuantType,
-    row: &[u8],
-    acts: &Q8Activations,
-    t0: usize,
-) -> [f32; G] {
-    let mut acc = [0.0f32; G];
+fn fold_lanes(acc: [f32; ACC_LANES]) -> f32 {
+    let h = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+/// The portable kernel: one row against `G` tokens, lane by lane as the module docs define.
+fn scalar_row<const G: usize>(ty: QuantType, row: &[u8], tokens: [TokenBlocks<'_>; G]) -> [f32; G] {
+    let mut acc = [[0.0f32; ACC_LANES]; G];
     for (sb, block) in row.chunks_exact(ty.block_bytes()).enumerate() {
-        let a: [&[i8]; G] = std::array::from_fn(|g| acts.block_quants(t0 + g, sb));
-        let s: [&[i32]; G] = std::array::from_fn(|g| acts.block_sums(t0 + g, sb));
-        let da: [f32; G] = std::array::from_fn(|g| acts.scales[acts.block_index(t0 + g, sb)]);
-        if ty == QuantType::Q4_K {
-            let (d, dmin) = (le_f16(block, 0), le_f16(block, 2));
-            let (isums, msums) = match K {
-                // SAFETY: K == AVX512 only inside `avx512::rows`, reached after the CPU check.
-                #[cfg(target_arch = "x86_64")]
-                AVX512 => unsafe { avx512::q4k::<G>(block, a, s) },
-                // SAFETY: K == AVX2 only inside `avx2::rows`, reached after the CPU check.
-                #[cfg(target_arch = "x86_64")]
-                AVX2 => unsafe { avx2::q4k::<G>(block, a, s) },
-                _ => q4k_scalar::<G>(block, a, s),
-            };
-            for g in 0..G {
-                acc[g] += (d * da[g]) * isums[g] as f32 - (dmin * da[g]) * msums[g] as f32;
-            }
-        } else {
-            let d = le_f16(block, 208);
-            let isums = match K {
-                // SAFETY: as above.
-                #[cfg(target_arch = "x86_64")]
-                AVX512 => unsafe { avx512::q6k::<G>(block, a, s) },
-                // SAFETY: as above.
-                #[cfg(target_arch = "x86_64")]
-                AVX2 => unsafe { avx2::q6k::<G>(block, a, s) },
-                _ => q6k_scalar::<G>(block, a, s),
-            };
-            for g in 0..G {
-                acc[g] += (d * da[g]) * isums[g] as f32;
+        for (lanes, tok) in acc.iter_mut().zip(&tokens) {
+            let (a, gs, da) = (tok.quants(sb), tok.sums(sb), tok.scales[sb]);
+            if ty == QuantType::Q4_K {
+                let (isum, msum) = q4k_lanes(block, a, gs);
+                let dd = le_f16(block, 0) * da;
+                let ndm = -(le_f16(block, 2) * da);
+                for l in 0..ACC_LANES {
+                    lanes[l] = dd.mul_add(isum[l] as f32, lanes[l]);
+                    lanes[l] = ndm.mul_add(msum[l] as f32, lanes[l]);
+                }
+            } else {
+                let isum = q6k_lanes(block, a, gs);
+                let dd = le_f16(block, 208) * da;
+                for l in 0..ACC_LANES {
+                    lanes[l] = dd.mul_add(isum[l] as f32, lanes[l]);
+                }
             }
         }
     }
-    acc
+    acc.map(fold_lanes)
 }
 
 /// The six-bit scales and mins of a Q4_K block, unpacked a 32-bit word at a time (the same
-/// values as [`k_scale_min`], without per-element branches).
+/// values as [`k_scale_min`], without per-element branches), each as 8 bytes.
 #[inline(always)]
-fn q4k_scales_mins(block: &[u8]) -> ([u8; 8], [u8; 8]) {
+fn q4k_scales_mins(block: &[u8]) -> (u64, u64) {
     let word =
         |i: usize| u32::from_le_bytes([block[4 + i], block[5 + i], block[6 + i], block[7 + i]]);
     let (w0, w1, w2) = (word(0), word(4), word(8));
@@ -278,76 +368,56 @@ fn q4k_scales_mins(block: &[u8]) -> ([u8; 8], [u8; 8]) {
     let (nib, top2) = (0x0f0f_0f0f, 0x3030_3030);
     let sc_hi = (w2 & nib) | ((w0 >> 2) & top2);
     let m_hi = ((w2 >> 4) & nib) | ((w1 >> 2) & top2);
-    let join = |lo: u32, hi: u32| (u64::from(lo) | (u64::from(hi) << 32)).to_le_bytes();
+    let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
     (join(w0 & low6, sc_hi), join(w1 & low6, m_hi))
 }
 
-/// `msum = Σ_j m_j Σ_{i∈j} a_i` from the 16-element group sums `s`.
+/// Q4_K integer lanes of one super-block (`block` = 144 bytes, `a` = 256 activation quants,
+/// `gs` = their 16 group sums): `(isum, msum)` as the module docs define.
 #[inline(always)]
-fn q4k_msum(m: &[u8; 8], s: &[i32]) -> i32 {
-    (0..8)
-        .map(|j| i32::from(m[j]) * (s[2 * j] + s[2 * j + 1]))
-        .sum()
-}
-
-/// The Q6_K offset term `32 · Σ_k sc_k Σ_{i∈k} a_i` from the group sums `s`.
-#[inline(always)]
-fn q6k_offset(block: &[u8], s: &[i32]) -> i32 {
-    32 * (0..16)
-        .map(|k| i32::from(block[192 + k] as i8) * s[k])
-        .sum::<i32>()
-}
-
-/// Q4_K integer core per token: `(isum, msum)` with `isum = Σ_j sc_j Σ_{i∈j} q_i a_i`
-/// (`block` = the 144-byte block, `a` the activation quants, `s` their group sums).
-#[inline(always)]
-fn q4k_scalar<const G: usize>(block: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> ([i32; G], [i32; G]) {
+fn q4k_lanes(block: &[u8], a: &[i8], gs: &[i16]) -> ([i32; ACC_LANES], [i32; ACC_LANES]) {
     let (sc, m) = q4k_scales_mins(block);
+    let (sc, m) = (sc.to_le_bytes(), m.to_le_bytes());
     let qs = &block[16..144];
-    let isums = a.map(|a| {
-        let mut total = 0i32;
-        for c in 0..4 {
-            let (mut lo, mut hi) = (0i32, 0i32);
-            for l in 0..32 {
-                lo += i32::from(qs[32 * c + l] & 15) * i32::from(a[64 * c + l]);
-                hi += i32::from(qs[32 * c + l] >> 4) * i32::from(a[64 * c + 32 + l]);
-            }
-            total += i32::from(sc[2 * c]) * lo + i32::from(sc[2 * c + 1]) * hi;
+    let mut isum = [0i32; ACC_LANES];
+    for j in 0..8 {
+        let (chunk, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
+        for i in 0..32 {
+            let q = i32::from((chunk[i] >> shift) & 15);
+            isum[i / 4] += i32::from(sc[j]) * q * i32::from(a[32 * j + i]);
         }
-        total
+    }
+    let msum = std::array::from_fn(|l| {
+        i32::from(m[l]) * (i32::from(gs[2 * l]) + i32::from(gs[2 * l + 1]))
     });
-    (isums, s.map(|s| q4k_msum(&m, s)))
+    (isum, msum)
 }
 
-/// Q6_K integer core per token: `Σ_k sc_k Σ_{i∈k} (q_i − 32) a_i` (`block` = 210 bytes).
+/// Q6_K integer lanes of one super-block (`block` = 210 bytes), as the module docs define.
 #[inline(always)]
-fn q6k_scalar<const G: usize>(block: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> [i32; G] {
-    let mut out = [0i32; G];
-    for g in 0..G {
-        let a = a[g];
-        let mut total = 0i32;
-        for h in 0..2 {
-            let ql = &block[64 * h..64 * h + 64];
-            let qh = &block[128 + 32 * h..128 + 32 * h + 32];
-            let mut part = [0i32; 8];
-            for l in 0..32 {
-                let q = [
-                    (ql[l] & 15) | ((qh[l] & 3) << 4),
-                    (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4),
-                    (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                    (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
-                ];
-                for (i, &qi) in q.iter().enumerate() {
-                    part[2 * i + l / 16] += i32::from(qi) * i32::from(a[128 * h + 32 * i + l]);
-                }
-            }
-            for (k, p) in part.iter().enumerate() {
-                total += i32::from(block[192 + 8 * h + k] as i8) * p;
+fn q6k_lanes(block: &[u8], a: &[i8], gs: &[i16]) -> [i32; ACC_LANES] {
+    let sc = |k: usize| i32::from(block[192 + k] as i8);
+    let mut isum = [0i32; ACC_LANES];
+    for h in 0..2 {
+        let ql = &block[64 * h..64 * h + 64];
+        let qh = &block[128 + 32 * h..128 + 32 * h + 32];
+        for l in 0..32 {
+            let q = [
+                (ql[l] & 15) | ((qh[l] & 3) << 4),
+                (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4),
+                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
+            ];
+            for (run, &qi) in q.iter().enumerate() {
+                let i = 128 * h + 32 * run + l;
+                isum[l / 4] += sc(i / 16) * i32::from(qi) * i32::from(a[i]);
             }
         }
-        out[g] = total - q6k_offset(block, s[g]);
     }
-    out
+    for (l, lane) in isum.iter_mut().enumerate() {
+        *lane -= 32 * (sc(2 * l) * i32::from(gs[2 * l]) + sc(2 * l + 1) * i32::from(gs[2 * l + 1]));
+    }
+    isum
 }
 
 #[cfg(test)]
@@ -357,6 +427,7 @@ fn word_wise_k_scales_match_the_definition() {
     for _ in 0..200 {
         let block: Vec<u8> = (0..16).map(|_| rng.next_u64() as u8).collect();
         let (sc, m) = q4k_scales_mins(&block);
+        let (sc, m) = (sc.to_le_bytes(), m.to_le_bytes());
         for j in 0..8 {
             assert_eq!(
                 (sc[j], m[j]),
@@ -369,17 +440,18 @@ fn word_wise_k_scales_match_the_definition() {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    //! The AVX2 integer kernels (`vpmaddubsw` u8×i8 pair sums, `vpmaddwd` by the sub-block
-    //! scale), giving exactly the scalar kernels' integers.
+    //! The AVX2 kernels: `vpmaddubsw` u8×i8 pair sums and `vpmaddwd` by the scale give each
+    //! 32-run's eight lanes directly; lanes accumulate in registers across the super-block.
 
-    use super::{q4k_msum, q4k_scales_mins, q6k_offset, rows_generic, Q8Activations, QuantMatrix};
+    use super::{fold_lanes, q4k_scales_mins, rows_generic, Q8Activations, QuantMatrix};
+    use super::{TokenBlocks, ACC_LANES};
     use std::arch::x86_64::*;
 
     /// [`rows_generic`] compiled for AVX2.
     ///
     /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn rows(
         w: &QuantMatrix<'_>,
         acts: &Q8Activations,
@@ -389,7 +461,7 @@ mod avx2 {
         rows_generic::<{ super::AVX2 }>(w, acts, first_row, out)
     }
 
-    /// Loads 32 bytes from `s[at..at + 32]` (bounds checked).
+    /// Loads 32 bytes from `s[at..at + 32 / size_of::<T>()]` (bounds checked).
     #[inline]
     #[target_feature(enable = "avx2")]
     fn load<T>(s: &[T], at: usize) -> __m256i {
@@ -398,119 +470,212 @@ mod avx2 {
         unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
     }
 
+    /// The two f16 values at `block[at..at + 4]` as f32 (exact conversion); a missing second
+    /// value (the block ends after the first) reads as zero.
     #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn f16_pair(block: &[u8], at: usize) -> (f32, f32) {
+        let byte = |i: usize| block.get(at + i).copied().unwrap_or(0);
+        let bits = u32::from_le_bytes([byte(0), byte(1), byte(2), byte(3)]);
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
     }
 
-    /// As `q4k_scalar`.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
+    /// Folds eight lanes in the module's order.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn q4k<const G: usize>(
-        block: &[u8],
-        a: [&[i8]; G],
-        s: [&[i32]; G],
-    ) -> ([i32; G], [i32; G]) {
-        let (sc, m) = q4k_scales_mins(block);
-        let qs = &block[16..144];
+    pub(super) fn fold(v: __m256) -> f32 {
+        let mut lanes = [0.0f32; ACC_LANES];
+        // SAFETY: `lanes` is 32 writable bytes; unaligned stores are allowed.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+        fold_lanes(lanes)
+    }
+
+    /// Q4_K row against `G` tokens (module docs).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4k_row<const G: usize>(
+        row: &[u8],
+        tokens: [TokenBlocks<'_>; G],
+    ) -> [f32; G] {
         let mask = _mm256_set1_epi8(15);
-        let mut acc = [_mm256_setzero_si256(); G];
-        for c in 0..4 {
-            let q4 = load(qs, 32 * c);
-            let lo = _mm256_and_si256(q4, mask);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), mask);
-            let s_lo = _mm256_set1_epi16(i16::from(sc[2 * c]));
-            let s_hi = _mm256_set1_epi16(i16::from(sc[2 * c + 1]));
-            for g in 0..G {
-                let p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load(a[g], 64 * c)), s_lo);
-                let p_hi =
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load(a[g], 64 * c + 32)), s_hi);
-                acc[g] = _mm256_add_epi32(acc[g], _mm256_add_epi32(p_lo, p_hi));
-            }
-        }
-        let mut isums = [0i32; G];
-        for (t, &v) in isums.iter_mut().zip(&acc) {
-            *t = hsum(v);
-        }
-        (isums, s.map(|s| q4k_msum(&m, s)))
-    }
-
-    /// As `q6k_scalar`.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn q6k<const G: usize>(b: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> [i32; G] {
-        let m4 = _mm256_set1_epi8(15);
-        let m30 = _mm256_set1_epi8(0x30);
-        let mut acc = [_mm256_setzero_si256(); G];
-        for h in 0..2 {
-            let ql0 = load(b, 64 * h);
-            let ql1 = load(b, 64 * h + 32);
-            let qh = load(b, 128 + 32 * h);
-            // the four 32-element runs of this half, as unsigned 6-bit values
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(ql0, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                    _mm256_and_si256(qh, m30),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                ),
-            ];
-            for (i, &qi) in q.iter().enumerate() {
-                let k = 192 + 8 * h + 2 * i;
-                // low 128 bits hold elements 0..16 (scale k), high 128 bits 16..32 (scale k+1)
-                let scale = _mm256_set_m128i(
-                    _mm_set1_epi16(i16::from(b[k + 1] as i8)),
-                    _mm_set1_epi16(i16::from(b[k] as i8)),
-                );
-                for g in 0..G {
-                    let p = _mm256_maddubs_epi16(qi, load(a[g], 128 * h + 32 * i));
-                    acc[g] = _mm256_add_epi32(acc[g], _mm256_madd_epi16(p, scale));
+        let mut acc = [_mm256_setzero_ps(); G];
+        for (sb, block) in row.chunks_exact(144).enumerate() {
+            let (d, dmin) = f16_pair(block, 0);
+            let (sc, m) = q4k_scales_mins(block);
+            // the eight scales as i16, repeated in both 128-bit halves
+            let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            let m8 = _mm_cvtsi64_si128(m as i64);
+            let m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+            let mut isum = [_mm256_setzero_si256(); G];
+            for c in 0..4 {
+                let q4 = load(block, 16 + 32 * c);
+                let halves = [
+                    _mm256_and_si256(q4, mask),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(q4), mask),
+                ];
+                for (half, &wq) in halves.iter().enumerate() {
+                    let j = (2 * c + half) as i8;
+                    let idx = _mm256_setr_epi8(
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                        2 * j,
+                        2 * j + 1,
+                    );
+                    let scale = _mm256_shuffle_epi8(sc16, idx);
+                    for g in 0..G {
+                        let a = load(tokens[g].quants(sb), 32 * j as usize);
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, a), scale);
+                        isum[g] = _mm256_add_epi32(isum[g], p);
+                    }
                 }
             }
+            for g in 0..G {
+                let da = tokens[g].scales[sb];
+                let msum = _mm256_madd_epi16(load(tokens[g].sums(sb), 0), m16);
+                acc[g] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(isum[g]), acc[g]);
+                acc[g] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(-(dmin * da)),
+                    _mm256_cvtepi32_ps(msum),
+                    acc[g],
+                );
+            }
         }
-        let mut isums = [0i32; G];
-        for g in 0..G {
-            isums[g] = hsum(acc[g]) - q6k_offset(b, s[g]);
+        acc.map(|v| fold(v))
+    }
+
+    /// Q6_K row against `G` tokens (module docs).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q6k_row<const G: usize>(
+        row: &[u8],
+        tokens: [TokenBlocks<'_>; G],
+    ) -> [f32; G] {
+        let m4 = _mm256_set1_epi8(15);
+        let m30 = _mm256_set1_epi8(0x30);
+        let mut acc = [_mm256_setzero_ps(); G];
+        for (sb, b) in row.chunks_exact(210).enumerate() {
+            let (d, _) = f16_pair(b, 208);
+            let sc_bytes = &b[192..208];
+            // SAFETY: 16 readable bytes; unaligned loads are allowed.
+            let sc128 = unsafe { _mm_loadu_si128(sc_bytes.as_ptr().cast()) };
+            let mut isum = [_mm256_setzero_si256(); G];
+            for h in 0..2 {
+                let ql0 = load(b, 64 * h);
+                let ql1 = load(b, 64 * h + 32);
+                let qh = load(b, 128 + 32 * h);
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql0, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(ql1, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                        _mm256_and_si256(qh, m30),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                    ),
+                ];
+                for (run, &qr) in q.iter().enumerate() {
+                    // elements 0..16 of the run use scale k, 16..32 scale k + 1
+                    let k = (8 * h + 2 * run) as i8;
+                    let idx = _mm_setr_epi8(
+                        k,
+                        k,
+                        k,
+                        k,
+                        k,
+                        k,
+                        k,
+                        k,
+                        k + 1,
+                        k + 1,
+                        k + 1,
+                        k + 1,
+                        k + 1,
+                        k + 1,
+                        k + 1,
+                        k + 1,
+                    );
+                    let scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc128, idx));
+                    for g in 0..G {
+                        let a = load(tokens[g].quants(sb), 128 * h + 32 * run);
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qr, a), scale);
+                        isum[g] = _mm256_add_epi32(isum[g], p);
+                    }
+                }
+            }
+            let sc16 = _mm256_cvtepi8_epi16(sc128);
+            for g in 0..G {
+                let off =
+                    _mm256_slli_epi32::<5>(_mm256_madd_epi16(load(tokens[g].sums(sb), 0), sc16));
+                let total = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[g], off));
+                acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(d * tokens[g].scales[sb]), total, acc[g]);
+            }
         }
-        isums
+        acc.map(|v| fold(v))
     }
 }
 
 // The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    //! The AVX-512 integer kernels: 64 weight quants per register (`vpmaddubsw` u8×i8 pair
-    //! sums, then `vpdpwssd` by the 16-bit sub-block scales), giving exactly the scalar
-    //! kernels' integers.
+    //! The AVX-512 kernels: 64 weight quants per register (`vpmaddubsw` u8×i8 pair sums, then
+    //! `vpdpwssd` by the 16-bit scales), two 32-runs per register whose 16 lanes fold to the
+    //! eight of the module docs once per super-block. Weights are decoded once per block and
+    //! reused for every token of the group; activations are read by raw pointer (the caller's
+    //! slices were length-checked).
 
-    use super::{q4k_scales_mins, rows_generic, Q8Activations, QuantMatrix};
+    use super::avx2::{f16_pair, fold};
+    use super::{q4k_scales_mins, rows_generic, Q8Activations, QuantMatrix, TokenBlocks};
     use std::arch::x86_64::*;
 
     /// [`rows_generic`] compiled for AVX-512.
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+    /// The CPU must support AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) unsafe fn rows(
         w: &QuantMatrix<'_>,
         acts: &Q8Activations,
@@ -518,6 +683,76 @@ mod avx512 {
         out: &mut [f32],
     ) {
         rows_generic::<{ super::AVX512 }>(w, acts, first_row, out)
+    }
+
+    /// [`super::quantize_block`], sixteen values at a time: the same scale, quants and sums
+    /// (round half away from zero as truncation plus a ±1 step where the exact remainder is
+    /// at least one half).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW and VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn quantize_block(
+        x: &[f32],
+        quants: &mut [i8],
+        group_sums: &mut [i16],
+    ) -> f32 {
+        let xs: [__m512; 16] = std::array::from_fn(|i| {
+            let v = &x[16 * i..16 * i + 16];
+            // SAFETY: 16 readable f32; unaligned loads are allowed.
+            unsafe { _mm512_loadu_ps(v.as_ptr()) }
+        });
+        let amax = _mm512_reduce_max_ps(xs.iter().fold(_mm512_setzero_ps(), |m, &v| {
+            _mm512_max_ps(m, _mm512_abs_ps(v))
+        }));
+        if amax > 0.0 {
+            let inv = _mm512_set1_ps(127.0 / amax);
+            let (half, one, minus_one, zero) = (
+                _mm512_set1_ps(0.5),
+                _mm512_set1_ps(1.0),
+                _mm512_set1_ps(-1.0),
+                _mm512_setzero_ps(),
+            );
+            let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+            for (i, &v) in xs.iter().enumerate() {
+                let v = _mm512_mul_ps(v, inv);
+                let whole = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+                let rest = _mm512_abs_ps(_mm512_sub_ps(v, whole));
+                let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(v, zero);
+                let step = _mm512_mask_blend_ps(negative, one, minus_one);
+                let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(rest, half);
+                let r = _mm512_min_ps(
+                    _mm512_max_ps(_mm512_mask_add_ps(whole, up, whole, step), lo),
+                    hi,
+                );
+                let qi = _mm512_cvtps_epi32(r);
+                let out = &mut quants[16 * i..16 * i + 16];
+                // SAFETY: `out` is 16 writable bytes; unaligned stores are allowed.
+                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(qi)) };
+                group_sums[i] = _mm512_reduce_add_epi32(qi) as i16;
+            }
+        } else {
+            quants.fill(0);
+            group_sums.fill(0);
+        }
+        amax / 127.0
+    }
+
+    /// Bytes ahead of the current weight block to prefetch: the weights stream from DRAM
+    /// once per product, and a software prefetch this far ahead keeps more requests in flight
+    /// than the hardware prefetchers alone.
+    const PREFETCH_DISTANCE: usize = 2048;
+
+    /// Hints the cache lines `PREFETCH_DISTANCE` bytes after `block`'s start (a hint: an
+    /// address past the matrix is harmless, it is never dereferenced).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn prefetch_ahead(block: &[u8]) {
+        let ahead = block.as_ptr().wrapping_add(PREFETCH_DISTANCE);
+        // Prefetching is a hint that never faults, whatever the address (a safe intrinsic).
+        for line in 0..4 {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line).cast());
+        }
     }
 
     /// Loads 64 bytes from `s[at..]` (bounds checked).
@@ -532,171 +767,199 @@ mod avx512 {
     /// Loads 32 bytes from `s[at..]` (bounds checked).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn load256(s: &[u8], at: usize) -> __m256i {
-        let bytes = &s[at..at + 32];
+    fn load256<T>(s: &[T], at: usize) -> __m256i {
+        let bytes = &s[at..at + 32 / size_of::<T>()];
         // SAFETY: `bytes` spans exactly 32 readable bytes; unaligned loads are allowed.
         unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
     }
 
-    /// `[lo | hi]` as one 512-bit register.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn join(lo: __m256i, hi: __m256i) -> __m512i {
-        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-    }
-
-    /// Horizontal sums of `G` registers (integer sums: any order gives the same value).
+    /// The eight lanes of a 16-lane integer accumulator (two 32-runs) as f32.
     #[inline]
     #[target_feature(enable = "avx512f,avx2")]
-    fn hsums<const G: usize>(v: [__m512i; G]) -> [i32; G] {
-        let mut out = [0i32; G];
-        let fold = |x: __m512i| {
-            let y = _mm256_add_epi32(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64::<1>(x));
-            _mm_add_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
-        };
-        let mut g = 0;
-        // four registers at a time: three `phaddd` give the four totals
-        while g + 4 <= G {
-            let x = [fold(v[g]), fold(v[g + 1]), fold(v[g + 2]), fold(v[g + 3])];
-            let h = _mm_hadd_epi32(_mm_hadd_epi32(x[0], x[1]), _mm_hadd_epi32(x[2], x[3]));
-            let mut four = [0i32; 4];
-            // SAFETY: `four` is 16 writable bytes; unaligned stores are allowed.
-            unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), h) };
-            out[g..g + 4].copy_from_slice(&four);
-            g += 4;
-        }
-        while g < G {
-            out[g] = _mm512_reduce_add_epi32(v[g]);
-            g += 1;
-        }
-        out
+    fn fold16(v: __m512i) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_add_epi32(
+            _mm512_castsi512_si256(v),
+            _mm512_extracti64x4_epi64::<1>(v),
+        ))
     }
 
-    /// As `q4k_scalar`.
+    /// `idx` for `vpermw`: i16 lanes `0..32` take scale `first + lane / per`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn spread(first: i16, per: i16) -> __m512i {
+        let lanes: [i16; 32] = std::array::from_fn(|i| first + i as i16 / per);
+        // SAFETY: `lanes` is 64 readable bytes; unaligned loads are allowed.
+        unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
+    }
+
+    /// Raw pointers to token `g`'s activation block `sb`: quants, group sums, scale.
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI.
+    /// `sb` must be below the tokens' block count (the row and the activations were checked to
+    /// have the same number of columns).
+    #[inline(always)]
+    unsafe fn block_ptrs(tok: &TokenBlocks<'_>, sb: usize) -> (*const i8, *const i16, *const f32) {
+        debug_assert!(sb < tok.scales.len());
+        // SAFETY: `sb < blocks`, so all three offsets stay inside the token's slices.
+        unsafe {
+            (
+                tok.quants.as_ptr().add(sb * super::Q8_BLOCK),
+                tok.group_sums.as_ptr().add(sb * super::GROUPS),
+                tok.scales.as_ptr().add(sb),
+            )
+        }
+    }
+
+    /// Sixteen-lane integer dot products of four 64-element weight registers with a token's
+    /// 256 activation quants at `a`, scaled per 16-bit lane: `Σ_c dpwssd(maddubs(w_c, a_c), s_c)`.
+    /// One token uses two accumulator chains (latency); more tokens interleave instead.
+    ///
+    /// # Safety
+    /// `a` must point to 256 readable bytes; the CPU must support AVX-512 F, BW and VNNI.
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
-    pub(super) unsafe fn q4k<const G: usize>(
-        block: &[u8],
-        a: [&[i8]; G],
-        s: [&[i32]; G],
-    ) -> ([i32; G], [i32; G]) {
-        let (sc, m) = q4k_scales_mins(block);
-        let mask = _mm256_set1_epi8(15);
-        // two independent accumulator chains per token (even and odd c) hide the VNNI latency
-        let mut acc = [[_mm512_setzero_si512(); G]; 2];
-        for c in 0..4 {
-            let q4 = load256(block, 16 + 32 * c);
-            // elements 64c .. 64c+32 (low nibbles) then 64c+32 .. 64c+64 (high nibbles)
-            let w = join(
-                _mm256_and_si256(q4, mask),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(q4), mask),
-            );
-            let scale = join(
-                _mm256_set1_epi16(i16::from(sc[2 * c])),
-                _mm256_set1_epi16(i16::from(sc[2 * c + 1])),
-            );
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn dot4<const G: usize>(
+        wq: &[__m512i; 4],
+        scale: &[__m512i; 4],
+        a: *const i8,
+    ) -> __m512i {
+        // SAFETY: `a .. a + 256` is readable (caller); unaligned loads are allowed.
+        let load = |c: usize| unsafe { _mm512_loadu_si512(a.add(64 * c).cast()) };
+        if G == 1 {
+            let mut even = _mm512_setzero_si512();
+            let mut odd = _mm512_setzero_si512();
+            for c in (0..4).step_by(2) {
+                even = _mm512_dpwssd_epi32(even, _mm512_maddubs_epi16(wq[c], load(c)), scale[c]);
+                odd = _mm512_dpwssd_epi32(
+                    odd,
+                    _mm512_maddubs_epi16(wq[c + 1], load(c + 1)),
+                    scale[c + 1],
+                );
+            }
+            _mm512_add_epi32(even, odd)
+        } else {
+            let mut sum = _mm512_setzero_si512();
+            for c in 0..4 {
+                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(wq[c], load(c)), scale[c]);
+            }
+            sum
+        }
+    }
+
+    /// Q4_K row against `G` tokens (module docs).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C; every token must
+    /// have `row.len() / 144` activation blocks.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn q4k_row<const G: usize>(
+        row: &[u8],
+        tokens: [TokenBlocks<'_>; G],
+    ) -> [f32; G] {
+        let mask = _mm512_set1_epi8(15);
+        // register c holds sub-blocks 2c (low half) and 2c + 1 (high half)
+        let idx: [__m512i; 4] = std::array::from_fn(|c| spread(2 * c as i16, 16));
+        let mut acc = [_mm256_setzero_ps(); G];
+        for (sb, block) in row.chunks_exact(144).enumerate() {
+            prefetch_ahead(block);
+            let (d, dmin) = f16_pair(block, 0);
+            let (dv, ndminv) = (_mm256_set1_ps(d), _mm256_set1_ps(-dmin));
+            let (sc, m) = q4k_scales_mins(block);
+            let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            let m8 = _mm_cvtsi64_si128(m as i64);
+            let m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+            let mut wq = [_mm512_setzero_si512(); 4];
+            for p in 0..2 {
+                let v = load512(block, 16 + 64 * p);
+                let lo = _mm512_and_si512(v, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
+                wq[2 * p] = _mm512_shuffle_i64x2::<0x44>(lo, hi);
+                wq[2 * p + 1] = _mm512_shuffle_i64x2::<0xEE>(lo, hi);
+            }
+            let scale: [__m512i; 4] =
+                std::array::from_fn(|c| _mm512_permutexvar_epi16(idx[c], sc16));
             for g in 0..G {
-                let p = _mm512_maddubs_epi16(w, load512(a[g], 64 * c));
-                acc[c % 2][g] = _mm512_dpwssd_epi32(acc[c % 2][g], p, scale);
+                // SAFETY: `sb` is below the block count (caller), so the block's 256 quants,
+                // 16 sums and its scale are readable; unaligned loads are allowed.
+                unsafe {
+                    let (a, sums, da) = block_ptrs(&tokens[g], sb);
+                    let isum = fold16(dot4::<G>(&wq, &scale, a));
+                    let msum = _mm256_madd_epi16(_mm256_loadu_si256(sums.cast()), m16);
+                    let da = _mm256_broadcast_ss(&*da);
+                    acc[g] = _mm256_fmadd_ps(_mm256_mul_ps(dv, da), isum, acc[g]);
+                    acc[g] = _mm256_fmadd_ps(
+                        _mm256_mul_ps(ndminv, da),
+                        _mm256_cvtepi32_ps(msum),
+                        acc[g],
+                    );
+                }
             }
         }
-        // msum: each min times its two 16-element group sums
-        let m8 = _mm_set_epi64x(0, i64::from_le_bytes(m));
-        let m16 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(m8, m8));
-        let mut mprod = [_mm512_setzero_si512(); G];
-        for g in 0..G {
-            mprod[g] = _mm512_mullo_epi32(load512(s[g], 0), m16);
-        }
-        let mut isum = [_mm512_setzero_si512(); G];
-        for g in 0..G {
-            isum[g] = _mm512_add_epi32(acc[0][g], acc[1][g]);
-        }
-        (hsums(isum), hsums(mprod))
+        acc.map(|v| fold(v))
     }
 
-    /// As `q6k_scalar`.
+    /// Q6_K row against `G` tokens (module docs).
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI.
+    /// The CPU must support AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C; every token must
+    /// have `row.len() / 210` activation blocks.
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
-    pub(super) unsafe fn q6k<const G: usize>(b: &[u8], a: [&[i8]; G], s: [&[i32]; G]) -> [i32; G] {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn q6k_row<const G: usize>(
+        row: &[u8],
+        tokens: [TokenBlocks<'_>; G],
+    ) -> [f32; G] {
         let m4 = _mm512_set1_epi8(15);
         let m30 = _mm512_set1_epi8(0x30);
-        // the 16 signed scales, each repeated over its 16 elements' pair-sum lanes (8 i16)
-        let sc128 = {
-            let bytes = &b[192..208];
+        // [run 0 | run 1] of half h uses scales 8h .. 8h+4, [run 2 | run 3] 8h+4 .. 8h+8
+        let idx: [__m512i; 4] = std::array::from_fn(|i| spread(4 * i as i16, 8));
+        let mut acc = [_mm256_setzero_ps(); G];
+        for (sb, b) in row.chunks_exact(210).enumerate() {
+            prefetch_ahead(b);
+            let (d, _) = f16_pair(b, 208);
+            let dv = _mm256_set1_ps(d);
+            let sc_bytes = &b[192..208];
             // SAFETY: 16 readable bytes; unaligned loads are allowed.
-            unsafe { _mm_loadu_si128(bytes.as_ptr().cast()) }
-        };
-        let sc_both = _mm256_broadcastsi128_si256(sc128);
-        let scale = |k0: i8| {
-            let idx = _mm256_setr_epi8(
-                k0,
-                k0,
-                k0,
-                k0,
-                k0,
-                k0,
-                k0,
-                k0,
-                k0 + 1,
-                k0 + 1,
-                k0 + 1,
-                k0 + 1,
-                k0 + 1,
-                k0 + 1,
-                k0 + 1,
-                k0 + 1,
-                k0 + 2,
-                k0 + 2,
-                k0 + 2,
-                k0 + 2,
-                k0 + 2,
-                k0 + 2,
-                k0 + 2,
-                k0 + 2,
-                k0 + 3,
-                k0 + 3,
-                k0 + 3,
-                k0 + 3,
-                k0 + 3,
-                k0 + 3,
-                k0 + 3,
-                k0 + 3,
-            );
-            _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc_both, idx))
-        };
-        let mut acc = [_mm512_setzero_si512(); G];
-        let mut acc23 = [_mm512_setzero_si512(); G];
-        for h in 0..2 {
-            let ql = load512(b, 64 * h);
-            let qh = load256(b, 128 + 32 * h);
-            // [run 0 | run 1] and [run 2 | run 3] of this half, unsigned 6-bit values
-            let hi01 = join(_mm256_slli_epi16::<4>(qh), _mm256_slli_epi16::<2>(qh));
-            let hi23 = join(qh, _mm256_srli_epi16::<2>(qh));
-            let q01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hi01, m30));
-            let q23 = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
-                _mm512_and_si512(hi23, m30),
-            );
-            let (s01, s23) = (scale(8 * h as i8), scale(8 * h as i8 + 4));
+            let sc128 = unsafe { _mm_loadu_si128(sc_bytes.as_ptr().cast()) };
+            let sc16 = _mm256_cvtepi8_epi16(sc128);
+            let sc512 = _mm512_castsi256_si512(sc16);
+            let mut wq = [_mm512_setzero_si512(); 4];
+            for h in 0..2 {
+                let ql = load512(b, 64 * h);
+                let qh = load256(b, 128 + 32 * h);
+                let join = |lo: __m256i, hi: __m256i| {
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                };
+                let hi01 = join(_mm256_slli_epi16::<4>(qh), _mm256_slli_epi16::<2>(qh));
+                let hi23 = join(qh, _mm256_srli_epi16::<2>(qh));
+                wq[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hi01, m30));
+                wq[2 * h + 1] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                    _mm512_and_si512(hi23, m30),
+                );
+            }
+            let scale: [__m512i; 4] =
+                std::array::from_fn(|i| _mm512_permutexvar_epi16(idx[i], sc512));
             for g in 0..G {
-                let p01 = _mm512_maddubs_epi16(q01, load512(a[g], 128 * h));
-                let p23 = _mm512_maddubs_epi16(q23, load512(a[g], 128 * h + 64));
-                acc[g] = _mm512_dpwssd_epi32(acc[g], p01, s01);
-                acc23[g] = _mm512_dpwssd_epi32(acc23[g], p23, s23);
+                // SAFETY: as in `q4k_row`.
+                unsafe {
+                    let (a, sums, da) = block_ptrs(&tokens[g], sb);
+                    let sum16 = dot4::<G>(&wq, &scale, a);
+                    let isum = _mm256_add_epi32(
+                        _mm512_castsi512_si256(sum16),
+                        _mm512_extracti64x4_epi64::<1>(sum16),
+                    );
+                    let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(
+                        _mm256_loadu_si256(sums.cast()),
+                        sc16,
+                    ));
+                    let total = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, off));
+                    let dd = _mm256_mul_ps(dv, _mm256_broadcast_ss(&*da));
+                    acc[g] = _mm256_fmadd_ps(dd, total, acc[g]);
+                }
             }
         }
-        // the offset 32 · Σ_k sc_k · (group sum k), subtracted lane-wise before the reduction
-        let sc32 = _mm512_cvtepi8_epi32(sc128);
-        for g in 0..G {
-            let off = _mm512_slli_epi32::<5>(_mm512_mullo_epi32(load512(s[g], 0), sc32));
-            acc[g] = _mm512_sub_epi32(_mm512_add_epi32(acc[g], acc23[g]), off);
-        }
-        hsums(acc)
+        acc.map(|v| fold(v))
     }
 }

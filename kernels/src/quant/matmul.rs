@@ -238,6 +238,13 @@ pub(crate) fn par_over_rows(
     out: &mut [f32],
     task: impl Fn(usize, &mut [f32]) + Sync,
 ) {
+    if n_tokens == 1 {
+        // `[rows × 1]` is `[1 × rows]`: the tasks write the output in place.
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(i, chunk)| task(i * ROWS_PER_TASK, chunk));
+        return;
+    }
     let mut by_row = vec![0.0f32; rows * n_tokens];
     by_row
         .par_chunks_mut(ROWS_PER_TASK * n_tokens)

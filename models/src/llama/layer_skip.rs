@@ -59,7 +59,7 @@ impl LlamaModel {
 pub fn default_skip_layers(n_layers: usize) -> Vec<usize> {
     let edge = n_layers / 4;
     (0..n_layers)
-        .filter(|&i| i < edge || i >= n_layers - edge || (i - edge) % 2 == 0)
+        .filter(|&i| i < edge || i >= n_layers - edge || (i - edge).is_multiple_of(2))
         .collect()
 }
 

@@ -495,6 +495,14 @@ impl LanguageModel for LlamaModel {
     }
 
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        // A single rank runs its whole forward on a rayon worker (`rayon::scope` moves it into
+        // the pool once), so the ~7 parallel products per layer start from a pool thread
+        // instead of handing off from, and waking, an outside caller each time. Ranks of a
+        // tensor-parallel group stay on their own threads: they block in collectives and must
+        // not hold pool threads the other ranks' products need.
+        if self.comm.world_size() == 1 && rayon::current_thread_index().is_none() {
+            return rayon::scope(|_| self.forward_impl(steps));
+        }
         self.forward_impl(steps)
     }
 
