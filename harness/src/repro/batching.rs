@@ -29,8 +29,8 @@ use crate::runner::LoadedModel;
 use crate::simulation::{simulate_batched, AcceptanceProcess, CostCurve, CostModel};
 use specdec_algorithms::policy::{Budget, FixedPolicy, SpeculationPolicy};
 
-/// Built-in per-prompt acceptance rates (`--quick`): measured by an earlier full run (linear
-/// K = 4, greedy, HumanEval prompts; see experiments/repro/batching/README.md).
+/// Built-in per-prompt acceptance rates (`--quick`): an assumed spread of easy and hard prompts
+/// (a full run measures them per prompt on the Qwen pair instead).
 pub const BUILTIN_ALPHAS: [f64; 4] = [0.55, 0.68, 0.78, 0.86];
 
 /// The real part's size.
