@@ -2,7 +2,8 @@
 # Builds the GPU bundle here (no GPU needed) and says how to run it on a GPU machine.
 #
 # The bundle (gpu-bundle/, ignored by git) holds stripped release binaries — every test binary of
-# specdec-kernels (where all GPU tests live) and the event-timed benchmark runner — plus the kernel sources for reference, and
+# specdec-kernels (the kernel GPU tests), specdec-models' library tests (the NCCL communicator's
+# GPU test) and the event-timed benchmark runner — plus the kernel sources for reference, and
 # run.sh. On a GPU machine without Rust or network, `bash gpu-bundle/run.sh` runs every test with
 # --include-ignored and SPECDEC_REQUIRE_GPU=1 (a missing GPU fails), then the benchmark runner,
 # which measures copy bandwidth and the cuBLAS bf16 rate first and prints one table: kernel,
@@ -16,11 +17,12 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/kernels"
 
 echo "== building release test binaries and the benchmark runner"
-# All GPU tests live in specdec-kernels; its test binaries and the gpu_bench example come from one
-# `cargo test --no-run`. A shared CARGO_TARGET_DIR can be rewritten by a concurrent build of
+# The GPU tests live in specdec-kernels (all its test binaries and the gpu_bench example) and in
+# specdec-models' library tests (the NCCL communicator, run filtered to shard::nccl). A shared CARGO_TARGET_DIR can be rewritten by a concurrent build of
 # another checkout of this workspace (same artifact names), so a failed build is retried once.
 build() {
   { cargo test -p specdec-kernels --release --no-run --lib --tests --message-format=json &&
+    cargo test -p specdec-models --release --no-run --lib --message-format=json &&
     cargo build -p specdec-kernels --release --example gpu_bench --message-format=json; } \
     2>"$out/build.log" | python3 -c '
 import json, sys
@@ -33,6 +35,8 @@ for line in sys.stdin:
         continue
     if "example" in m["target"]["kind"]:
         print("example " + m["executable"])
+    elif m.get("profile", {}).get("test") and m["target"]["name"] == "specdec_models":
+        print("models " + m["executable"])
     elif m.get("profile", {}).get("test"):
         print("test " + m["executable"])
 ' >"$out/artifacts.list"
@@ -42,6 +46,8 @@ rm -f "$out/build.log"
 while read -r kind exe; do
   if [ "$kind" = example ]; then
     cp "$exe" "$out/bin/$(basename "$exe")"
+  elif [ "$kind" = models ]; then
+    cp "$exe" "$out/bin/nccl-$(basename "$exe")"
   else
     cp "$exe" "$out/bin/test-$(basename "$exe")"
   fi
@@ -72,6 +78,11 @@ fail=0
 for t in "$here"/bin/test-*; do
   echo "== $(basename "$t")"
   if ! "$t" --include-ignored --test-threads=1 2>&1 | tail -n 25; then fail=1; fi  # pipefail: the test's status
+done
+# the NCCL communicator's tests (specdec-models; its other tests need the model files)
+for t in "$here"/bin/nccl-*; do
+  echo "== $(basename "$t") (shard::nccl only)"
+  if ! "$t" shard::nccl --include-ignored --test-threads=1 2>&1 | tail -n 25; then fail=1; fi
 done
 echo "== benchmarks"
 "$here/bin/gpu_bench" || fail=1
