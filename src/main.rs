@@ -102,10 +102,15 @@ enum Command {
     /// Reproduce a paper's table and plot (see experiments/repro/NAME/README.md).
     ///
     /// leviathan: expected tokens per pass E(α, γ) and walltime gain, analytic vs simulated.
+    ///
     /// placement: co-located vs remote draft behind PCIe / NVLink / network links.
+    ///
     /// acceptance-temperature: acceptance and τ vs temperature, Qwen pair (real models).
+    ///
     /// tree-scaling: chain vs k-ary vs dynamic vs Sequoia trees against node budget.
+    ///
     /// multi-level: staged (n-gram → 0.5B → 1.5B) vs linear vs n-gram (real models).
+    ///
     /// batching: continuous batching over batch sizes 1–16, where speculation stops paying.
     Repro {
         /// Which reproduction.
