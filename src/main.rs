@@ -102,11 +102,23 @@ enum Command {
     /// Reproduce a paper's table and plot (see experiments/repro/NAME/README.md).
     ///
     /// leviathan: expected tokens per pass E(α, γ) and walltime gain, analytic vs simulated.
+    ///
     /// placement: co-located vs remote draft behind PCIe / NVLink / network links.
+    ///
+    /// acceptance-temperature: acceptance and τ vs temperature, Qwen pair (real models).
+    ///
+    /// tree-scaling: chain vs k-ary vs dynamic vs Sequoia trees against node budget.
+    ///
+    /// multi-level: staged (n-gram → 0.5B → 1.5B) vs linear vs n-gram (real models).
+    ///
+    /// batching: continuous batching over batch sizes 1–16, where speculation stops paying.
     Repro {
-        /// Which reproduction: leviathan or placement.
+        /// Which reproduction.
         #[arg(value_parser = cli::REPRODUCTIONS)]
         name: String,
+        /// Smoke-test size: seconds; no model for tree-scaling and batching.
+        #[arg(long)]
+        quick: bool,
         /// Output folder [default: results/repro/NAME].
         #[arg(long)]
         out: Option<PathBuf>,
@@ -157,8 +169,8 @@ fn main() -> anyhow::Result<()> {
         Command::Simulate { args, out, quiet } => {
             cli::simulate(&args, out.as_deref(), quiet)?;
         }
-        Command::Repro { name, out } => {
-            cli::repro(&name, out.as_deref())?;
+        Command::Repro { name, quick, out } => {
+            cli::repro(&name, quick, out.as_deref())?;
         }
         Command::Prove => prove()?,
         Command::Bench(args) => args.run()?,

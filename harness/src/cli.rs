@@ -154,11 +154,21 @@ pub fn simulate(args: &SimulateArgs, out: Option<&Path>, quiet: bool) -> Result<
 }
 
 /// The reproductions `specdec repro` knows.
-pub const REPRODUCTIONS: [&str; 2] = ["leviathan", "placement"];
+pub const REPRODUCTIONS: [&str; 6] = [
+    "leviathan",
+    "placement",
+    "acceptance-temperature",
+    "tree-scaling",
+    "multi-level",
+    "batching",
+];
 
-/// `specdec repro NAME [--out DIR]`: runs a reproduction (default folder `results/repro/NAME`),
-/// prints its table and the files written.
-pub fn repro(name: &str, out: Option<&Path>) -> Result<PathBuf> {
+/// `specdec repro NAME [--quick] [--out DIR]`: runs a reproduction (default folder
+/// `results/repro/NAME`), prints its table and the files written. `quick` picks the smoke-test
+/// size (seconds; no model for tree-scaling and batching, one short prompt for the other
+/// real-model ones); leviathan and placement have one size.
+pub fn repro(name: &str, quick: bool, out: Option<&Path>) -> Result<PathBuf> {
+    use repro::{acceptance_temperature as at, batching, multi_level as ml, tree_scaling as ts};
     let dir = out.map_or_else(
         || PathBuf::from("results/repro").join(name),
         Path::to_path_buf,
@@ -166,6 +176,38 @@ pub fn repro(name: &str, out: Option<&Path>) -> Result<PathBuf> {
     let output = match name {
         "leviathan" => repro::leviathan::run(&dir, &repro::leviathan::LeviathanParams::default())?,
         "placement" => repro::placement::run(&dir, &repro::placement::PlacementParams::default())?,
+        "acceptance-temperature" => at::run(
+            &dir,
+            &if quick {
+                at::TemperatureParams::quick()
+            } else {
+                at::TemperatureParams::full()
+            },
+        )?,
+        "tree-scaling" => ts::run(
+            &dir,
+            &if quick {
+                ts::TreeScalingParams::quick()
+            } else {
+                ts::TreeScalingParams::full()
+            },
+        )?,
+        "multi-level" => ml::run(
+            &dir,
+            &if quick {
+                ml::MultiLevelParams::quick()
+            } else {
+                ml::MultiLevelParams::full()
+            },
+        )?,
+        "batching" => batching::run(
+            &dir,
+            &if quick {
+                batching::BatchingParams::quick()
+            } else {
+                batching::BatchingParams::full()
+            },
+        )?,
         other => {
             return Err(HarnessError::NotYetAvailable(format!(
                 "no reproduction named `{other}`; available: {}",

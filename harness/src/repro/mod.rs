@@ -1,9 +1,15 @@
-//! Paper reproductions that need no models: each writes a CSV table, a markdown table and SVG
-//! plots into a folder and returns the markdown. Measured columns come from the simulation
-//! ([`crate::simulation`]); analytic ones from the closed forms.
+//! Paper reproductions: each writes a table (markdown, and CSV or JSON), SVG plots and, where it
+//! runs real models, full results folders into a folder, and returns the markdown. Simulated
+//! columns come from [`crate::simulation`]; analytic ones from the closed forms; real ones from
+//! the Qwen2.5-Coder pair through the engine ([`real`]).
 
+pub mod acceptance_temperature;
+pub mod batching;
 pub mod leviathan;
+pub mod multi_level;
 pub mod placement;
+pub mod real;
+pub mod tree_scaling;
 
 use std::path::{Path, PathBuf};
 

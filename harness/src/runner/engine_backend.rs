@@ -56,6 +56,12 @@ use crate::error::{HarnessError, Result};
 use crate::policies::policy_for;
 use crate::runner::layer_skip_tune::tune_layer_skip;
 
+/// The acceptance-by-rank vector the `sequoia` drafter plans its tree from.
+pub const SEQUOIA_ALPHAS: [f64; 7] = [0.7, 0.15, 0.07, 0.04, 0.02, 0.01, 0.01];
+
+/// The depth limit of the `sequoia` drafter's tree.
+pub const SEQUOIA_MAX_DEPTH: usize = 8;
+
 /// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
 const KV_TOKENS_PER_SEQUENCE: usize = 2048;
 
@@ -259,6 +265,33 @@ impl ModelSet<'_> {
     }
 }
 
+/// Median seconds of a forward of `n` chained tokens after a 32-token prefix (3 runs): one
+/// point of a model's cost curve over tokens per pass.
+///
+/// # Errors
+/// The model's errors (no free sequence, KV capacity).
+pub fn time_forward(model: &mut LlamaModel, n: usize) -> Result<f64> {
+    let seq = model.new_sequence()?;
+    let result = (|| -> Result<f64> {
+        let prefix: Vec<u32> = (0..32u32).map(|i| 100 + i).collect();
+        let chain = TreeTopology::chain(prefix.len());
+        model.forward(&[SequenceStep::chain(seq, &prefix, &chain)])?;
+        model.commit(seq, &(0..prefix.len()).collect::<Vec<_>>())?;
+        let tokens: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
+        let tree = TreeTopology::chain(n);
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            model.forward(&[SequenceStep::chain(seq, &tokens, &tree)])?;
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[1].max(1e-9))
+    })();
+    model.release(seq)?;
+    result
+}
+
 /// The verifier `auto` picks for a drafter's kind at `temperature`.
 fn auto_verifier(kind: DraftKind, is_chain: bool, temperature: f64) -> VerifyMethod {
     match kind {
@@ -360,8 +393,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         }
         DrafterConfig::Sequoia { nodes } => {
             let name = models.named_draft(method)?;
-            let alphas = [0.7, 0.15, 0.07, 0.04, 0.02, 0.01, 0.01];
-            let shape = sequoia_tree(&alphas, *nodes, 8)?.shape;
+            let shape = sequoia_tree(&SEQUOIA_ALPHAS, *nodes, SEQUOIA_MAX_DEPTH)?.shape;
             let mut model = models.draft_model(&name)?;
             let ratio = models.draft_pass_s(&mut model, needs_cost)?;
             let lm = models.lm_ranked(model);

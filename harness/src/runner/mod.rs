@@ -14,7 +14,8 @@ mod simulated;
 mod toy;
 
 pub use engine_backend::{
-    build_method, check_same_tokenizer, BuiltMethod, EngineBackend, LoadedModel, ModelSet,
+    build_method, check_same_tokenizer, time_forward, BuiltMethod, EngineBackend, LoadedModel,
+    ModelSet, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH,
 };
 pub use simulated::SimulationBackend;
 pub use toy::{toy_pair, ToyBackend};

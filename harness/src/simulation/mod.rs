@@ -18,17 +18,23 @@
 
 mod acceptance;
 mod analytic;
+mod batch;
 mod cost;
 mod engine;
 mod rng;
+mod tree;
 
 pub use acceptance::AcceptanceProcess;
 pub use analytic::{
     expected_speedup, expected_tokens, leviathan_expected_tokens, leviathan_walltime_gain,
 };
-pub use cost::{CostCurve, CostModel, LinkModel};
+pub use batch::{simulate_batched, BatchRun};
+pub use cost::{CostCurve, CostModel, LinkModel, StepCost};
 pub use engine::{simulate_request, SimulatedRequest};
 pub use rng::SplitMix64;
+pub use tree::{
+    accepted_length, dynamic_tree, level_widths, walk_accepted, StepWorld, TreeAcceptance,
+};
 
 use serde::{Deserialize, Serialize};
 
