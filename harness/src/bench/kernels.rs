@@ -1,12 +1,13 @@
 //! In-process timings of the kernel families at a real model's shapes: the quantised matmuls of
-//! one forward over all layers, grouped by projection, for K new tokens. Compared with the whole
+//! one forward over all layers (on the model's default product path, as the forward runs them),
+//! grouped by projection, for K new tokens. Compared with the whole
 //! forward's time (from [`super::model`]) this splits a forward into matmul time and the rest
 //! (attention, norms, RoPE, KV writes, copies) — a profile without a profiler. The criterion
 //! benches in `kernels/benches` measure single kernels on synthetic shapes; this measures the
 //! model's own matrices.
 
 use serde::{Deserialize, Serialize};
-use specdec_models::llama::{ModelWeights, WeightMatrix};
+use specdec_models::llama::{MatmulPath, ModelWeights, WeightMatrix};
 
 use super::stats::{median, timed, token_stream};
 use crate::error::{HarnessError, Result};
@@ -81,7 +82,12 @@ pub fn bench_matmuls(
             for (gi, group) in groups.iter().enumerate() {
                 let (res, secs) = timed(|| -> Result<()> {
                     for m in group {
-                        m.matmul(&x[..k * m.cols()], k, &mut out[..k * m.rows()])?;
+                        m.product_on(
+                            MatmulPath::default(),
+                            &x[..k * m.cols()],
+                            k,
+                            &mut out[..k * m.rows()],
+                        )?;
                     }
                     Ok(())
                 });

@@ -120,6 +120,18 @@ impl<'a> ProductInput<'a> {
     }
 }
 
+impl WeightMatrix {
+    /// `out = x · selfᵀ` (`x: [n, cols]`, `out: [n, rows]`) on `path`, exactly as the model's
+    /// forward computes it (activations quantised per call here; the forward shares them among
+    /// the matrices reading one input). For benchmarks of the model's products.
+    ///
+    /// # Errors
+    /// Shape mismatches and non-finite activations, as the kernels report them.
+    pub fn product_on(&self, path: MatmulPath, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        ProductInput::new(x, n, path).product(self, out)
+    }
+}
+
 /// A Llama / Qwen2 decoder implementing [`LanguageModel`]: quantised weights, paged KV cache,
 /// tree attention. As one rank of a tensor-parallel group (see [`crate::shard`]) it holds its
 /// slice of the weights and of the KV heads, and its `forward` must be called on every rank of
