@@ -74,20 +74,7 @@ impl Q8Activations {
     /// [`KernelError::ShapeMismatch`] when `x.len() != n_tokens * cols`;
     /// [`KernelError::InvalidParameter`] naming the first non-finite activation.
     pub fn quantize(x: &[f32], n_tokens: usize, cols: usize) -> Result<Self> {
-        if !cols.is_multiple_of(Q8_BLOCK) {
-            return Err(KernelError::NotBlockAligned {
-                quant: "Q8 activations",
-                len: cols,
-                block_len: Q8_BLOCK,
-            });
-        }
-        check_len("activations [n_tokens x cols]", n_tokens * cols, x.len())?;
-        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-            return Err(KernelError::InvalidParameter {
-                what: "activation",
-                reason: format!("element {i} (token {}) is {}", i / cols.max(1), x[i]),
-            });
-        }
+        check_activations(x, n_tokens, cols, Q8_BLOCK, "Q8 activations")?;
         let mut scales = Vec::with_capacity(x.len() / Q8_BLOCK);
         let mut quants = vec![0i8; x.len()];
         let mut group_sums = vec![0i16; x.len() / GROUP];
@@ -143,9 +130,39 @@ impl Q8Activations {
     }
 }
 
-/// Quantises one block of [`Q8_BLOCK`] finite values into `quants` and the 16-element
-/// `group_sums` (module docs), returning its scale. The reference for the SIMD version.
-fn quantize_block(x: &[f32], quants: &mut [i8], group_sums: &mut [i16]) -> f32 {
+/// Checks a batch of activation rows before quantisation: `cols` a multiple of `block`,
+/// `x.len() == n_tokens * cols`, every value finite (the first bad one is named).
+///
+/// # Errors
+/// [`KernelError::NotBlockAligned`], [`KernelError::ShapeMismatch`],
+/// [`KernelError::InvalidParameter`] as above; `what` names the format in the first.
+pub(crate) fn check_activations(
+    x: &[f32],
+    n_tokens: usize,
+    cols: usize,
+    block: usize,
+    what: &'static str,
+) -> Result<()> {
+    if !cols.is_multiple_of(block) {
+        return Err(KernelError::NotBlockAligned {
+            quant: what,
+            len: cols,
+            block_len: block,
+        });
+    }
+    check_len("activations [n_tokens x cols]", n_tokens * cols, x.len())?;
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        return Err(KernelError::InvalidParameter {
+            what: "activation",
+            reason: format!("element {i} (token {}) is {}", i / cols.max(1), x[i]),
+        });
+    }
+    Ok(())
+}
+
+/// Symmetric 8-bit quantisation of one block of finite values: `q = round(x · 127 / amax)`
+/// (f32, half away from zero, clamped to ±127; all zeros when `amax = 0`). Returns `amax`.
+pub(crate) fn quantize_to_i8(x: &[f32], quants: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     if amax > 0.0 {
         let inv = 127.0 / amax;
@@ -155,6 +172,13 @@ fn quantize_block(x: &[f32], quants: &mut [i8], group_sums: &mut [i16]) -> f32 {
     } else {
         quants.fill(0);
     }
+    amax
+}
+
+/// Quantises one block of [`Q8_BLOCK`] finite values into `quants` and the 16-element
+/// `group_sums` (module docs), returning its scale. The reference for the SIMD version.
+fn quantize_block(x: &[f32], quants: &mut [i8], group_sums: &mut [i16]) -> f32 {
+    let amax = quantize_to_i8(x, quants);
     for (sum, g) in group_sums.iter_mut().zip(quants.chunks_exact(GROUP)) {
         *sum = g.iter().map(|&q| i16::from(q)).sum();
     }
@@ -519,40 +543,9 @@ mod avx2 {
                 ];
                 for (half, &wq) in halves.iter().enumerate() {
                     let j = (2 * c + half) as i8;
-                    let idx = _mm256_setr_epi8(
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                        2 * j,
-                        2 * j + 1,
-                    );
+                    // bytes (2j, 2j+1) everywhere: i16 lane j of `sc16` in every lane
+                    let pair: [i8; 32] = std::array::from_fn(|i| 2 * j + (i % 2) as i8);
+                    let idx = load(&pair, 0);
                     let scale = _mm256_shuffle_epi8(sc16, idx);
                     for g in 0..G {
                         let a = load(tokens[g].quants(sb), 32 * j as usize);
@@ -620,24 +613,9 @@ mod avx2 {
                 for (run, &qr) in q.iter().enumerate() {
                     // elements 0..16 of the run use scale k, 16..32 scale k + 1
                     let k = (8 * h + 2 * run) as i8;
-                    let idx = _mm_setr_epi8(
-                        k,
-                        k,
-                        k,
-                        k,
-                        k,
-                        k,
-                        k,
-                        k,
-                        k + 1,
-                        k + 1,
-                        k + 1,
-                        k + 1,
-                        k + 1,
-                        k + 1,
-                        k + 1,
-                        k + 1,
-                    );
+                    let halves: [i8; 16] = std::array::from_fn(|i| k + (i / 8) as i8);
+                    // SAFETY: 16 readable bytes; unaligned loads are allowed.
+                    let idx = unsafe { _mm_loadu_si128(halves.as_ptr().cast()) };
                     let scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc128, idx));
                     for g in 0..G {
                         let a = load(tokens[g].quants(sb), 128 * h + 32 * run);

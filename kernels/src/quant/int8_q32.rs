@@ -32,6 +32,7 @@
 //! position, the thread split and the [`SimdLevel`].
 
 use super::dequant::le_f16;
+use super::int8::{check_activations, quantize_to_i8};
 use super::matmul::{check_len, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
 use super::types::QuantType;
 use crate::error::{KernelError, Result};
@@ -78,20 +79,7 @@ impl Q8Blocks32 {
     /// [`KernelError::ShapeMismatch`] when `x.len() != n_tokens * cols`;
     /// [`KernelError::InvalidParameter`] naming the first non-finite activation.
     pub fn quantize(x: &[f32], n_tokens: usize, cols: usize) -> Result<Self> {
-        if !cols.is_multiple_of(Q32_BLOCK) {
-            return Err(KernelError::NotBlockAligned {
-                quant: "Q8 activations (32-blocks)",
-                len: cols,
-                block_len: Q32_BLOCK,
-            });
-        }
-        check_len("activations [n_tokens x cols]", n_tokens * cols, x.len())?;
-        if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-            return Err(KernelError::InvalidParameter {
-                what: "activation",
-                reason: format!("element {i} (token {}) is {}", i / cols.max(1), x[i]),
-            });
-        }
+        check_activations(x, n_tokens, cols, Q32_BLOCK, "Q8 activations (32-blocks)")?;
         let blocks = cols / Q32_BLOCK;
         let stride = blocks.div_ceil(LANES) * LANES;
         let total = n_tokens * stride;
@@ -104,13 +92,7 @@ impl Q8Blocks32 {
                 for (b, xb) in xt.chunks_exact(Q32_BLOCK).enumerate() {
                     let i = t * stride + b;
                     let mut qb = [0i8; Q32_BLOCK];
-                    let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                    if amax > 0.0 {
-                        let inv = 127.0 / amax;
-                        for (q, &v) in qb.iter_mut().zip(xb) {
-                            *q = (v * inv).round().clamp(-127.0, 127.0) as i8;
-                        }
-                    }
+                    let amax = quantize_to_i8(xb, &mut qb);
                     for (s, part) in qb.chunks_exact(8).enumerate() {
                         let at = slab_offset(i, s);
                         quants[at..at + 8].copy_from_slice(part);
