@@ -34,7 +34,9 @@
 #[cfg(test)]
 use super::dequant::k_scale_min;
 use super::dequant::le_f16;
-use super::matmul::{check_len, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
+use super::matmul::{
+    check_int8_product, check_len, for_token_groups, par_over_rows, QuantMatrix, SimdLevel,
+};
 use super::types::QuantType;
 use crate::error::{KernelError, Result};
 
@@ -261,21 +263,8 @@ pub fn quant_matmul_int8_with(
     out: &mut [f32],
     level: SimdLevel,
 ) -> Result<()> {
-    let ty = w.quant_type();
-    if !int8_supported(ty) {
-        return Err(KernelError::UnsupportedQuantType {
-            id: ty.ggml_id(),
-            name: ty.name(),
-        });
-    }
-    check_len("activation columns", w.cols(), acts.cols)?;
-    check_len(
-        "output [n_tokens x rows]",
-        acts.n_tokens * w.rows(),
-        out.len(),
-    )?;
-    level.ensure_available()?;
-    if acts.n_tokens == 0 || w.rows() == 0 {
+    let supported = int8_supported(w.quant_type());
+    if !check_int8_product(w, supported, acts.n_tokens, acts.cols, out, level)? {
         return Ok(());
     }
     par_over_rows(

@@ -33,9 +33,9 @@
 
 use super::dequant::le_f16;
 use super::int8::{check_activations, quantize_to_i8};
-use super::matmul::{check_len, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
+use super::matmul::{check_int8_product, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
 use super::types::QuantType;
-use crate::error::{KernelError, Result};
+use crate::error::Result;
 
 /// Elements per activation block (the block length of every supported weight type).
 pub const Q32_BLOCK: usize = 32;
@@ -184,23 +184,13 @@ pub fn quant_matmul_q32_with(
     out: &mut [f32],
     level: SimdLevel,
 ) -> Result<()> {
-    let ty = w.quant_type();
-    let Some(fmt) = Format::of(ty) else {
-        return Err(KernelError::UnsupportedQuantType {
-            id: ty.ggml_id(),
-            name: ty.name(),
-        });
-    };
-    check_len("activation columns", w.cols(), acts.cols)?;
-    check_len(
-        "output [n_tokens x rows]",
-        acts.n_tokens * w.rows(),
-        out.len(),
-    )?;
-    level.ensure_available()?;
-    if acts.n_tokens == 0 || w.rows() == 0 {
+    let fmt = Format::of(w.quant_type());
+    if !check_int8_product(w, fmt.is_some(), acts.n_tokens, acts.cols, out, level)? {
         return Ok(());
     }
+    let Some(fmt) = fmt else {
+        return Ok(()); // unreachable: an unsupported type was refused above
+    };
     par_over_rows(w.rows(), acts.n_tokens, out, |first_row, chunk| match fmt {
         Format::Q8_0 => rows::<{ Format::Q8_0 as u8 }>(level, w, acts, first_row, chunk),
         Format::Q4_0 => rows::<{ Format::Q4_0 as u8 }>(level, w, acts, first_row, chunk),

@@ -257,6 +257,30 @@ pub(crate) fn par_over_rows(
     }
 }
 
+/// The shared preconditions of the 8-bit products: `supported` (else the type is named),
+/// `act_cols == w.cols()`, `out.len() == n_tokens * w.rows()`, and `level` available here.
+/// Returns whether there is any work (`n_tokens > 0` and `w.rows() > 0`).
+pub(crate) fn check_int8_product(
+    w: &QuantMatrix<'_>,
+    supported: bool,
+    n_tokens: usize,
+    act_cols: usize,
+    out: &[f32],
+    level: SimdLevel,
+) -> Result<bool> {
+    if !supported {
+        let ty = w.quant_type();
+        return Err(KernelError::UnsupportedQuantType {
+            id: ty.ggml_id(),
+            name: ty.name(),
+        });
+    }
+    check_len("activation columns", w.cols(), act_cols)?;
+    check_len("output [n_tokens x rows]", n_tokens * w.rows(), out.len())?;
+    level.ensure_available()?;
+    Ok(n_tokens > 0 && w.rows() > 0)
+}
+
 pub(crate) fn check_len(what: &str, expected: usize, actual: usize) -> Result<()> {
     if expected != actual {
         return Err(KernelError::ShapeMismatch {
