@@ -35,6 +35,8 @@ use super::dequant::le_f16;
 use super::int8::{check_activations, quantize_to_i8};
 use super::matmul::{check_int8_product, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
 use super::types::QuantType;
+#[cfg(doc)]
+use crate::error::KernelError;
 use crate::error::Result;
 
 /// Elements per activation block (the block length of every supported weight type).
