@@ -9,17 +9,22 @@
 //! moves by at most `d / 2`, so a dot product moves by at most `Σ_blocks d_b / 2 · Σ_i |w_i|`.
 //! That is the difference between llama.cpp's logits and an f32 reference.
 //!
-//! **Integer core, in eight lanes.** Within a 256-element super-block, element `i` belongs to
-//! lane `l(i) = (i mod 32) / 4` (so each lane sees four consecutive elements of every 32-run:
-//! the natural output of `vpmaddubsw` + `vpmaddwd` on 32 elements). Per super-block and lane the
-//! weight quants meet the activation quants in exact 32-bit integer arithmetic:
-//! - Q4_K (sub-block `j` = elements `32j .. 32j+32`, scale `sc_j`, min `m_j`):
-//!   `isum_l = Σ_j sc_j Σ_{i∈j, l(i)=l} q_i a_i` and `msum_l = m_l · (gs_{2l} + gs_{2l+1})`;
-//! - Q6_K (group `k` = elements `16k .. 16k+16`, signed scale `sc_k`, quants `q ∈ 0..64` with
-//!   offset 32): `isum_l = Σ_k sc_k Σ_{i∈k, l(i)=l} q_i a_i − 32 (sc_{2l} gs_{2l} + sc_{2l+1} gs_{2l+1})`.
+//! **Integer core, in eight lanes.** A super-block's 256 elements form sixteen groups of 16
+//! (group `k` = elements `16k .. 16k+16`; in Q4_K group `k` lies in sub-block `k / 2`). Per
+//! group the weight quants meet the activation quants in exact 32-bit integer arithmetic,
+//! `g_k = Σ_{i∈k} q_i a_i`, scaled into `s_k`:
+//! - Q4_K (sub-block `j` = elements `32j .. 32j+32`, scale `sc_j`, min `m_j`, quants `0..16`):
+//!   `s_k = sc_{k/2} · g_k`;
+//! - Q6_K (group `k` with signed scale `sc_k`, quants `q ∈ 0..64` with offset 32):
+//!   `s_k = sc_k · (g_k − 32 gs_k)`.
 //!
-//! Integer sums do not depend on order, so the AVX-512, AVX2 and portable kernels produce the
-//! same integers; no horizontal reduction happens inside the block loop.
+//! Lane `l < 8` takes two groups, `isum_l = s_l + s_{l+8}`; Q4_K's min term is
+//! `msum_l = m_l · (gs_{2l} + gs_{2l+1})`. Integer sums do not depend on order, so the AVX-512,
+//! AVX2 and portable kernels produce the same integers. The grouping is what `vpdpbusd` gives
+//! when the weights and the activations of a block are both laid out group by group (register
+//! `c` holds bytes `4c .. 4c+4` of every group, see [`Q8Activations`]): one accumulator per
+//! token collects all four registers, one multiply applies the sixteen group scales, and a
+//! fold of the two 256-bit halves gives the eight lanes.
 //!
 //! **Float accumulation order** (one token, one row): eight f32 lanes `acc_l = 0`; for each
 //! super-block in order, with `d`/`dmin` the block's f16 scales and `da` the activation block's
@@ -56,16 +61,30 @@ pub fn int8_supported(ty: QuantType) -> bool {
 
 /// A batch of activation rows quantised to 8 bits in blocks of [`Q8_BLOCK`] (see the module
 /// docs). Quantise once and reuse for every matrix that reads the same input (Q/K/V, gate/up).
+///
+/// The quants are kept twice: in element order (the AVX2 and portable kernels) and **by group
+/// lanes** for the AVX-512 kernels: within each block, byte `64c + 4k + j` holds element
+/// `16k + 4c + j` (group `k`, its bytes `4c .. 4c+4`), so that 32-bit lane `k` of register `c`
+/// belongs to group `k`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Q8Activations {
     n_tokens: usize,
     cols: usize,
     /// `[n_tokens × cols / 256]` block scales.
     scales: Vec<f32>,
-    /// `[n_tokens × cols]` quants.
+    /// `[n_tokens × cols]` quants, in element order.
     quants: Vec<i8>,
+    /// `[n_tokens × cols]` the same quants, by group lanes within each block.
+    lane_quants: Vec<i8>,
     /// `[n_tokens × cols / 16]` sums of the quants of each 16-element group (|sum| ≤ 2032).
     group_sums: Vec<i16>,
+}
+
+/// The position of element `i` of a block in the group-lane order (see [`Q8Activations`]).
+#[inline(always)]
+const fn lane_position(i: usize) -> usize {
+    let (group, within) = (i / GROUP, i % GROUP);
+    64 * (within / 4) + 4 * group + within % 4
 }
 
 impl Q8Activations {
@@ -95,11 +114,21 @@ impl Q8Activations {
             }
             scales.push(quantize_block(xb, qb, sb));
         }
+        let mut lane_quants = vec![0i8; x.len()];
+        for (qb, lb) in quants
+            .chunks_exact(Q8_BLOCK)
+            .zip(lane_quants.chunks_exact_mut(Q8_BLOCK))
+        {
+            for (i, &q) in qb.iter().enumerate() {
+                lb[lane_position(i)] = q;
+            }
+        }
         Ok(Self {
             n_tokens,
             cols,
             scales,
             quants,
+            lane_quants,
             group_sums,
         })
     }
@@ -127,6 +156,7 @@ impl Q8Activations {
         TokenBlocks {
             scales: &self.scales[t * blocks..(t + 1) * blocks],
             quants: &self.quants[t * self.cols..(t + 1) * self.cols],
+            lane_quants: &self.lane_quants[t * self.cols..(t + 1) * self.cols],
             group_sums: &self.group_sums[t * blocks * GROUPS..(t + 1) * blocks * GROUPS],
         }
     }
@@ -227,6 +257,7 @@ fn simd_quantisation_equals_the_reference_including_ties() {
 struct TokenBlocks<'a> {
     scales: &'a [f32],
     quants: &'a [i8],
+    lane_quants: &'a [i8],
     group_sums: &'a [i16],
 }
 
@@ -385,6 +416,23 @@ fn q4k_scales_mins(block: &[u8]) -> (u64, u64) {
     (join(w0 & low6, sc_hi), join(w1 & low6, m_hi))
 }
 
+/// The sixteen group dot products `g_k = Σ_{i∈k} q_i a_i` of one super-block (module docs), for
+/// weight quants given element by element.
+#[inline(always)]
+fn group_dots(quant: impl Fn(usize) -> u8, a: &[i8]) -> [i32; GROUPS] {
+    std::array::from_fn(|k| {
+        (GROUP * k..GROUP * (k + 1))
+            .map(|i| i32::from(quant(i)) * i32::from(a[i]))
+            .sum()
+    })
+}
+
+/// Lane `l` of the module docs: `s_l + s_{l+8}`.
+#[inline(always)]
+fn pair_groups(s: [i32; GROUPS]) -> [i32; ACC_LANES] {
+    std::array::from_fn(|l| s[l] + s[l + ACC_LANES])
+}
+
 /// Q4_K integer lanes of one super-block (`block` = 144 bytes, `a` = 256 activation quants,
 /// `gs` = their 16 group sums): `(isum, msum)` as the module docs define.
 #[inline(always)]
@@ -392,45 +440,31 @@ fn q4k_lanes(block: &[u8], a: &[i8], gs: &[i16]) -> ([i32; ACC_LANES], [i32; ACC
     let (sc, m) = q4k_scales_mins(block);
     let (sc, m) = (sc.to_le_bytes(), m.to_le_bytes());
     let qs = &block[16..144];
-    let mut isum = [0i32; ACC_LANES];
-    for j in 0..8 {
-        let (chunk, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
-        for i in 0..32 {
-            let q = i32::from((chunk[i] >> shift) & 15);
-            isum[i / 4] += i32::from(sc[j]) * q * i32::from(a[32 * j + i]);
-        }
-    }
+    // element i of sub-block j = i / 32: byte 32 (j / 2) + i mod 32, low nibble for even j
+    let quant = |i: usize| (qs[32 * (i / 64) + i % 32] >> (4 * ((i / 32) % 2))) & 15;
+    let g = group_dots(quant, a);
+    let s = std::array::from_fn(|k| i32::from(sc[k / 2]) * g[k]);
     let msum = std::array::from_fn(|l| {
         i32::from(m[l]) * (i32::from(gs[2 * l]) + i32::from(gs[2 * l + 1]))
     });
-    (isum, msum)
+    (pair_groups(s), msum)
 }
 
 /// Q6_K integer lanes of one super-block (`block` = 210 bytes), as the module docs define.
 #[inline(always)]
 fn q6k_lanes(block: &[u8], a: &[i8], gs: &[i16]) -> [i32; ACC_LANES] {
     let sc = |k: usize| i32::from(block[192 + k] as i8);
-    let mut isum = [0i32; ACC_LANES];
-    for h in 0..2 {
-        let ql = &block[64 * h..64 * h + 64];
-        let qh = &block[128 + 32 * h..128 + 32 * h + 32];
-        for l in 0..32 {
-            let q = [
-                (ql[l] & 15) | ((qh[l] & 3) << 4),
-                (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4),
-                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
-            ];
-            for (run, &qi) in q.iter().enumerate() {
-                let i = 128 * h + 32 * run + l;
-                isum[l / 4] += sc(i / 16) * i32::from(qi) * i32::from(a[i]);
-            }
-        }
-    }
-    for (l, lane) in isum.iter_mut().enumerate() {
-        *lane -= 32 * (sc(2 * l) * i32::from(gs[2 * l]) + sc(2 * l + 1) * i32::from(gs[2 * l + 1]));
-    }
-    isum
+    // element i: half h = i / 128, run r = (i mod 128) / 32, column l = i mod 32
+    let quant = |i: usize| {
+        let (h, r, l) = (i / 128, (i % 128) / 32, i % 32);
+        let low = (block[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 15;
+        let high = (block[128 + 32 * h + l] >> (2 * r)) & 3;
+        low | (high << 4)
+    };
+    let g = group_dots(quant, a);
+    pair_groups(std::array::from_fn(|k| {
+        sc(k) * (g[k] - 32 * i32::from(gs[k]))
+    }))
 }
 
 #[cfg(test)]
@@ -504,7 +538,54 @@ mod avx2 {
         fold_lanes(lanes)
     }
 
-    /// Q4_K row against `G` tokens (module docs).
+    /// Dword order of the group sums [`group_dots8`] returns: lane `j` holds group `PI[j]`
+    /// of the first eight (and `8 + PI[j]` of the second register).
+    const PI: [i32; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
+
+    /// `v`'s eight i32 lanes permuted by [`PI`] (lane `j` takes lane `PI[j]`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn by_pi(v: __m256i) -> __m256i {
+        // SAFETY: `PI` is 32 readable bytes; unaligned loads are allowed.
+        let idx = unsafe { _mm256_loadu_si256(PI.as_ptr().cast()) };
+        _mm256_permutevar8x32_epi32(v, idx)
+    }
+
+    /// The sixteen group dot products of one super-block from its eight 32-element weight
+    /// registers (element order) and activation quants `a`: `(g_lo, g_hi)` with lane `j`
+    /// holding `g_{PI[j]}` and `g_{8 + PI[j]}`. `vpmaddubsw` pair sums (at most 2·63·127, no
+    /// saturation for 4- and 6-bit quants), `vpmaddwd` by one into 4-element sums, then two
+    /// rounds of `vphaddd`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn group_dots8(w: &[__m256i; 8], a: &[i8]) -> (__m256i, __m256i) {
+        let ones = _mm256_set1_epi16(1);
+        let u: [__m256i; 8] = std::array::from_fn(|s| {
+            _mm256_madd_epi16(_mm256_maddubs_epi16(w[s], load(a, 32 * s)), ones)
+        });
+        let pairs: [__m256i; 4] =
+            std::array::from_fn(|p| _mm256_hadd_epi32(u[2 * p], u[2 * p + 1]));
+        (
+            _mm256_hadd_epi32(pairs[0], pairs[1]),
+            _mm256_hadd_epi32(pairs[2], pairs[3]),
+        )
+    }
+
+    /// Folds eight lanes held in [`PI`] order in the module's order.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn fold_pi(v: __m256) -> f32 {
+        let mut held = [0.0f32; ACC_LANES];
+        // SAFETY: `held` is 32 writable bytes; unaligned stores are allowed.
+        unsafe { _mm256_storeu_ps(held.as_mut_ptr(), v) };
+        let mut lanes = [0.0f32; ACC_LANES];
+        for (j, &p) in PI.iter().enumerate() {
+            lanes[p as usize] = held[j];
+        }
+        fold_lanes(lanes)
+    }
+
+    /// Q4_K row against `G` tokens (module docs); the float lanes are held in [`PI`] order.
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -519,35 +600,30 @@ mod avx2 {
         for (sb, block) in row.chunks_exact(144).enumerate() {
             let (d, dmin) = f16_pair(block, 0);
             let (sc, m) = q4k_scales_mins(block);
-            // the eight scales as i16, repeated in both 128-bit halves
-            let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            // group PI[j] lies in sub-block PI[j] / 2 = j mod 4 (and 8 + PI[j] in 4 + j mod 4)
+            let sc32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sc as i64));
+            let sc_lo = _mm256_permute2x128_si256::<0x00>(sc32, sc32);
+            let sc_hi = _mm256_permute2x128_si256::<0x11>(sc32, sc32);
             let m8 = _mm_cvtsi64_si128(m as i64);
-            let m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-            let mut isum = [_mm256_setzero_si256(); G];
-            for c in 0..4 {
-                let q4 = load(block, 16 + 32 * c);
-                let halves = [
-                    _mm256_and_si256(q4, mask),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(q4), mask),
-                ];
-                for (half, &wq) in halves.iter().enumerate() {
-                    let j = (2 * c + half) as i8;
-                    // bytes (2j, 2j+1) everywhere: i16 lane j of `sc16` in every lane
-                    let pair: [i8; 32] = std::array::from_fn(|i| 2 * j + (i % 2) as i8);
-                    let idx = load(&pair, 0);
-                    let scale = _mm256_shuffle_epi8(sc16, idx);
-                    for g in 0..G {
-                        let a = load(tokens[g].quants(sb), 32 * j as usize);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, a), scale);
-                        isum[g] = _mm256_add_epi32(isum[g], p);
-                    }
-                }
-            }
+            let m16 = by_pi(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
+            let w: [__m256i; 8] = std::array::from_fn(|s| {
+                let q4 = load(block, 16 + 32 * (s / 2));
+                let q4 = if s % 2 == 0 {
+                    q4
+                } else {
+                    _mm256_srli_epi16::<4>(q4)
+                };
+                _mm256_and_si256(q4, mask)
+            });
             for g in 0..G {
                 let da = tokens[g].scales[sb];
-                let msum = _mm256_madd_epi16(load(tokens[g].sums(sb), 0), m16);
-                acc[g] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(isum[g]), acc[g]);
+                let (g_lo, g_hi) = group_dots8(&w, tokens[g].quants(sb));
+                let isum = _mm256_add_epi32(
+                    _mm256_mullo_epi32(g_lo, sc_lo),
+                    _mm256_mullo_epi32(g_hi, sc_hi),
+                );
+                let msum = _mm256_madd_epi16(by_pi(load(tokens[g].sums(sb), 0)), m16);
+                acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(isum), acc[g]);
                 acc[g] = _mm256_fmadd_ps(
                     _mm256_set1_ps(-(dmin * da)),
                     _mm256_cvtepi32_ps(msum),
@@ -555,10 +631,10 @@ mod avx2 {
                 );
             }
         }
-        acc.map(|v| fold(v))
+        acc.map(|v| fold_pi(v))
     }
 
-    /// Q6_K row against `G` tokens (module docs).
+    /// Q6_K row against `G` tokens (module docs); the float lanes are held in [`PI`] order.
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -576,63 +652,63 @@ mod avx2 {
             let sc_bytes = &b[192..208];
             // SAFETY: 16 readable bytes; unaligned loads are allowed.
             let sc128 = unsafe { _mm_loadu_si128(sc_bytes.as_ptr().cast()) };
-            let mut isum = [_mm256_setzero_si256(); G];
+            let sc_lo = by_pi(_mm256_cvtepi8_epi32(sc128));
+            let sc_hi = by_pi(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(sc128, sc128)));
+            let mut w = [_mm256_setzero_si256(); 8];
             for h in 0..2 {
                 let ql0 = load(b, 64 * h);
                 let ql1 = load(b, 64 * h + 32);
                 let qh = load(b, 128 + 32 * h);
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                        _mm256_and_si256(qh, m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                    ),
+                let low = [
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
                 ];
-                for (run, &qr) in q.iter().enumerate() {
-                    // elements 0..16 of the run use scale k, 16..32 scale k + 1
-                    let k = (8 * h + 2 * run) as i8;
-                    let halves: [i8; 16] = std::array::from_fn(|i| k + (i / 8) as i8);
-                    // SAFETY: 16 readable bytes; unaligned loads are allowed.
-                    let idx = unsafe { _mm_loadu_si128(halves.as_ptr().cast()) };
-                    let scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc128, idx));
-                    for g in 0..G {
-                        let a = load(tokens[g].quants(sb), 128 * h + 32 * run);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(qr, a), scale);
-                        isum[g] = _mm256_add_epi32(isum[g], p);
-                    }
+                let high = [
+                    _mm256_slli_epi16::<4>(qh),
+                    _mm256_slli_epi16::<2>(qh),
+                    qh,
+                    _mm256_srli_epi16::<2>(qh),
+                ];
+                for run in 0..4 {
+                    w[4 * h + run] = _mm256_or_si256(low[run], _mm256_and_si256(high[run], m30));
                 }
             }
-            let sc16 = _mm256_cvtepi8_epi16(sc128);
             for g in 0..G {
-                let off =
-                    _mm256_slli_epi32::<5>(_mm256_madd_epi16(load(tokens[g].sums(sb), 0), sc16));
-                let total = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[g], off));
-                acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(d * tokens[g].scales[sb]), total, acc[g]);
+                let (g_lo, g_hi) = group_dots8(&w, tokens[g].quants(sb));
+                // SAFETY: the block's 16 group sums are 32 readable bytes.
+                let gs = unsafe { _mm256_loadu_si256(tokens[g].sums(sb).as_ptr().cast()) };
+                let gs_lo = by_pi(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(gs)));
+                let gs_hi = by_pi(_mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(gs)));
+                let isum = _mm256_add_epi32(
+                    _mm256_mullo_epi32(
+                        _mm256_sub_epi32(g_lo, _mm256_slli_epi32::<5>(gs_lo)),
+                        sc_lo,
+                    ),
+                    _mm256_mullo_epi32(
+                        _mm256_sub_epi32(g_hi, _mm256_slli_epi32::<5>(gs_hi)),
+                        sc_hi,
+                    ),
+                );
+                let dd = _mm256_set1_ps(d * tokens[g].scales[sb]);
+                acc[g] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[g]);
             }
         }
-        acc.map(|v| fold(v))
+        acc.map(|v| fold_pi(v))
     }
 }
 
 // The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    //! The AVX-512 kernels: 64 weight quants per register (`vpmaddubsw` u8×i8 pair sums, then
-    //! `vpdpwssd` by the 16-bit scales), two 32-runs per register whose 16 lanes fold to the
-    //! eight of the module docs once per super-block. Weights are decoded once per block and
-    //! reused for every token of the group; activations are read by raw pointer (the caller's
-    //! slices were length-checked).
+    //! The AVX-512 kernels: each block's weight quants are decoded into four registers laid out
+    //! by group lanes (register `c`, 32-bit lane `k` = bytes `4c .. 4c+4` of group `k`, the
+    //! layout of [`Q8Activations`]'s lane quants), once per block for every token of the group.
+    //! Per token, four `vpdpbusd` (u8 × i8, four products per lane) into one accumulator give
+    //! the sixteen group dot products, one multiply applies the group scales, and a fold of the
+    //! two halves gives the module's eight lanes. Activations are read by raw pointer (the
+    //! caller's slices were length-checked).
 
     use super::avx2::{f16_pair, fold};
     use super::{q4k_scales_mins, rows_generic, Q8Activations, QuantMatrix, TokenBlocks};
@@ -750,16 +826,7 @@ mod avx512 {
         ))
     }
 
-    /// `idx` for `vpermw`: i16 lanes `0..32` take scale `first + lane / per`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    fn spread(first: i16, per: i16) -> __m512i {
-        let lanes: [i16; 32] = std::array::from_fn(|i| first + i as i16 / per);
-        // SAFETY: `lanes` is 64 readable bytes; unaligned loads are allowed.
-        unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
-    }
-
-    /// Raw pointers to token `g`'s activation block `sb`: quants, group sums, scale.
+    /// Raw pointers to token `g`'s activation block `sb`: lane quants, group sums, scale.
     ///
     /// # Safety
     /// `sb` must be below the tokens' block count (the row and the activations were checked to
@@ -770,44 +837,101 @@ mod avx512 {
         // SAFETY: `sb < blocks`, so all three offsets stay inside the token's slices.
         unsafe {
             (
-                tok.quants.as_ptr().add(sb * super::Q8_BLOCK),
+                tok.lane_quants.as_ptr().add(sb * super::Q8_BLOCK),
                 tok.group_sums.as_ptr().add(sb * super::GROUPS),
                 tok.scales.as_ptr().add(sb),
             )
         }
     }
 
-    /// Sixteen-lane integer dot products of four 64-element weight registers with a token's
-    /// 256 activation quants at `a`, scaled per 16-bit lane: `Σ_c dpwssd(maddubs(w_c, a_c), s_c)`.
-    /// One token uses two accumulator chains (latency); more tokens interleave instead.
+    /// `vpermt2d` indices that gather registers `c` and `c + 1` (`first = c`) of the group-lane
+    /// layout, lanes `0 .. 8`, from two source registers: output dword `o` is lane `k = o mod 8`
+    /// of register `first + o / 8`, found at dword [`q6k_at`] of the pair (bit 4 selects
+    /// the second source). Evaluated at compile time.
+    const fn pair_index(first: usize) -> [i32; 16] {
+        let mut idx = [0i32; 16];
+        let mut o = 0;
+        while o < 16 {
+            let (k, c) = (o % 8, first + o / 8);
+            idx[o] = q6k_at(k, c) as i32;
+            o += 1;
+        }
+        idx
+    }
+
+    /// Q4_K: byte `b` of qs[0..64] holds element `b mod 32` of sub-blocks `2 (b / 32)` (low
+    /// nibble) and `2 (b / 32) + 1` (high nibble); qs[64..128] likewise for sub-blocks 4..8.
+    /// Group k (< 8) of register c is sub-block k / 2, bytes 16 (k mod 2) + 4c: raw dword
+    /// 4 (k mod 2) + c + 8 (k / 4) of qs[0..64], high nibble when k / 2 is odd; group k + 8
+    /// the same dword of qs[64..128] (bit 4 of the index).
+    const fn q4k_raw_index(c: usize) -> [i32; 16] {
+        let mut idx = [0i32; 16];
+        let mut k = 0;
+        while k < 16 {
+            let kk = k % 8;
+            idx[k] = (4 * (kk % 2) + c + 8 * (kk / 4) + 16 * (k / 8)) as i32;
+            k += 1;
+        }
+        idx
+    }
+    const Q4K_INDEX: [[i32; 16]; 4] = [
+        q4k_raw_index(0),
+        q4k_raw_index(1),
+        q4k_raw_index(2),
+        q4k_raw_index(3),
+    ];
+    /// Lanes `k` whose group takes the high nibble (`(k mod 8) / 2` odd).
+    const Q4K_HIGH_NIBBLE: __mmask16 = 0xCCCC;
+
+    /// Q6_K: element-order registers n_q hold elements 64q .. 64q+64; group k of register c is
+    /// dword 4 (k mod 4) + c of n_{k/4}: groups 0..8 from (n_0, n_1), 8.. from (n_2, n_3).
+    const fn q6k_at(k: usize, c: usize) -> usize {
+        4 * (k % 4) + c + 16 * ((k / 4) % 2)
+    }
+    const Q6K_INDEX: [[i32; 16]; 2] = [pair_index(0), pair_index(2)];
+
+    /// The two index registers of a `*_INDEX` table.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn index_registers<const N: usize>(table: &[[i32; 16]; N]) -> [__m512i; N] {
+        // SAFETY: each row is 64 readable bytes; unaligned loads are allowed.
+        table.map(|row| unsafe { _mm512_loadu_si512(row.as_ptr().cast()) })
+    }
+
+    /// Assembles the four group-lane registers from `vpermt2d` results: `low[p]` holds lanes
+    /// `0 .. 8` of registers `2p` and `2p + 1`, `high[p]` their lanes `8 .. 16`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn join_pairs(low: [__m512i; 2], high: [__m512i; 2]) -> [__m512i; 4] {
+        [
+            _mm512_shuffle_i64x2::<0x44>(low[0], high[0]),
+            _mm512_shuffle_i64x2::<0xEE>(low[0], high[0]),
+            _mm512_shuffle_i64x2::<0x44>(low[1], high[1]),
+            _mm512_shuffle_i64x2::<0xEE>(low[1], high[1]),
+        ]
+    }
+
+    /// The sixteen group dot products of one block: `Σ_c vpdpbusd(w_c, a_c)` with the token's
+    /// lane quants at `a`. One token uses two accumulator chains (latency); more tokens
+    /// interleave instead.
     ///
     /// # Safety
-    /// `a` must point to 256 readable bytes; the CPU must support AVX-512 F, BW and VNNI.
+    /// `a` must point to 256 readable bytes; the CPU must support AVX-512 F and VNNI.
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn dot4<const G: usize>(
-        wq: &[__m512i; 4],
-        scale: &[__m512i; 4],
-        a: *const i8,
-    ) -> __m512i {
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    unsafe fn group_dots<const G: usize>(w: &[__m512i; 4], a: *const i8) -> __m512i {
         // SAFETY: `a .. a + 256` is readable (caller); unaligned loads are allowed.
         let load = |c: usize| unsafe { _mm512_loadu_si512(a.add(64 * c).cast()) };
         if G == 1 {
-            let mut even = _mm512_setzero_si512();
-            let mut odd = _mm512_setzero_si512();
-            for c in (0..4).step_by(2) {
-                even = _mm512_dpwssd_epi32(even, _mm512_maddubs_epi16(wq[c], load(c)), scale[c]);
-                odd = _mm512_dpwssd_epi32(
-                    odd,
-                    _mm512_maddubs_epi16(wq[c + 1], load(c + 1)),
-                    scale[c + 1],
-                );
-            }
+            let even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], load(0));
+            let odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], load(1));
+            let even = _mm512_dpbusd_epi32(even, w[2], load(2));
+            let odd = _mm512_dpbusd_epi32(odd, w[3], load(3));
             _mm512_add_epi32(even, odd)
         } else {
             let mut sum = _mm512_setzero_si512();
-            for c in 0..4 {
-                sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(wq[c], load(c)), scale[c]);
+            for (c, &wc) in w.iter().enumerate() {
+                sum = _mm512_dpbusd_epi32(sum, wc, load(c));
             }
             sum
         }
@@ -825,33 +949,33 @@ mod avx512 {
         tokens: [TokenBlocks<'_>; G],
     ) -> [f32; G] {
         let mask = _mm512_set1_epi8(15);
-        // register c holds sub-blocks 2c (low half) and 2c + 1 (high half)
-        let idx: [__m512i; 4] = std::array::from_fn(|c| spread(2 * c as i16, 16));
+        let idx = index_registers(&Q4K_INDEX);
         let mut acc = [_mm256_setzero_ps(); G];
         for (sb, block) in row.chunks_exact(144).enumerate() {
             prefetch_ahead(block);
             let (d, dmin) = f16_pair(block, 0);
             let (dv, ndminv) = (_mm256_set1_ps(d), _mm256_set1_ps(-dmin));
             let (sc, m) = q4k_scales_mins(block);
-            let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64)));
+            // group k's scale sc_{k/2} as the low i16 of lane k (the high i16 zero)
+            let sc8 = _mm_cvtsi64_si128(sc as i64);
+            let sc32 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sc8, sc8));
             let m8 = _mm_cvtsi64_si128(m as i64);
             let m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-            let mut wq = [_mm512_setzero_si512(); 4];
-            for p in 0..2 {
-                let v = load512(block, 16 + 64 * p);
-                let lo = _mm512_and_si512(v, mask);
-                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), mask);
-                wq[2 * p] = _mm512_shuffle_i64x2::<0x44>(lo, hi);
-                wq[2 * p + 1] = _mm512_shuffle_i64x2::<0xEE>(lo, hi);
-            }
-            let scale: [__m512i; 4] =
-                std::array::from_fn(|c| _mm512_permutexvar_epi16(idx[c], sc16));
+            let (low, high) = (load512(block, 16), load512(block, 80));
+            let w: [__m512i; 4] = std::array::from_fn(|c| {
+                let raw = _mm512_permutex2var_epi32(low, idx[c], high);
+                let shifted = _mm512_mask_srli_epi32::<4>(raw, Q4K_HIGH_NIBBLE, raw);
+                _mm512_and_si512(shifted, mask)
+            });
             for g in 0..G {
                 // SAFETY: `sb` is below the block count (caller), so the block's 256 quants,
                 // 16 sums and its scale are readable; unaligned loads are allowed.
                 unsafe {
                     let (a, sums, da) = block_ptrs(&tokens[g], sb);
-                    let isum = fold16(dot4::<G>(&wq, &scale, a));
+                    // |g_k| ≤ 16·15·127 < 2^15: the low i16 of each lane is the whole value,
+                    // so `vpmaddwd` by (sc, 0) is the 32-bit product
+                    let scaled = _mm512_madd_epi16(group_dots::<G>(&w, a), sc32);
+                    let isum = fold16(scaled);
                     let msum = _mm256_madd_epi16(_mm256_loadu_si256(sums.cast()), m16);
                     let da = _mm256_broadcast_ss(&*da);
                     acc[g] = _mm256_fmadd_ps(_mm256_mul_ps(dv, da), isum, acc[g]);
@@ -879,8 +1003,7 @@ mod avx512 {
     ) -> [f32; G] {
         let m4 = _mm512_set1_epi8(15);
         let m30 = _mm512_set1_epi8(0x30);
-        // [run 0 | run 1] of half h uses scales 8h .. 8h+4, [run 2 | run 3] 8h+4 .. 8h+8
-        let idx: [__m512i; 4] = std::array::from_fn(|i| spread(4 * i as i16, 8));
+        let idx = index_registers(&Q6K_INDEX);
         let mut acc = [_mm256_setzero_ps(); G];
         for (sb, b) in row.chunks_exact(210).enumerate() {
             prefetch_ahead(b);
@@ -888,10 +1011,8 @@ mod avx512 {
             let dv = _mm256_set1_ps(d);
             let sc_bytes = &b[192..208];
             // SAFETY: 16 readable bytes; unaligned loads are allowed.
-            let sc128 = unsafe { _mm_loadu_si128(sc_bytes.as_ptr().cast()) };
-            let sc16 = _mm256_cvtepi8_epi16(sc128);
-            let sc512 = _mm512_castsi256_si512(sc16);
-            let mut wq = [_mm512_setzero_si512(); 4];
+            let sc32 = _mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(sc_bytes.as_ptr().cast()) });
+            let mut n = [_mm512_setzero_si512(); 4];
             for h in 0..2 {
                 let ql = load512(b, 64 * h);
                 let qh = load256(b, 128 + 32 * h);
@@ -900,30 +1021,29 @@ mod avx512 {
                 };
                 let hi01 = join(_mm256_slli_epi16::<4>(qh), _mm256_slli_epi16::<2>(qh));
                 let hi23 = join(qh, _mm256_srli_epi16::<2>(qh));
-                wq[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hi01, m30));
-                wq[2 * h + 1] = _mm512_or_si512(
+                n[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hi01, m30));
+                n[2 * h + 1] = _mm512_or_si512(
                     _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
                     _mm512_and_si512(hi23, m30),
                 );
             }
-            let scale: [__m512i; 4] =
-                std::array::from_fn(|i| _mm512_permutexvar_epi16(idx[i], sc512));
+            let gather = |lo: __m512i, hi: __m512i| {
+                [
+                    _mm512_permutex2var_epi32(lo, idx[0], hi),
+                    _mm512_permutex2var_epi32(lo, idx[1], hi),
+                ]
+            };
+            let w = join_pairs(gather(n[0], n[1]), gather(n[2], n[3]));
             for g in 0..G {
                 // SAFETY: as in `q4k_row`.
                 unsafe {
                     let (a, sums, da) = block_ptrs(&tokens[g], sb);
-                    let sum16 = dot4::<G>(&wq, &scale, a);
-                    let isum = _mm256_add_epi32(
-                        _mm512_castsi512_si256(sum16),
-                        _mm512_extracti64x4_epi64::<1>(sum16),
-                    );
-                    let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(
-                        _mm256_loadu_si256(sums.cast()),
-                        sc16,
-                    ));
-                    let total = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, off));
+                    let gs = _mm512_cvtepi16_epi32(_mm256_loadu_si256(sums.cast()));
+                    let centred =
+                        _mm512_sub_epi32(group_dots::<G>(&w, a), _mm512_slli_epi32::<5>(gs));
+                    let isum = fold16(_mm512_mullo_epi32(centred, sc32));
                     let dd = _mm256_mul_ps(dv, _mm256_broadcast_ss(&*da));
-                    acc[g] = _mm256_fmadd_ps(dd, total, acc[g]);
+                    acc[g] = _mm256_fmadd_ps(dd, isum, acc[g]);
                 }
             }
         }
