@@ -7,9 +7,11 @@
 //! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`.
 
 mod config;
+pub mod cuda;
 mod layer_skip;
 mod load;
 mod model;
+mod step_checks;
 mod weights;
 
 pub use config::{Architecture, LlamaConfig, RopeLayout};
