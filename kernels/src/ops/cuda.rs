@@ -256,7 +256,10 @@ pub fn embedding_gather_cuda<T: DequantOutput>(
     if ids.len() > i32::MAX as usize || vocab > u32::MAX as usize {
         return Err(KernelError::InvalidParameter {
             what: "embedding_gather",
-            reason: format!("{} tokens of a {vocab}-row table exceed the launch grid", ids.len()),
+            reason: format!(
+                "{} tokens of a {vocab}-row table exceed the launch grid",
+                ids.len()
+            ),
         });
     }
     let st = gpu.stream();
@@ -270,7 +273,12 @@ pub fn embedding_gather_cuda<T: DequantOutput>(
     let f = gpu.function(&sources::OPS, &name)?;
     let (h, v) = (hidden as u32, vocab as u32);
     let mut l = st.launch_builder(&f);
-    l.arg(table).arg(&ids_d).arg(&mut *out).arg(&h).arg(&v).arg(&mut flag);
+    l.arg(table)
+        .arg(&ids_d)
+        .arg(&mut *out)
+        .arg(&h)
+        .arg(&v)
+        .arg(&mut flag);
     let cfg = LaunchConfig {
         grid_dim: (ids.len() as u32, 1, 1),
         block_dim: (256, 1, 1),
@@ -314,8 +322,7 @@ pub fn cast_bf16_cuda(
     let mut l = gpu.stream().launch_builder(&f);
     l.arg(x).arg(out).arg(&n);
     // SAFETY: x and out hold n elements (checked); argument order matches cast_f32_bf16.
-    unsafe { l.launch(grid_stride(x.len())) }
-        .map_err(|e| cuda_error("launch cast_f32_bf16", e))?;
+    unsafe { l.launch(grid_stride(x.len())) }.map_err(|e| cuda_error("launch cast_f32_bf16", e))?;
     Ok(())
 }
 

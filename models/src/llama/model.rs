@@ -14,8 +14,8 @@ use specdec_kernels::quant::{
 use specdec_kernels::TreeTopology;
 
 use super::config::LlamaConfig;
-use super::step_checks::{check_commit_path, check_steps};
 use super::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
+use super::step_checks::{check_commit_path, check_steps};
 use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;

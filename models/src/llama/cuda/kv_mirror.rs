@@ -199,6 +199,8 @@ mod tests {
         mirror: KvMirror,
         pool: Vec<f32>,
         layout: KvLayout,
+        /// (slots copied, blocks remapped, copy-on-write reserves) over the run.
+        seen: (usize, usize, usize),
     }
 
     impl Twin {
@@ -208,6 +210,7 @@ mod tests {
                 mirror: KvMirror::new(layout.block_size(), blocks).unwrap(),
                 pool: vec![0.0; blocks * layout.block_elems()],
                 layout,
+                seen: (0, 0, 0),
             }
         }
 
@@ -225,7 +228,8 @@ mod tests {
                 for layer in 0..self.layout.num_layers() {
                     for part in [KvPart::Key, KvPart::Value] {
                         for head in 0..self.layout.num_kv_heads() {
-                            let (a, b) = (self.at(s, layer, part, head), self.at(t, layer, part, head));
+                            let (a, b) =
+                                (self.at(s, layer, part, head), self.at(t, layer, part, head));
                             self.pool[b..b + d].copy_from_slice(&before[a..a + d]);
                         }
                     }
@@ -239,6 +243,7 @@ mod tests {
             self.mirror.rewind(seq, 0).unwrap();
             self.cpu.reserve(seq, n).unwrap();
             let moves = self.mirror.reserve(seq, n).unwrap();
+            self.seen.2 += usize::from(!moves.is_empty());
             self.apply(&moves);
             let slots = self.mirror.pending_slots(seq).unwrap();
             assert_eq!(slots.len(), n);
@@ -263,8 +268,15 @@ mod tests {
         }
 
         fn commit(&mut self, seq: SeqId, accepted: &[usize]) {
-            self.cpu.commit(seq, accepted).unwrap();
+            let stats = self.cpu.commit(seq, accepted).unwrap();
+            self.seen.0 += stats.slots_copied;
+            self.seen.1 += stats.blocks_remapped;
             let moves = self.mirror.commit(seq, accepted).unwrap();
+            assert_eq!(
+                moves.src.len(),
+                stats.slots_copied,
+                "one move per copied slot"
+            );
             self.apply(&moves);
         }
 
@@ -296,9 +308,15 @@ mod tests {
 
     #[test]
     fn physical_slots_follow_the_block_table() {
-        assert_eq!(physical_slots(&[3, 0, 7], 4, 2, 7).unwrap(), [14, 15, 0, 1, 2, 3, 28]);
+        assert_eq!(
+            physical_slots(&[3, 0, 7], 4, 2, 7).unwrap(),
+            [14, 15, 0, 1, 2, 3, 28]
+        );
         assert!(physical_slots(&[3], 4, 3, 2).is_err());
-        assert!(KvMirror::new(1 << 16, 1 << 16).is_err(), "2^32 slots refused");
+        assert!(
+            KvMirror::new(1 << 16, 1 << 16).is_err(),
+            "2^32 slots refused"
+        );
     }
 
     #[test]
@@ -346,6 +364,12 @@ mod tests {
         assert_eq!(
             t.cpu.allocator().free_blocks(),
             t.mirror.cache().allocator().free_blocks()
+        );
+        let (copied, remapped, cow) = t.seen;
+        assert!(
+            copied > 0 && remapped > 0 && cow > 0,
+            "exercised: {:?}",
+            t.seen
         );
     }
 

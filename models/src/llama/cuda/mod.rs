@@ -1,10 +1,10 @@
-//! The Llama / Qwen2 runner on a CUDA GPU: [`CudaLlamaModel`], a [`LanguageModel`] with the CPU
+//! The Llama / Qwen2 runner on a CUDA GPU: [`CudaLlamaModel`], a [`LanguageModel`](crate::LanguageModel) with the CPU
 //! runner's contract, loaded from the same GGUF files by the same loader.
 //!
 //! # Contract
-//! Exactly [`LanguageModel`]'s: a forward takes a ragged batch of token trees (prefill chunks,
+//! Exactly [`LanguageModel`](crate::LanguageModel)'s: a forward takes a ragged batch of token trees (prefill chunks,
 //! chains, draft trees) over a paged KV cache and returns f32 logits `[n_new, vocab]` per
-//! sequence on the host; new tokens' K/V are speculative until [`LanguageModel::commit`] keeps a
+//! sequence on the host; new tokens' K/V are speculative until [`commit`](crate::LanguageModel::commit) keeps a
 //! root-to-node path; `rewind`, `fork` and `release` behave as on the CPU. Steps and commit paths
 //! are checked by the same code as the CPU runner's (same errors). One GPU, one rank: the
 //! tensor-parallel split stays CPU-only here. Without a usable GPU every constructor returns
@@ -60,8 +60,6 @@ pub use kv_mirror::{physical_slots, KvMirror, SlotMoves};
 pub use matmul::{gemm_dims, product, GpuMatmul};
 pub use model::{CudaLlamaModel, CudaLlamaOptions};
 pub use weights::{device_weight_bytes, Bf16Route, DeviceLayer, DeviceMatrix, DeviceWeights};
-
-use crate::model::LanguageModel;
 
 /// A CUDA failure as the crate's error: the call that failed and the driver's message (an
 /// out-of-memory shows as `CUDA_ERROR_OUT_OF_MEMORY`).
