@@ -8,6 +8,7 @@
 
 mod config;
 pub mod cuda;
+mod device;
 mod layer_skip;
 mod load;
 mod model;
@@ -15,6 +16,7 @@ mod step_checks;
 mod weights;
 
 pub use config::{Architecture, LlamaConfig, RopeLayout};
+pub use device::{load_on_device, parse_device, DeviceModelOptions};
 pub use layer_skip::default_skip_layers;
 pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};
 pub use model::{LlamaModel, LlamaOptions, MatmulPath};

@@ -314,6 +314,40 @@ fn weight_routes_and_device_bytes() {
     }
 }
 
+#[test]
+fn the_device_is_a_run_time_choice() {
+    use crate::llama::{load_on_device, parse_device, DeviceModelOptions};
+    use specdec_kernels::cuda::Device;
+    assert_eq!(parse_device("cpu").unwrap(), Device::Cpu);
+    assert_eq!(parse_device("cuda:1").unwrap(), Device::Cuda(1));
+    let err = parse_device("tpu").unwrap_err().to_string();
+    assert!(
+        err.contains("unknown device `tpu`") && err.contains("cuda:N"),
+        "{err}"
+    );
+    let file = synthetic(Architecture::Llama, 3);
+    let options = DeviceModelOptions {
+        kv_capacity_tokens: 64,
+        ..DeviceModelOptions::default()
+    };
+    let mut cpu = load_on_device(&file, options).unwrap();
+    let s = cpu.new_sequence().unwrap();
+    assert_eq!(extend(cpu.as_mut(), s, &PROMPT).rows(), PROMPT.len());
+    let on_gpu = load_on_device(
+        &file,
+        DeviceModelOptions {
+            device: Device::Cuda(0),
+            ..options
+        },
+    );
+    assert_eq!(
+        on_gpu.is_ok(),
+        cuda_device_count() > 0,
+        "{:?}",
+        on_gpu.err()
+    );
+}
+
 /// Runs `body` with the GPU models of both synthetic architectures, or returns when this
 /// machine has no GPU (a failure under `SPECDEC_REQUIRE_GPU=1`).
 fn with_models(test: &str, body: impl Fn(Architecture, &Arc<GgufFile>)) {
