@@ -470,4 +470,66 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn gather_cast_add_and_bf16_matmul() {
+        let Some(gpu) = gpu_for_test("ops::cuda::gather_cast_add_and_bf16_matmul") else {
+            return;
+        };
+        let st = gpu.stream();
+        let (vocab, hidden) = (37usize, 300usize);
+        let table: Vec<half::bf16> = values(vocab * hidden, 8)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
+        let ids = [3u32, 0, 36, 3];
+        let td = st.clone_htod(&table).unwrap();
+        let mut out = st.alloc_zeros::<f32>(ids.len() * hidden).unwrap();
+        embedding_gather_cuda(&gpu, &td, hidden, &ids, &mut out).unwrap();
+        let want: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| table[i as usize * hidden..(i as usize + 1) * hidden].iter())
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(st.clone_dtoh(&out).unwrap(), want, "gather");
+        assert!(embedding_gather_cuda(&gpu, &td, hidden, &[37], &mut out).is_err());
+        // Cast: round to nearest even, as half's from_f32.
+        let x = values(10_001, 9);
+        let xd = st.clone_htod(&x).unwrap();
+        let mut xb = st.alloc_zeros::<half::bf16>(x.len()).unwrap();
+        cast_bf16_cuda(&gpu, &xd, &mut xb).unwrap();
+        let want: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v)).collect();
+        assert_eq!(st.clone_dtoh(&xb).unwrap(), want, "cast");
+        // Broadcast add: a bias per row, then a residual.
+        let (rows, cols) = (5usize, 77usize);
+        let (a, b) = (values(rows * cols, 10), values(cols, 11));
+        let mut ad = st.clone_htod(&a).unwrap();
+        add_broadcast_cuda(&gpu, &mut ad, &st.clone_htod(&b).unwrap()).unwrap();
+        let biased: Vec<f32> = a.iter().enumerate().map(|(i, v)| v + b[i % cols]).collect();
+        assert_eq!(st.clone_dtoh(&ad).unwrap(), biased, "bias");
+        add_broadcast_cuda(&gpu, &mut ad, &st.clone_htod(&a).unwrap()).unwrap();
+        let summed: Vec<f32> = biased.iter().zip(&a).map(|(x, y)| x + y).collect();
+        assert_eq!(st.clone_dtoh(&ad).unwrap(), summed, "residual");
+        assert!(add_broadcast_cuda(&gpu, &mut ad, &st.clone_htod(&b[..4]).unwrap()).is_err());
+        // bf16-weight invariant product: the in-order FMA chain over widened weights.
+        let (rows, cols, k) = (9usize, 70usize, 300usize);
+        let a = values(rows * k, 12);
+        let w: Vec<half::bf16> = values(cols * k, 13)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
+        let mut od = st.alloc_zeros::<f32>(rows * cols).unwrap();
+        let (adev, wdev) = (st.clone_htod(&a).unwrap(), st.clone_htod(&w).unwrap());
+        matmul_invariant_cuda(&gpu, &adev, &wdev, k, &mut od).unwrap();
+        let got = st.clone_dtoh(&od).unwrap();
+        for r in 0..rows {
+            for c in 0..cols {
+                let want = (0..k).fold(0.0f32, |acc, i| {
+                    a[r * k + i].mul_add(w[c * k + i].to_f32(), acc)
+                });
+                assert_eq!(got[r * cols + c], want, "bf16 matmul row {r} col {c}");
+            }
+        }
+    }
 }
