@@ -109,6 +109,7 @@ pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
         max_tokens: a.max_tokens,
         batch_size: 1,
         baseline: BaselineRule::Add,
+        schedule: Default::default(),
         toy: None,
         simulation: Some(SimulationConfig {
             acceptance,

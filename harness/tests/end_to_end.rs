@@ -283,3 +283,32 @@ fn toy_results_do_not_depend_on_the_batch_size() {
     assert!(one.steps.iter().all(|s| s.batch == 1));
     assert!(four.steps.iter().any(|s| s.batch > 1));
 }
+
+#[test]
+fn toy_results_do_not_depend_on_the_schedule() {
+    let base = include_str!("../../experiments/toy-chain.toml")
+        .replace("count = 20", "count = 5")
+        .replace("max_tokens = 200", "max_tokens = 40\nbatch_size = 2");
+    let run = |schedule: &str| {
+        let text = base.replace(
+            "batch_size = 2",
+            &format!("batch_size = 2\nschedule = \"{schedule}\""),
+        );
+        let loaded = ExperimentConfig::from_toml(&text, "toy-chain.toml").unwrap();
+        let dir = temp_dir(&format!("toy-{schedule}"));
+        let r = run_experiment(&loaded, &dir, false).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        r
+    };
+    let by_method = run("by_method");
+    let interleaved = run("interleaved");
+    let records = |r: &specdec_harness::report::RunResults| {
+        r.requests
+            .iter()
+            .map(|q| (q.method.clone(), q.request, q.text.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(records(&by_method), records(&interleaved));
+    assert!(by_method.runs.len() >= 2);
+    assert_eq!(by_method.steps.len(), interleaved.steps.len());
+}

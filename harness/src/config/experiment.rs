@@ -34,6 +34,9 @@ pub struct ExperimentConfig {
     /// What to do when no plain-decoding baseline is listed.
     #[serde(default)]
     pub baseline: BaselineRule,
+    /// In which order methods and prompts run [default: interleaved].
+    #[serde(default)]
+    pub schedule: Schedule,
     /// Simulation mode: when present, an injected acceptance process and cost model replace the
     /// models.
     #[serde(default)]
@@ -58,6 +61,24 @@ pub enum BaselineRule {
     Add,
     /// Refuse the config.
     Require,
+}
+
+/// In which order an experiment runs its methods over its prompts.
+///
+/// Wall-clock speedups compare methods that ran at different times, so anything that drifts
+/// with time (other load, clock boost, thermal state, page cache) biases a method-after-method
+/// run against whoever ran during the bad stretch. Interleaving spreads every method over the
+/// whole run instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// The prompts are cut into groups of `batch_size`; every method runs on the first group,
+    /// then every method on the next, the method order rotating by one from group to group.
+    /// Each method is built (drafters loaded, calibrated) once, before its first group.
+    #[default]
+    Interleaved,
+    /// Each method runs over all prompts before the next method starts (config order).
+    ByMethod,
 }
 
 /// The `[toy]` table: a seeded pair of toy probability-table models (`specdec_models::toy`).

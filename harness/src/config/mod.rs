@@ -21,13 +21,19 @@
 //!
 //! The plain-decoding baseline (`drafter = { kind = "none" }`) is added as a method named
 //! `baseline` when missing, unless `baseline = "require"` asks for it to be written out.
+//!
+//! Methods run interleaved by default (`schedule = "interleaved"`: every method on the first
+//! `batch_size` prompts, then every method on the next, in rotating order), so that slow drift of
+//! the machine does not favour one method; `schedule = "by_method"` runs them one after another.
 
 mod experiment;
 mod method;
 mod models;
 mod prompts;
 
-pub use experiment::{BaselineRule, ExperimentConfig, LoadedConfig, SamplingConfig, ToyConfig};
+pub use experiment::{
+    BaselineRule, ExperimentConfig, LoadedConfig, SamplingConfig, Schedule, ToyConfig,
+};
 pub use method::{DrafterConfig, MethodConfig, PolicyConfig, VerifierConfig};
 pub use models::{KnownModel, ModelSource, ModelsConfig};
 pub use prompts::{Prompt, PromptSet};

@@ -57,6 +57,9 @@ pub struct MethodSummary {
     pub target_passes: usize,
     /// Seconds of the run ([`MethodRun::elapsed_s`]).
     pub elapsed_s: f64,
+    /// Seconds of one-time set-up, not in `elapsed_s` ([`MethodRun::setup_s`]).
+    #[serde(default)]
+    pub setup_s: f64,
     /// generated_tokens / elapsed_s.
     pub tokens_per_s: f64,
     /// tokens_per_s / the baseline's tokens_per_s (the baseline itself: 1).
@@ -183,6 +186,7 @@ pub fn summarize(
             generated_tokens: reqs.iter().map(|r| r.generated_tokens).sum(),
             target_passes: reqs.iter().map(|r| r.target_passes).sum(),
             elapsed_s: run.elapsed_s,
+            setup_s: run.setup_s,
             tokens_per_s: tps,
             speedup: tps / baseline_tps,
             speedup_per_prompt: t_interval(&per_prompt),
@@ -284,12 +288,14 @@ mod tests {
                 description: "none".into(),
                 is_baseline: true,
                 elapsed_s: 8.0,
+                setup_s: 0.0,
             },
             MethodRun {
                 method: "spec".into(),
                 description: "chain".into(),
                 is_baseline: false,
                 elapsed_s: 4.8,
+                setup_s: 0.0,
             },
         ];
         let steps: Vec<StepRecord> = [base0, base1, spec0, spec1].concat();
@@ -319,6 +325,7 @@ mod tests {
             description: String::new(),
             is_baseline: false,
             elapsed_s: 1.0,
+            setup_s: 0.0,
         }];
         let err = summarize(&runs, &[], &[]).unwrap_err();
         assert!(err.to_string().contains("baseline"));

@@ -137,6 +137,11 @@ pub struct MethodRun {
     pub description: String,
     /// Whether this is the plain-decoding baseline.
     pub is_baseline: bool,
-    /// Seconds the method took over all its requests (wall time, or simulated time).
+    /// Seconds the method took over all its requests (wall time, or simulated time), its
+    /// one-time set-up excluded.
     pub elapsed_s: f64,
+    /// Seconds of one-time set-up before the method's first request (loading and instantiating
+    /// draft models, calibrating costs, tuning a layer-skip drafter); not part of `elapsed_s`.
+    #[serde(default)]
+    pub setup_s: f64,
 }

@@ -89,6 +89,30 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
          matches on every prompt; above 0 texts differ by chance).\n",
         provenance.backend
     );
+    let setups: Vec<String> = summaries
+        .iter()
+        .filter(|s| s.setup_s > 0.0)
+        .map(|s| format!("{} {:.2} s", s.method, s.setup_s))
+        .collect();
+    if !setups.is_empty() {
+        let _ = writeln!(
+            md,
+            "One-time set-up (loading and instantiating draft models, measuring costs, tuning), \
+             not counted in tokens/s: {}.\n",
+            setups.join(", ")
+        );
+    }
+    let _ = writeln!(
+        md,
+        "Schedule: {}.\n",
+        match provenance.config.schedule {
+            crate::config::Schedule::Interleaved => {
+                "interleaved (every method on each group of `batch_size` prompts in turn, the \
+                 order rotating), so machine drift spreads over all methods"
+            }
+            crate::config::Schedule::ByMethod => "method after method",
+        }
+    );
     let _ = writeln!(md, "## Provenance\n");
     let _ = writeln!(
         md,

@@ -88,6 +88,7 @@ pub fn qwen_config(
         max_tokens: size.max_tokens,
         batch_size,
         baseline: BaselineRule::Add,
+        schedule: Default::default(),
         toy: None,
         simulation: None,
         methods,

@@ -531,6 +531,9 @@ pub struct EngineBackend {
     max_tokens: usize,
     batch_size: usize,
     calibration: Option<Vec<u32>>,
+    /// Methods built by [`Backend::run_method`], by name: an interleaved schedule calls it once
+    /// per prompt group, and the drafters (with their draft-model KV pools) are built once.
+    built: HashMap<String, BuiltMethod>,
 }
 
 impl EngineBackend {
@@ -587,6 +590,7 @@ impl EngineBackend {
             max_tokens,
             batch_size: batch_size.max(1),
             calibration: None,
+            built: HashMap::new(),
         })
     }
 
@@ -662,28 +666,48 @@ impl EngineBackend {
         if let Some(first) = requests.first() {
             self.calibration = Some(first.prompt.clone());
         }
-        let BuiltMethod {
-            mut drafter,
-            verifier,
-            policy,
-        } = self.build(method)?;
-        let options = EngineOptions {
+        let mut built = self.build(method)?;
+        let options = self.engine_options(method);
+        run_built(
+            &mut self.target,
+            &mut built,
+            options,
+            requests,
+            on_tokens,
+            on_done,
+        )
+    }
+
+    fn engine_options(&self, method: &MethodConfig) -> EngineOptions {
+        EngineOptions {
             method: method.name.clone(),
             sampling: self.sampling,
             penalties: Penalties::default(),
             seed: self.seed,
             batch_size: self.batch_size,
-        };
-        let mut engine = Engine::new(
-            &mut self.target,
-            drafter.as_mut(),
-            verifier,
-            policy,
-            options,
-        )?
-        .on_tokens(on_tokens);
-        engine.run(requests, on_done)
+        }
     }
+}
+
+/// Runs `requests` through an [`Engine`] over `target` with an already built method (its policy
+/// prototype forked, so the method can run again).
+fn run_built(
+    target: &mut LlamaModel,
+    built: &mut BuiltMethod,
+    options: EngineOptions,
+    requests: &[Request],
+    on_tokens: &mut dyn FnMut(u64, &[u32]),
+    on_done: &mut dyn FnMut(usize),
+) -> Result<Vec<Generation>> {
+    let mut engine = Engine::new(
+        target,
+        built.drafter.as_mut(),
+        built.verifier.clone(),
+        built.policy.fork(),
+        options,
+    )?
+    .on_tokens(on_tokens);
+    engine.run(requests, on_done)
 }
 
 impl Backend for EngineBackend {
@@ -708,11 +732,29 @@ impl Backend for EngineBackend {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let setup_started = Instant::now();
+        if !self.built.contains_key(&method.name) {
+            if let Some(first) = engine_requests.first() {
+                self.calibration = Some(first.prompt.clone());
+            }
+            let built = self.build(method)?;
+            self.built.insert(method.name.clone(), built);
+        }
+        let setup_s = setup_started.elapsed().as_secs_f64();
+        let options = self.engine_options(method);
+        let built = self
+            .built
+            .get_mut(&method.name)
+            .ok_or_else(|| HarnessError::InvalidEngine("method vanished from the cache".into()))?;
         let started = Instant::now();
-        let generations =
-            self.run_requests(method, &engine_requests, &mut |_, _| {}, &mut |i| {
-                on_request_done(requests[i].index)
-            })?;
+        let generations = run_built(
+            &mut self.target,
+            built,
+            options,
+            &engine_requests,
+            &mut |_, _| {},
+            &mut |i| on_request_done(requests[i].index),
+        )?;
         let elapsed_s = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
         let tokenizer = self.target_file.tokenizer.clone();
         let outcomes = generations
@@ -734,6 +776,7 @@ impl Backend for EngineBackend {
             .collect::<Result<Vec<_>>>()?;
         Ok(MethodOutcome {
             elapsed_s,
+            setup_s,
             requests: outcomes,
         })
     }

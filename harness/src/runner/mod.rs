@@ -24,7 +24,7 @@ use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::config::{ExperimentConfig, LoadedConfig, MethodConfig, ModelSource, Prompt};
+use crate::config::{ExperimentConfig, LoadedConfig, MethodConfig, ModelSource, Prompt, Schedule};
 use crate::error::{HarnessError, Result};
 use crate::metrics::{summarize, MethodRun, RequestRecord, StepRecord};
 use crate::report::{write_results, Provenance, RunResults};
@@ -57,8 +57,11 @@ pub struct RequestOutcome {
 /// What a backend reports for one method over all its requests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MethodOutcome {
-    /// Seconds for the whole method (wall time, or simulated time); > 0.
+    /// Seconds for the whole method (wall time, or simulated time), one-time set-up excluded; > 0.
     pub elapsed_s: f64,
+    /// Seconds of one-time set-up spent in this call (building the method on its first call:
+    /// loading draft models, calibrating); ≥ 0, excluded from `elapsed_s`.
+    pub setup_s: f64,
     /// One outcome per request, any order.
     pub requests: Vec<RequestOutcome>,
 }
@@ -70,6 +73,10 @@ pub trait Backend {
 
     /// Runs `method` over `requests` (sampling, max_tokens and batch size come from the config the
     /// backend was built with) and calls `on_request_done(index)` as each request retires.
+    ///
+    /// Under an interleaved [`Schedule`] the same method is run again on later prompt groups: a
+    /// backend may keep what it built for a method (by name) and must then report the building
+    /// only as `setup_s` of the first call.
     fn run_method(
         &mut self,
         method: &MethodConfig,
@@ -148,20 +155,38 @@ pub fn run_experiment_on(
     } else {
         ProgressBar::hidden()
     };
-    let mut runs = Vec::new();
-    let mut requests = Vec::new();
-    let mut steps = Vec::new();
-    for method in &config.methods {
-        bar.set_message(method.name.clone());
-        let outcome = backend.run_method(method, &specs, &mut |_| bar.inc(1))?;
-        check_outcome(method, &specs, &outcome)?;
-        runs.push(MethodRun {
+    let methods = &config.methods;
+    let mut runs: Vec<MethodRun> = methods
+        .iter()
+        .map(|method| MethodRun {
             method: method.name.clone(),
             description: method.describe(),
             is_baseline: method.is_baseline(),
-            elapsed_s: outcome.elapsed_s,
-        });
-        let mut outs = outcome.requests;
+            elapsed_s: 0.0,
+            setup_s: 0.0,
+        })
+        .collect();
+    let mut outcomes: Vec<Vec<RequestOutcome>> = vec![Vec::new(); methods.len()];
+    for (group, order) in schedule_order(
+        config.schedule,
+        specs.len(),
+        config.batch_size,
+        methods.len(),
+    ) {
+        for m in order {
+            let method = &methods[m];
+            bar.set_message(method.name.clone());
+            let group_specs = &specs[group.clone()];
+            let outcome = backend.run_method(method, group_specs, &mut |_| bar.inc(1))?;
+            check_outcome(method, group_specs, &outcome)?;
+            runs[m].elapsed_s += outcome.elapsed_s;
+            runs[m].setup_s += outcome.setup_s;
+            outcomes[m].extend(outcome.requests);
+        }
+    }
+    let mut requests = Vec::new();
+    let mut steps = Vec::new();
+    for (method, mut outs) in methods.iter().zip(outcomes) {
         outs.sort_by_key(|r| r.request);
         for r in outs {
             let prompt = &prompts[r.request];
@@ -191,6 +216,30 @@ pub fn run_experiment_on(
     Ok(results)
 }
 
+/// The order of an experiment's backend calls: `(prompt range, method indices)` per round.
+/// [`Schedule::ByMethod`]: one round per method over all prompts; [`Schedule::Interleaved`]:
+/// one round per group of `batch_size` prompts, running every method, the order rotated by the
+/// group's index so that no method is always first.
+fn schedule_order(
+    schedule: Schedule,
+    prompts: usize,
+    batch_size: usize,
+    methods: usize,
+) -> Vec<(std::ops::Range<usize>, Vec<usize>)> {
+    match schedule {
+        Schedule::ByMethod => (0..methods).map(|m| (0..prompts, vec![m])).collect(),
+        Schedule::Interleaved => {
+            let group = batch_size.max(1);
+            (0..prompts.div_ceil(group))
+                .map(|g| {
+                    let range = g * group..((g + 1) * group).min(prompts);
+                    (range, (0..methods).map(|m| (m + g) % methods).collect())
+                })
+                .collect()
+        }
+    }
+}
+
 /// Refuses a backend outcome whose records do not line up with what was asked.
 fn check_outcome(
     method: &MethodConfig,
@@ -213,11 +262,11 @@ fn check_outcome(
             specs.len()
         ));
     }
-    let mut seen = vec![false; specs.len()];
+    let mut unseen: std::collections::HashSet<usize> = specs.iter().map(|s| s.index).collect();
     for r in &outcome.requests {
-        if r.request >= specs.len() || std::mem::replace(&mut seen[r.request], true) {
+        if !unseen.remove(&r.request) {
             return bad(format!(
-                "request index {} is out of range or repeated",
+                "request index {} was not asked for or is repeated",
                 r.request
             ));
         }
@@ -237,4 +286,48 @@ fn check_outcome(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (prompt, method) pair exactly once, in groups of the batch size.
+    fn pairs(rounds: &[(std::ops::Range<usize>, Vec<usize>)]) -> Vec<(usize, usize)> {
+        let mut all: Vec<(usize, usize)> = rounds
+            .iter()
+            .flat_map(|(r, ms)| ms.iter().flat_map(move |&m| r.clone().map(move |p| (p, m))))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
+    #[test]
+    fn schedules_cover_every_prompt_and_method_once() {
+        let expected: Vec<(usize, usize)> =
+            (0..7).flat_map(|p| (0..3).map(move |m| (p, m))).collect();
+        for batch in [1, 2, 3, 7, 9] {
+            for schedule in [Schedule::Interleaved, Schedule::ByMethod] {
+                assert_eq!(
+                    pairs(&schedule_order(schedule, 7, batch, 3)),
+                    expected,
+                    "{schedule:?} batch {batch}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn interleaved_rounds_are_batch_groups_with_rotating_method_order() {
+        let rounds = schedule_order(Schedule::Interleaved, 5, 2, 3);
+        let ranges: Vec<_> = rounds.iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(ranges, vec![0..2, 2..4, 4..5]);
+        let orders: Vec<_> = rounds.iter().map(|(_, o)| o.clone()).collect();
+        assert_eq!(orders, vec![vec![0, 1, 2], vec![1, 2, 0], vec![2, 0, 1]]);
+        let by_method = schedule_order(Schedule::ByMethod, 5, 2, 3);
+        assert_eq!(
+            by_method,
+            vec![(0..5, vec![0]), (0..5, vec![1]), (0..5, vec![2])]
+        );
+    }
 }

@@ -75,6 +75,7 @@ impl Backend for SimulationBackend {
         }
         Ok(MethodOutcome {
             elapsed_s,
+            setup_s: 0.0,
             requests: outcomes,
         })
     }

@@ -188,6 +188,7 @@ impl Backend for ToyBackend {
             .collect();
         Ok(MethodOutcome {
             elapsed_s,
+            setup_s: 0.0,
             requests: outcomes,
         })
     }
