@@ -43,6 +43,11 @@
 //! cost about the same as the fast mode; long prefills run at CUDA-core FMA rate, several times
 //! slower than tensor cores.
 //!
+//! # Choosing the device at run time
+//! [`crate::llama::load_on_device`] builds the CPU or the CUDA runner from the same GGUF file
+//! behind a `Box<dyn LanguageModel>`; [`crate::llama::parse_device`] reads `cpu`, `cuda` or
+//! `cuda:N` (anything else is a configuration error naming the accepted forms).
+//!
 //! # Known costs
 //! The tree-attention launcher takes host queries and returns host outputs, so each layer
 //! downloads Q and uploads the attention output (`2 × tokens × q_dim × 4` bytes per layer); the
