@@ -4,20 +4,25 @@
 //! `head_dim` 64 and a mix of GGUF storage types, as GGUF bytes in memory, and compare
 //! [`CudaLlamaModel`] with the CPU runner's exact f32 path on the same file.
 //!
-//! # Tolerance (fast and batch-invariant modes against the CPU's exact f32 path)
+//! # Tolerance (against the CPU's exact f32 path)
 //! The GPU rounds every weight to bf16 (relative error ≤ 2⁻⁹) and, in the fast mode, every
 //! product input too. A `k`-term dot product of such terms with independent rounding errors is
-//! off by about `2⁻⁸ · √k · rms(term)` ≈ 0.4% of its own scale; two decoder blocks and the LM
-//! head compound a handful of those. The bound used is `2%` of the row's largest |logit| plus
-//! `1e-3`: about five times the expected error, and far below the spread of the logits, so a
-//! wrong layout, head, bias or RoPE pairing (errors of the order of the logits) fails it.
-//! Greedy tokens are compared wherever the CPU's top-two margin exceeds twice that bound.
+//! off by about `2⁻⁹ · √k · rms(term)` per rounded operand, a few tenths of a per cent of its
+//! own scale; two decoder blocks and the LM head compound a handful of those. Measured on the
+//! CPU (`bf16_weights_stay_within_the_gpu_tolerance_on_the_cpu`: the exact path with every matrix
+//! rounded to bf16), weight rounding alone moves these models' logits by 0.4–0.8% of the row's
+//! largest |logit|. Bounds: `2%` of the row's largest |logit| plus `1e-3` in the batch-invariant
+//! mode (bf16 weights, f32 activations: ~2.5× the measured error), `3%` in the fast mode (bf16
+//! activations too: about twice the error variance). Both are far below the spread of the
+//! logits, so a wrong layout, head, bias or RoPE pairing (errors of the order of the logits)
+//! fails them. Greedy tokens are compared wherever the CPU's top-two margin exceeds twice the
+//! bound.
 
 use std::sync::Arc;
 
 use specdec_kernels::cuda::probe::cuda_device_count;
 use specdec_kernels::cuda::testing::gpu_for_test;
-use specdec_kernels::quant::{f32_to_f16, QuantType};
+use specdec_kernels::quant::{dequantize_row_to_vec, f32_to_f16, QuantType};
 use specdec_kernels::sampling::mix64;
 use specdec_kernels::TreeTopology;
 
@@ -54,8 +59,9 @@ fn matrix_bytes(ty: QuantType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
         QuantType::Q8_0 => &[(0, 0.0008)],
         QuantType::Q5_0 => &[(0, 0.005)],
         QuantType::Q4_1 => &[(0, 0.01), (2, -0.075)],
-        QuantType::Q4_K => &[(0, 0.0002), (2, 0.0001)],
-        QuantType::Q5_K => &[(0, 0.0001), (2, 0.0001)],
+        // K-quants subtract dmin · m: dmin = mean(q) · d keeps the weights about zero-mean.
+        QuantType::Q4_K => &[(0, 0.0002), (2, 0.0015)],
+        QuantType::Q5_K => &[(0, 0.0001), (2, 0.00155)],
         QuantType::Q6_K => &[(208, 0.00005)],
         other => panic!("matrix_bytes: {other} not used by these tests"),
     };
@@ -80,6 +86,12 @@ struct Types {
 /// A tiny synthetic model as a parsed GGUF file: hidden 256, 4 query heads of 64, FFN 512,
 /// 2 blocks, vocabulary 64.
 fn synthetic(arch: Architecture, seed: u64) -> Arc<GgufFile> {
+    synthetic_with(arch, seed, false)
+}
+
+/// [`synthetic`], with every matrix rounded to BF16 storage when `bf16` is set (the weights the
+/// GPU multiplies with, for CPU runs).
+fn synthetic_with(arch: Architecture, seed: u64, bf16: bool) -> Arc<GgufFile> {
     let (prefix, kv_heads, types) = match arch {
         Architecture::Llama => (
             "llama",
@@ -131,12 +143,17 @@ fn synthetic(arch: Architecture, seed: u64) -> Arc<GgufFile> {
     let mut salt = seed;
     let mut mat = |w: &mut GgufWriter, name: &str, ty: QuantType, rows: usize, cols: usize| {
         salt += 1;
-        w.tensor(
-            name,
-            &[cols, rows],
-            ty.ggml_id(),
-            matrix_bytes(ty, rows, cols, salt),
-        );
+        let bytes = matrix_bytes(ty, rows, cols, salt);
+        if bf16 {
+            let values = dequantize_row_to_vec(ty, &bytes, rows * cols).unwrap();
+            let rounded = values
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes())
+                .collect();
+            w.tensor(name, &[cols, rows], QuantType::BF16.ggml_id(), rounded);
+        } else {
+            w.tensor(name, &[cols, rows], ty.ggml_id(), bytes);
+        }
     };
     mat(&mut w, "token_embd.weight", types.embd, vocab, hidden);
     if let Some(ty) = types.output {
@@ -217,16 +234,20 @@ fn extend(model: &mut dyn LanguageModel, seq: SeqId, tokens: &[u32]) -> Logits {
     logits
 }
 
-/// The bound of the module docs for one row of CPU logits.
-fn tolerance(cpu_row: &[f32]) -> f32 {
-    0.02 * cpu_row.iter().fold(0.0f32, |m, v| m.max(v.abs())) + 1e-3
+/// The bound of the module docs for one row of CPU logits in `mode`.
+fn tolerance(cpu_row: &[f32], mode: GpuMatmul) -> f32 {
+    let share = match mode {
+        GpuMatmul::BatchInvariant => 0.02,
+        GpuMatmul::Fast => 0.03,
+    };
+    share * cpu_row.iter().fold(0.0f32, |m, v| m.max(v.abs())) + 1e-3
 }
 
-fn assert_close(gpu: &Logits, cpu: &Logits, what: &str) {
+fn assert_close(gpu: &Logits, cpu: &Logits, mode: GpuMatmul, what: &str) {
     assert_eq!(gpu.rows(), cpu.rows(), "{what}: rows");
     for r in 0..cpu.rows() {
         let (g, c) = (gpu.row(r), cpu.row(r));
-        let tol = tolerance(c);
+        let tol = tolerance(c, mode);
         let gap = g
             .iter()
             .zip(c)
@@ -348,6 +369,56 @@ fn the_device_is_a_run_time_choice() {
     );
 }
 
+#[test]
+fn bf16_weights_stay_within_the_gpu_tolerance_on_the_cpu() {
+    // The premise of the tolerance, checked where it can be: the CPU's exact path with every
+    // matrix rounded to bf16 (what the batch-invariant GPU mode multiplies with) against the
+    // original weights, over a prefill and a few decode steps.
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let mut exact = cpu_model(&synthetic(arch, 7));
+        let mut rounded = cpu_model(&synthetic_with(arch, 7, true));
+        let (a, b) = (
+            exact.new_sequence().unwrap(),
+            rounded.new_sequence().unwrap(),
+        );
+        let mut worst = 0.0f32;
+        let mut tokens = PROMPT.to_vec();
+        let mut checked = 0;
+        for _ in 0..13 {
+            let (e, r) = (
+                extend(&mut exact, a, &tokens),
+                extend(&mut rounded, b, &tokens),
+            );
+            let mode = GpuMatmul::BatchInvariant;
+            assert_close(&r, &e, mode, &format!("{arch:?} bf16 weights on the CPU"));
+            for row in 0..e.rows() {
+                let gap = e
+                    .row(row)
+                    .iter()
+                    .zip(r.row(row))
+                    .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+                worst = worst.max(gap / tolerance(e.row(row), GpuMatmul::BatchInvariant));
+            }
+            let last = e.rows() - 1;
+            if margin(e.row(last)) > 2.0 * tolerance(e.row(last), GpuMatmul::Fast) {
+                assert_eq!(r.argmax(last), e.argmax(last), "{arch:?}: greedy token");
+                checked += 1;
+            }
+            tokens = vec![e.argmax(last)];
+        }
+        eprintln!(
+            "{arch:?}: bf16 weights use {:.0}% of the tolerance; greedy tokens compared at \
+             {checked} of 13 steps",
+            100.0 * worst
+        );
+        assert!(checked > 0, "{arch:?}: no step had a clear top token");
+        assert!(
+            worst > 0.0,
+            "{arch:?}: rounding changed nothing: the check is vacuous"
+        );
+    }
+}
+
 /// Runs `body` with the GPU models of both synthetic architectures, or returns when this
 /// machine has no GPU (a failure under `SPECDEC_REQUIRE_GPU=1`).
 fn with_models(test: &str, body: impl Fn(Architecture, &Arc<GgufFile>)) {
@@ -371,14 +442,14 @@ fn logits_and_greedy_tokens_match_the_cpu() {
                 let what = format!("{arch:?} {mode:?}");
                 let (cs, gs) = (cpu.new_sequence().unwrap(), gpu.new_sequence().unwrap());
                 let (c, g) = (extend(&mut cpu, cs, &PROMPT), extend(&mut gpu, gs, &PROMPT));
-                assert_close(&g, &c, &format!("{what} prefill"));
+                assert_close(&g, &c, mode, &format!("{what} prefill"));
                 // Greedy continuation, the CPU's token fed to both (teacher forcing).
                 let mut next = c.argmax(c.rows() - 1);
                 let mut checked = 0;
                 for step in 0..12 {
                     let (c, g) = (extend(&mut cpu, cs, &[next]), extend(&mut gpu, gs, &[next]));
-                    assert_close(&g, &c, &format!("{what} decode step {step}"));
-                    if margin(c.row(0)) > 2.0 * tolerance(c.row(0)) {
+                    assert_close(&g, &c, mode, &format!("{what} decode step {step}"));
+                    if margin(c.row(0)) > 2.0 * tolerance(c.row(0), mode) {
                         assert_eq!(
                             g.argmax(0),
                             c.argmax(0),
@@ -422,6 +493,7 @@ fn tree_forward_equals_per_path_chains() {
             assert_close(
                 &in_tree,
                 &forward(&mut cpu, cs, &tokens, &tree),
+                GpuMatmul::BatchInvariant,
                 &format!("{arch:?} tree"),
             );
             for node in 0..tree.len() {
@@ -469,6 +541,7 @@ fn commit_rewind_fork_then_continue() {
             assert_close(
                 &g,
                 &extend(&mut cpu, ca, &[9]),
+                GpuMatmul::BatchInvariant,
                 &format!("{arch:?} after commit"),
             );
             history.push(9);
