@@ -3,7 +3,7 @@
 #
 # The bundle (gpu-bundle/, ignored by git) holds stripped release binaries — every test binary of
 # specdec-kernels (the kernel GPU tests), specdec-models' library tests (the NCCL communicator's
-# GPU test) and the event-timed benchmark runner — plus the kernel sources for reference, and
+# GPU test and the CUDA Llama/Qwen2 runner's tests on synthetic GGUF models) and the event-timed benchmark runner — plus the kernel sources for reference, and
 # run.sh. On a GPU machine without Rust or network, `bash gpu-bundle/run.sh` runs every test with
 # --include-ignored and SPECDEC_REQUIRE_GPU=1 (a missing GPU fails), then the benchmark runner,
 # which measures copy bandwidth and the cuBLAS bf16 rate first and prints one table: kernel,
@@ -18,7 +18,8 @@ mkdir -p "$out/bin" "$out/kernels"
 
 echo "== building release test binaries and the benchmark runner"
 # The GPU tests live in specdec-kernels (all its test binaries and the gpu_bench example) and in
-# specdec-models' library tests (the NCCL communicator, run filtered to shard::nccl). A shared CARGO_TARGET_DIR can be rewritten by a concurrent build of
+# specdec-models' library tests (the NCCL communicator and the CUDA runner, run filtered to
+# shard::nccl and llama::cuda). A shared CARGO_TARGET_DIR can be rewritten by a concurrent build of
 # another checkout of this workspace (same artifact names), so a failed build is retried once.
 build() {
   { cargo test -p specdec-kernels --release --no-run --lib --tests --message-format=json &&
@@ -79,10 +80,11 @@ for t in "$here"/bin/test-*; do
   echo "== $(basename "$t")"
   if ! "$t" --include-ignored --test-threads=1 2>&1 | tail -n 25; then fail=1; fi  # pipefail: the test's status
 done
-# the NCCL communicator's tests (specdec-models; its other tests need the model files)
+# specdec-models' GPU tests: the NCCL communicator and the CUDA Llama/Qwen2 runner (synthetic
+# GGUF models built in memory; its other tests need the model files)
 for t in "$here"/bin/nccl-*; do
-  echo "== $(basename "$t") (shard::nccl only)"
-  if ! "$t" shard::nccl --include-ignored --test-threads=1 2>&1 | tail -n 25; then fail=1; fi
+  echo "== $(basename "$t") (shard::nccl and llama::cuda only)"
+  if ! "$t" shard::nccl llama::cuda --include-ignored --test-threads=1 2>&1 | tail -n 40; then fail=1; fi
 done
 echo "== benchmarks"
 "$here/bin/gpu_bench" || fail=1

@@ -92,6 +92,8 @@ pub static OPS: KernelSource = KernelSource {
         "rms_norm_f32",
         "rope_f32",
         "swiglu_f32",
+        "cast_f32_bf16",
+        "add_broadcast_f32",
     ],
     needs_sm90a: false,
 };

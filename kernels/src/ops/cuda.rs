@@ -11,6 +11,16 @@ use super::rope::RopeLayout;
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
 use crate::error::{KernelError, Result};
+use crate::quant::cuda::DequantOutput;
+
+/// A grid-stride launch of 256-thread blocks over `len` elements (at most 65 535 blocks).
+fn grid_stride(len: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (len.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
 
 fn mismatch(what: &str, expected: usize, actual: usize) -> KernelError {
     KernelError::ShapeMismatch {
@@ -144,27 +154,22 @@ pub fn swiglu_cuda(
     let n = gate.len() as u64;
     let mut l = gpu.stream().launch_builder(&f);
     l.arg(gate).arg(up).arg(out).arg(&n);
-    let blocks = gate.len().div_ceil(256).min(65_535) as u32;
-    let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
     // SAFETY: the three buffers hold n floats; grid-stride loop bounded by n.
-    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch swiglu_f32", e))?;
+    unsafe { l.launch(grid_stride(gate.len())) }.map_err(|e| cuda_error("launch swiglu_f32", e))?;
     Ok(())
 }
 
 /// Batch-invariant product `out[m][n] = Σ_k a[m][k] · w[n][k]` (`a`: `[rows × k]` f32, `w`:
-/// `[cols × k]` f32, `out`: `[rows × cols]`): each output is one FMA chain over `k` in order,
-/// so a row's result does not depend on `rows` (bit-identical alone or in any batch).
+/// `[cols × k]` in f32, bf16 or f16, `out`: `[rows × cols]` f32): each output is one FMA chain
+/// over `k` in order (weights widened to f32 exactly), so a row's result does not depend on
+/// `rows` (bit-identical alone or in any batch).
 ///
 /// # Errors
 /// [`KernelError::ShapeMismatch`] for sizes that do not fit; [`KernelError::Cuda`] on CUDA errors.
-pub fn matmul_invariant_cuda(
+pub fn matmul_invariant_cuda<W: DequantOutput>(
     gpu: &Gpu,
     a: &CudaSlice<f32>,
-    w: &CudaSlice<f32>,
+    w: &CudaSlice<W>,
     k: usize,
     out: &mut CudaSlice<f32>,
 ) -> Result<()> {
@@ -186,7 +191,14 @@ pub fn matmul_invariant_cuda(
     if rows == 0 || cols == 0 {
         return Ok(());
     }
-    let f = gpu.function(&sources::MATMUL_INVARIANT, "matmul_invariant_f32")?;
+    if rows.div_ceil(64) > 65_535 || [rows, cols, k].iter().any(|&d| d > u32::MAX as usize) {
+        return Err(KernelError::InvalidParameter {
+            what: "matmul_invariant",
+            reason: format!("[{rows} x {k}] x [{cols} x {k}] exceeds the launch grid"),
+        });
+    }
+    let name = format!("matmul_invariant_{}", W::SUFFIX);
+    let f = gpu.function(&sources::MATMUL_INVARIANT, &name)?;
     let (r, c, kk) = (rows as u32, cols as u32, k as u32);
     let mut l = gpu.stream().launch_builder(&f);
     l.arg(a).arg(w).arg(out).arg(&r).arg(&c).arg(&kk);
@@ -195,8 +207,150 @@ pub fn matmul_invariant_cuda(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: sizes checked above; argument order matches matmul_invariant_f32.
-    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch matmul_invariant_f32", e))?;
+    // SAFETY: sizes checked above; argument order matches matmul_invariant_{f32,bf16,f16}
+    // (a, w, out, rows, cols, k), and W is the kernel's weight type.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error(&format!("launch {name}"), e))?;
+    Ok(())
+}
+
+/// Gathers rows `ids` of `table` (`[vocab × hidden]` in f32, bf16 or f16) into `out`
+/// (`[ids.len() × hidden]` f32, each value widened exactly), as
+/// [`embed_rows`](super::embedding::embed_rows) does from a quantised table.
+///
+/// # Errors
+/// [`KernelError::OutOfRange`] for an id `>= vocab` (checked on the host, and by the kernel's
+/// error flag); [`KernelError::ShapeMismatch`] for buffers that do not fit; [`KernelError::Cuda`]
+/// on CUDA errors.
+pub fn embedding_gather_cuda<T: DequantOutput>(
+    gpu: &Gpu,
+    table: &CudaSlice<T>,
+    hidden: usize,
+    ids: &[u32],
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    if hidden == 0 || !table.len().is_multiple_of(hidden) || hidden > u32::MAX as usize {
+        return Err(mismatch(
+            "embedding table (multiple of hidden)",
+            table.len().div_ceil(hidden.max(1)) * hidden,
+            table.len(),
+        ));
+    }
+    let vocab = table.len() / hidden;
+    if out.len() != ids.len() * hidden {
+        return Err(mismatch(
+            "embedding output [tokens x hidden]",
+            ids.len() * hidden,
+            out.len(),
+        ));
+    }
+    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(KernelError::OutOfRange {
+            what: "token id".into(),
+            index: bad as usize,
+            limit: vocab,
+        });
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    if ids.len() > i32::MAX as usize || vocab > u32::MAX as usize {
+        return Err(KernelError::InvalidParameter {
+            what: "embedding_gather",
+            reason: format!(
+                "{} tokens of a {vocab}-row table exceed the launch grid",
+                ids.len()
+            ),
+        });
+    }
+    let st = gpu.stream();
+    let ids_d = st
+        .clone_htod(ids)
+        .map_err(|e| cuda_error("upload token ids", e))?;
+    let mut flag = st
+        .alloc_zeros::<u32>(1)
+        .map_err(|e| cuda_error("alloc gather error flag", e))?;
+    let name = format!("embedding_gather_{}", T::SUFFIX);
+    let f = gpu.function(&sources::OPS, &name)?;
+    let (h, v) = (hidden as u32, vocab as u32);
+    let mut l = st.launch_builder(&f);
+    l.arg(table)
+        .arg(&ids_d)
+        .arg(&mut *out)
+        .arg(&h)
+        .arg(&v)
+        .arg(&mut flag);
+    let cfg = LaunchConfig {
+        grid_dim: (ids.len() as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: argument order matches embedding_gather_{f32,bf16,f16} (table, ids, out, hidden,
+    // vocab, error_flag); table holds vocab x hidden values, out tokens x hidden, ids tokens.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error(&format!("launch {name}"), e))?;
+    let flag = st
+        .clone_dtoh(&flag)
+        .map_err(|e| cuda_error("download gather error flag", e))?;
+    if flag[0] != 0 {
+        let token = flag[0] as usize - 1;
+        return Err(KernelError::OutOfRange {
+            what: format!("token id at position {token} (seen by the kernel)"),
+            index: ids[token] as usize,
+            limit: vocab,
+        });
+    }
+    Ok(())
+}
+
+/// Rounds `x` (f32) to bf16 (nearest even) into `out` of the same length: the activations'
+/// rounding before a bf16 cuBLAS product.
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] when the lengths differ; [`KernelError::Cuda`] on CUDA errors.
+pub fn cast_bf16_cuda(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    out: &mut CudaSlice<half::bf16>,
+) -> Result<()> {
+    if out.len() != x.len() {
+        return Err(mismatch("bf16 cast output", x.len(), out.len()));
+    }
+    if x.is_empty() {
+        return Ok(());
+    }
+    let f = gpu.function(&sources::OPS, "cast_f32_bf16")?;
+    let n = x.len() as u64;
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(x).arg(out).arg(&n);
+    // SAFETY: x and out hold n elements (checked); argument order matches cast_f32_bf16.
+    unsafe { l.launch(grid_stride(x.len())) }.map_err(|e| cuda_error("launch cast_f32_bf16", e))?;
+    Ok(())
+}
+
+/// `x[i] += y[i % y.len()]` for every element of `x`: a residual add when the lengths are equal,
+/// a bias added to every row when `y` is one row of `x`.
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] when `x.len()` is not a multiple of a non-empty `y.len()`;
+/// [`KernelError::Cuda`] on CUDA errors.
+pub fn add_broadcast_cuda(gpu: &Gpu, x: &mut CudaSlice<f32>, y: &CudaSlice<f32>) -> Result<()> {
+    if y.is_empty() || !x.len().is_multiple_of(y.len()) {
+        return Err(mismatch(
+            "broadcast add (x a multiple of y)",
+            x.len().div_ceil(y.len().max(1)) * y.len(),
+            x.len(),
+        ));
+    }
+    if x.is_empty() {
+        return Ok(());
+    }
+    let f = gpu.function(&sources::OPS, "add_broadcast_f32")?;
+    let (n, period) = (x.len() as u64, y.len() as u64);
+    let cfg = grid_stride(x.len());
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(x).arg(y).arg(&n).arg(&period);
+    // SAFETY: x holds n and y period elements, period > 0 divides n (checked); argument order
+    // matches add_broadcast_f32 (x, y, len, period).
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch add_broadcast_f32", e))?;
     Ok(())
 }
 
@@ -314,6 +468,68 @@ mod tests {
                 st.clone_dtoh(&o1).unwrap(),
                 all[r * cols..(r + 1) * cols].to_vec()
             );
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn gather_cast_add_and_bf16_matmul() {
+        let Some(gpu) = gpu_for_test("ops::cuda::gather_cast_add_and_bf16_matmul") else {
+            return;
+        };
+        let st = gpu.stream();
+        let (vocab, hidden) = (37usize, 300usize);
+        let table: Vec<half::bf16> = values(vocab * hidden, 8)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
+        let ids = [3u32, 0, 36, 3];
+        let td = st.clone_htod(&table).unwrap();
+        let mut out = st.alloc_zeros::<f32>(ids.len() * hidden).unwrap();
+        embedding_gather_cuda(&gpu, &td, hidden, &ids, &mut out).unwrap();
+        let want: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| table[i as usize * hidden..(i as usize + 1) * hidden].iter())
+            .map(|v| v.to_f32())
+            .collect();
+        assert_eq!(st.clone_dtoh(&out).unwrap(), want, "gather");
+        assert!(embedding_gather_cuda(&gpu, &td, hidden, &[37], &mut out).is_err());
+        // Cast: round to nearest even, as half's from_f32.
+        let x = values(10_001, 9);
+        let xd = st.clone_htod(&x).unwrap();
+        let mut xb = st.alloc_zeros::<half::bf16>(x.len()).unwrap();
+        cast_bf16_cuda(&gpu, &xd, &mut xb).unwrap();
+        let want: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v)).collect();
+        assert_eq!(st.clone_dtoh(&xb).unwrap(), want, "cast");
+        // Broadcast add: a bias per row, then a residual.
+        let (rows, cols) = (5usize, 77usize);
+        let (a, b) = (values(rows * cols, 10), values(cols, 11));
+        let mut ad = st.clone_htod(&a).unwrap();
+        add_broadcast_cuda(&gpu, &mut ad, &st.clone_htod(&b).unwrap()).unwrap();
+        let biased: Vec<f32> = a.iter().enumerate().map(|(i, v)| v + b[i % cols]).collect();
+        assert_eq!(st.clone_dtoh(&ad).unwrap(), biased, "bias");
+        add_broadcast_cuda(&gpu, &mut ad, &st.clone_htod(&a).unwrap()).unwrap();
+        let summed: Vec<f32> = biased.iter().zip(&a).map(|(x, y)| x + y).collect();
+        assert_eq!(st.clone_dtoh(&ad).unwrap(), summed, "residual");
+        assert!(add_broadcast_cuda(&gpu, &mut ad, &st.clone_htod(&b[..4]).unwrap()).is_err());
+        // bf16-weight invariant product: the in-order FMA chain over widened weights.
+        let (rows, cols, k) = (9usize, 70usize, 300usize);
+        let a = values(rows * k, 12);
+        let w: Vec<half::bf16> = values(cols * k, 13)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
+        let mut od = st.alloc_zeros::<f32>(rows * cols).unwrap();
+        let (adev, wdev) = (st.clone_htod(&a).unwrap(), st.clone_htod(&w).unwrap());
+        matmul_invariant_cuda(&gpu, &adev, &wdev, k, &mut od).unwrap();
+        let got = st.clone_dtoh(&od).unwrap();
+        for r in 0..rows {
+            for c in 0..cols {
+                let want = (0..k).fold(0.0f32, |acc, i| {
+                    a[r * k + i].mul_add(w[c * k + i].to_f32(), acc)
+                });
+                assert_eq!(got[r * cols + c], want, "bf16 matmul row {r} col {c}");
+            }
         }
     }
 }

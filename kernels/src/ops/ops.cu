@@ -82,3 +82,20 @@ extern "C" __global__ void swiglu_f32(const float* __restrict__ gate, const floa
     out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
   }
 }
+
+// - cast_f32_bf16: grid-stride over len; bytes = 6 * len. Rounds to nearest even (from_f32), the
+//   activations' one rounding before a bf16 x bf16 cuBLAS product with f32 accumulation.
+extern "C" __global__ void cast_f32_bf16(const float* __restrict__ x, bf16* __restrict__ out,
+                                         u64 len) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (u64)gridDim.x * blockDim.x)
+    out[i] = from_f32<bf16>(x[i]);
+}
+
+// - add_broadcast_f32: x[i] += y[i % period], grid-stride over len; bytes = 12 * len. With
+//   period = len a residual add, with period = cols a bias added to every row. One rounded f32
+//   add per element, as the CPU's `a += b`.
+extern "C" __global__ void add_broadcast_f32(float* __restrict__ x, const float* __restrict__ y,
+                                             u64 len, u64 period) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (u64)gridDim.x * blockDim.x)
+    x[i] = __fadd_rn(x[i], y[i % period]);
+}

@@ -76,6 +76,16 @@ impl RopeAngles {
     pub fn head_dim(&self) -> usize {
         self.head_dim
     }
+
+    /// The cosines, `[n_tokens × head_dim/2]` row-major (the table `rope_cuda` takes).
+    pub fn cos(&self) -> &[f32] {
+        &self.cos
+    }
+
+    /// The sines, `[n_tokens × head_dim/2]` row-major (the table `rope_cuda` takes).
+    pub fn sin(&self) -> &[f32] {
+        &self.sin
+    }
 }
 
 /// Rotates `x` (`[n_tokens × n_heads × head_dim]`, row-major) in place with `angles`

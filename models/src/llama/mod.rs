@@ -7,12 +7,16 @@
 //! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`.
 
 mod config;
+pub mod cuda;
+mod device;
 mod layer_skip;
 mod load;
 mod model;
+mod step_checks;
 mod weights;
 
 pub use config::{Architecture, LlamaConfig, RopeLayout};
+pub use device::{load_on_device, parse_device, DeviceModelOptions};
 pub use layer_skip::default_skip_layers;
 pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};
 pub use model::{LlamaModel, LlamaOptions, MatmulPath};

@@ -1,6 +1,6 @@
 //! [`LlamaModel`]: a (possibly sharded) Llama-family decoder with its own paged KV cache.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use specdec_kernels::TreeTopology;
 
 use super::config::LlamaConfig;
 use super::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
+use super::step_checks::{check_commit_path, check_steps};
 use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
@@ -292,29 +293,9 @@ impl LlamaModel {
     }
 
     fn check_steps(&self, steps: &[SequenceStep<'_>]) -> Result<()> {
-        let mut seen = HashSet::new();
-        for step in steps {
-            step.validate(self.config.vocab_size)?;
-            if !seen.insert(step.seq) {
-                return Err(ModelError::InvalidStep {
-                    seq: step.seq.0,
-                    reason: "the sequence appears twice in one forward".into(),
-                });
-            }
-            let len = self.cache.len(step.seq)?;
-            let needed = len + step.tree.max_depth() + 1;
-            if needed > self.max_context() {
-                return Err(ModelError::InvalidStep {
-                    seq: step.seq.0,
-                    reason: format!(
-                        "position {} exceeds the context of {}",
-                        needed - 1,
-                        self.max_context()
-                    ),
-                });
-            }
-        }
-        Ok(())
+        check_steps(steps, self.config.vocab_size, self.max_context(), |seq| {
+            Ok(self.cache.len(seq)?)
+        })
     }
 
     /// Discards stale speculative entries and reserves the new tokens' slots, all or nothing.
@@ -534,22 +515,7 @@ impl LanguageModel for LlamaModel {
 
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         self.cache.len(seq)?;
-        let bad = |reason: String| ModelError::InvalidStep { seq: seq.0, reason };
-        if !path.is_empty() {
-            let tree = self
-                .last_trees
-                .get(&seq)
-                .ok_or_else(|| bad("commit of a path, but nothing was forwarded".into()))?;
-            for (i, &node) in path.iter().enumerate() {
-                let expected_parent = if i == 0 { None } else { Some(path[i - 1]) };
-                if node >= tree.len() || tree.parent(node) != expected_parent {
-                    return Err(bad(format!(
-                        "commit path {path:?} is not a root-to-node path of the last tree \
-                         (entry {i})"
-                    )));
-                }
-            }
-        }
+        check_commit_path(seq, path, self.last_trees.get(&seq))?;
         self.cache.commit(seq, path)?;
         self.last_trees.remove(&seq);
         Ok(())

@@ -1,0 +1,76 @@
+//! The Llama / Qwen2 runner on a CUDA GPU: [`CudaLlamaModel`], a [`LanguageModel`](crate::LanguageModel) with the CPU
+//! runner's contract, loaded from the same GGUF files by the same loader.
+//!
+//! # Contract
+//! Exactly [`LanguageModel`](crate::LanguageModel)'s: a forward takes a ragged batch of token trees (prefill chunks,
+//! chains, draft trees) over a paged KV cache and returns f32 logits `[n_new, vocab]` per
+//! sequence on the host; new tokens' K/V are speculative until [`commit`](crate::LanguageModel::commit) keeps a
+//! root-to-node path; `rewind`, `fork` and `release` behave as on the CPU. Steps and commit paths
+//! are checked by the same code as the CPU runner's (same errors). One GPU, one rank: the
+//! tensor-parallel split stays CPU-only here. Without a usable GPU every constructor returns
+//! [`ModelError::Config`](crate::ModelError::Config) naming the problem (the probe never panics).
+//!
+//! # Memory layout (device)
+//! - Weight matrices: bf16 `[rows × cols]` row-major (GGUF's row order), dequantised on the
+//!   device from the uploaded GGUF blocks (`dequantize_cuda::<bf16>`; F32 matrices are rounded on
+//!   the host, BF16 ones copied). A tied LM head is the embedding itself (stored once). Device
+//!   bytes: 2 per parameter of every matrix ([`device_weight_bytes`]), e.g. ≈3.1 GB for
+//!   Qwen2.5-1.5B against ≈1.1 GB of Q4_K_M blocks on disk; the blocks are freed after
+//!   conversion.
+//! - Norm gains and QKV biases: f32. Activations: f32 `[tokens × width]` row-major, every
+//!   sequence's new tokens concatenated in step order.
+//! - KV cache: one f32 pool of blocks in [`KvLayout`](specdec_kernels::kv::KvLayout) order
+//!   (`[layer][K|V][kv_head][slot][head_dim]` per block), `kv_capacity_tokens × layers × 2 ×
+//!   kv_dim × 4` bytes. Its block tables are kept on the host by [`KvMirror`] (the CPU cache's
+//!   bookkeeping, reused); reserve copy-on-write and commit compaction become slot moves run by
+//!   `kv::cuda::move_slots`, whole-block remaps move nothing.
+//!
+//! # Precision
+//! Weights are rounded once to bf16 (relative error ≤ 2⁻⁹ per weight; GGUF's 4–6-bit formats
+//! are far coarser, so the rounding adds little to what quantisation already lost). In the
+//! default [`GpuMatmul::Fast`] mode activations are also rounded to bf16 before each cuBLAS
+//! product (tensor cores, f32 accumulation and output); norms, RoPE, attention, SwiGLU and the
+//! residual stream stay f32. Logits therefore differ from the CPU's exact f32 path by a few
+//! per mille of the logit scale (the GPU tests bound it), and greedy tokens agree wherever the
+//! top two logits are not within that noise.
+//!
+//! # Batch-invariant mode
+//! [`GpuMatmul::BatchInvariant`] replaces cuBLAS by a fixed-order kernel (one in-order FMA chain
+//! per output, f32 activations, bf16 weights); every other kernel of the forward is
+//! batch-invariant already (one block per row for RMSNorm, elementwise ops, tree attention over
+//! a fixed key order). A token's logits are then bit-identical alone, in a chain, in a tree or in
+//! a batch, as the trait asks. Cost: decode steps (few rows) are bound by reading the weights and
+//! cost about the same as the fast mode; long prefills run at CUDA-core FMA rate, several times
+//! slower than tensor cores.
+//!
+//! # Choosing the device at run time
+//! [`crate::llama::load_on_device`] builds the CPU or the CUDA runner from the same GGUF file
+//! behind a `Box<dyn LanguageModel>`; [`crate::llama::parse_device`] reads `cpu`, `cuda` or
+//! `cuda:N` (anything else is a configuration error naming the accepted forms).
+//!
+//! # Known costs
+//! The tree-attention launcher takes host queries and returns host outputs, so each layer
+//! downloads Q and uploads the attention output (`2 × tokens × q_dim × 4` bytes per layer); the
+//! forward is correct but not yet tuned.
+
+mod kv_mirror;
+mod matmul;
+mod model;
+mod weights;
+
+#[cfg(test)]
+mod tests;
+
+pub use kv_mirror::{physical_slots, KvMirror, SlotMoves};
+pub use matmul::{gemm_dims, product, GpuMatmul};
+pub use model::{CudaLlamaModel, CudaLlamaOptions};
+pub use weights::{device_weight_bytes, Bf16Route, DeviceLayer, DeviceMatrix, DeviceWeights};
+
+/// A CUDA failure as the crate's error: the call that failed and the driver's message (an
+/// out-of-memory shows as `CUDA_ERROR_OUT_OF_MEMORY`).
+pub(crate) fn device_error(call: &str, e: impl std::fmt::Display) -> crate::ModelError {
+    crate::ModelError::Kernel(specdec_kernels::KernelError::Cuda {
+        call: call.to_string(),
+        message: e.to_string(),
+    })
+}

@@ -1,0 +1,438 @@
+//! [`CudaLlamaModel`]: the Llama / Qwen2 decoder forwarding on one GPU.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use specdec_kernels::attention::cuda::tree_attention_cuda;
+use specdec_kernels::attention::{AttentionParams, AttentionSeq};
+use specdec_kernels::cuda::Gpu;
+use specdec_kernels::kv::cuda::{append, move_slots, KvShape};
+use specdec_kernels::kv::KvLayout;
+use specdec_kernels::ops::cuda::{
+    add_broadcast_cuda, embedding_gather_cuda, rms_norm_cuda, rope_cuda, swiglu_cuda,
+};
+use specdec_kernels::ops::RopeAngles;
+use specdec_kernels::TreeTopology;
+
+use super::device_error;
+use super::kv_mirror::{KvMirror, SlotMoves};
+use super::matmul::{product, GpuMatmul};
+use super::weights::{upload_f32, DeviceWeights};
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+use crate::llama::config::LlamaConfig;
+use crate::llama::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
+use crate::llama::step_checks::{check_commit_path, check_steps};
+use crate::llama::weights::ModelWeights;
+use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
+
+/// Options of a [`CudaLlamaModel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaLlamaOptions {
+    /// Token slots in the device KV cache, over all sequences (rounded up to whole blocks).
+    pub kv_capacity_tokens: usize,
+    /// Token slots per KV block.
+    pub kv_block_size: usize,
+    /// The matrix-product mode.
+    pub matmul: GpuMatmul,
+    /// The CUDA device ordinal.
+    pub device: usize,
+}
+
+impl Default for CudaLlamaOptions {
+    /// 4096 slots in blocks of 16, the [`GpuMatmul::Fast`] mode, device 0.
+    fn default() -> Self {
+        Self {
+            kv_capacity_tokens: 4096,
+            kv_block_size: 16,
+            matmul: GpuMatmul::default(),
+            device: 0,
+        }
+    }
+}
+
+/// A Llama / Qwen2 decoder on one GPU implementing [`LanguageModel`] with the CPU runner's
+/// contract (see the [module docs](super) for layout and precision). Single rank only.
+pub struct CudaLlamaModel {
+    gpu: Arc<Gpu>,
+    config: LlamaConfig,
+    weights: DeviceWeights,
+    layout: KvLayout,
+    mirror: KvMirror,
+    pool: CudaSlice<f32>,
+    special: SpecialTokens,
+    last_trees: HashMap<SeqId, TreeTopology>,
+    matmul: GpuMatmul,
+}
+
+impl std::fmt::Debug for CudaLlamaModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaLlamaModel")
+            .field("gpu", &self.gpu)
+            .field("config", &self.config)
+            .field("matmul", &self.matmul)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The GPU `options.device`, opened before any file is read so a machine without one hears so
+/// first.
+fn open_gpu(options: &CudaLlamaOptions) -> Result<Arc<Gpu>> {
+    Gpu::shared(options.device).map_err(|e| {
+        ModelError::Config(format!(
+            "the CUDA Llama runner needs a GPU (device {}): {e}",
+            options.device
+        ))
+    })
+}
+
+impl CudaLlamaModel {
+    /// Opens the GGUF file at `path` and uploads the model to the GPU.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming the problem when there is no usable GPU (checked first,
+    /// without panicking); then as [`CudaLlamaModel::from_gguf`].
+    pub fn load(path: impl AsRef<Path>, options: CudaLlamaOptions) -> Result<Self> {
+        open_gpu(&options)?;
+        Self::from_gguf(&Arc::new(GgufFile::open(path)?), options)
+    }
+
+    /// Uploads the decoder in a parsed GGUF file (read with the CPU runner's loader).
+    ///
+    /// # Errors
+    /// No GPU (as [`CudaLlamaModel::load`]); GGUF and configuration errors as
+    /// [`crate::llama::LlamaModel::from_gguf`]; a storage type without a bf16 kernel; CUDA
+    /// failures, out of device memory included.
+    pub fn from_gguf(file: &Arc<GgufFile>, options: CudaLlamaOptions) -> Result<Self> {
+        open_gpu(&options)?;
+        let config = read_config(file)?;
+        let weights = read_weights(file, &config)?;
+        Self::from_weights(config, &weights, read_special_tokens(file), options)
+    }
+
+    /// Uploads weights built in memory.
+    ///
+    /// # Errors
+    /// As [`CudaLlamaModel::from_gguf`], and [`ModelError::Config`] when `weights` does not
+    /// match `config` or the attention kernel does not support its heads (`head_dim` 64 or
+    /// 128, at most 8 query heads per KV head).
+    pub fn from_weights(
+        config: LlamaConfig,
+        weights: &ModelWeights,
+        special: SpecialTokens,
+        options: CudaLlamaOptions,
+    ) -> Result<Self> {
+        let gpu = open_gpu(&options)?;
+        config.validate()?;
+        if weights.layers.len() != config.n_layers {
+            return Err(ModelError::Config(format!(
+                "{} layers of weights for {} blocks",
+                weights.layers.len(),
+                config.n_layers
+            )));
+        }
+        check_attention_shape(&config)?;
+        if options.kv_block_size == 0 || options.kv_capacity_tokens == 0 {
+            return Err(ModelError::Config(format!(
+                "KV cache of {} tokens in blocks of {}: both must be >= 1",
+                options.kv_capacity_tokens, options.kv_block_size
+            )));
+        }
+        let layout = KvLayout::new(
+            config.n_layers,
+            config.n_kv_heads,
+            config.head_dim,
+            options.kv_block_size,
+        )?;
+        let blocks = options.kv_capacity_tokens.div_ceil(options.kv_block_size);
+        let mirror = KvMirror::new(options.kv_block_size, blocks)?;
+        let device_weights = DeviceWeights::upload(&gpu, &config, weights)?;
+        let pool = gpu
+            .stream()
+            .alloc_zeros::<f32>(blocks * layout.block_elems())
+            .map_err(|e| device_error(&format!("alloc KV pool of {blocks} blocks"), e))?;
+        gpu.synchronize()?;
+        Ok(Self {
+            gpu,
+            config,
+            weights: device_weights,
+            layout,
+            mirror,
+            pool,
+            special,
+            last_trees: HashMap::new(),
+            matmul: options.matmul,
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// The matrix-product mode.
+    pub fn matmul(&self) -> GpuMatmul {
+        self.matmul
+    }
+
+    /// The GPU this model runs on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    fn shape(&self) -> KvShape {
+        KvShape {
+            num_layers: self.layout.num_layers(),
+            num_kv_heads: self.layout.num_kv_heads(),
+            head_dim: self.layout.head_dim(),
+            block_size: self.layout.block_size(),
+        }
+    }
+
+    fn apply(&mut self, moves: &SlotMoves) -> Result<()> {
+        if moves.is_empty() {
+            return Ok(());
+        }
+        let shape = self.shape();
+        Ok(move_slots(
+            &self.gpu,
+            &mut self.pool,
+            &shape,
+            &moves.src,
+            &moves.dst,
+        )?)
+    }
+
+    /// Discards stale speculative entries and reserves the new tokens' slots, all or nothing.
+    fn reserve(&mut self, steps: &[SequenceStep<'_>]) -> Result<()> {
+        let mut needed = 0;
+        for step in steps {
+            self.mirror.rewind(step.seq, 0)?;
+            self.last_trees.remove(&step.seq);
+            needed += self
+                .mirror
+                .cache()
+                .blocks_needed(step.seq, step.tokens.len())?;
+        }
+        let free = self.mirror.cache().allocator().free_blocks();
+        if needed > free {
+            return Err(ModelError::InvalidStep {
+                seq: steps[0].seq.0,
+                reason: format!(
+                    "the batch needs {needed} KV blocks but {free} are free \
+                     (raise CudaLlamaOptions::kv_capacity_tokens)"
+                ),
+            });
+        }
+        for step in steps {
+            let moves = self.mirror.reserve(step.seq, step.tokens.len())?;
+            self.apply(&moves)?;
+        }
+        Ok(())
+    }
+
+    fn alloc(&self, what: &str, n: usize) -> Result<CudaSlice<f32>> {
+        self.gpu
+            .stream()
+            .alloc_zeros::<f32>(n)
+            .map_err(|e| device_error(&format!("alloc {what} ({n} f32)"), e))
+    }
+
+    fn forward_impl(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        check_steps(steps, self.config.vocab_size, self.max_context(), |seq| {
+            Ok(self.mirror.cache().len(seq)?)
+        })?;
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.reserve(steps)?;
+        let c = self.config.clone();
+        let (hidden, hd, f) = (c.hidden, c.head_dim, c.ffn);
+        let (q_w, kv_w) = (c.q_dim(), c.kv_dim());
+        let (mut positions, mut tokens, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+        let mut prefix = Vec::with_capacity(steps.len());
+        for step in steps {
+            let len = self.mirror.cache().len(step.seq)?;
+            positions.extend(step.tree.depths().iter().map(|d| len + d));
+            tokens.extend_from_slice(step.tokens);
+            slots.extend(self.mirror.pending_slots(step.seq)?);
+            prefix.push(len);
+        }
+        let n = tokens.len();
+        let angles = RopeAngles::new(&positions, hd, c.rope_base)?;
+        let cos = upload_f32(&self.gpu, "rope cosines", angles.cos())?;
+        let sin = upload_f32(&self.gpu, "rope sines", angles.sin())?;
+        let mut x = self.alloc("residual", n * hidden)?;
+        embedding_gather_cuda(
+            &self.gpu,
+            self.weights.token_embd.data(),
+            hidden,
+            &tokens,
+            &mut x,
+        )?;
+        let mut h = self.alloc("normed", n * hidden)?;
+        let mut q = self.alloc("queries", n * q_w)?;
+        let mut k = self.alloc("keys", n * kv_w)?;
+        let mut v = self.alloc("values", n * kv_w)?;
+        let mut o = self.alloc("projection", n * hidden)?;
+        let mut gate = self.alloc("gate", n * f)?;
+        let mut up = self.alloc("up", n * f)?;
+        let mut act = self.alloc("activation", n * f)?;
+        let shape = self.shape();
+        let (gpu, mode) = (&self.gpu, self.matmul);
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (layer, w) in self.weights.layers.iter().enumerate() {
+            rms_norm_cuda(gpu, &x, &w.attn_norm, c.rms_eps, &mut h)?;
+            product(gpu, mode, &h, n, &w.wq, &mut q)?;
+            product(gpu, mode, &h, n, &w.wk, &mut k)?;
+            product(gpu, mode, &h, n, &w.wv, &mut v)?;
+            if let Some([bq, bk, bv]) = &w.bias {
+                add_broadcast_cuda(gpu, &mut q, bq)?;
+                add_broadcast_cuda(gpu, &mut k, bk)?;
+                add_broadcast_cuda(gpu, &mut v, bv)?;
+            }
+            rope_cuda(gpu, &mut q, c.n_heads, hd, &cos, &sin, c.rope_layout)?;
+            rope_cuda(gpu, &mut k, c.n_kv_heads, hd, &cos, &sin, c.rope_layout)?;
+            append(gpu, &mut self.pool, &shape, layer, &k, &v, &slots)?;
+            // The attention launcher takes host queries and returns host outputs.
+            let q_host = gpu
+                .stream()
+                .clone_dtoh(&q)
+                .map_err(|e| device_error("download queries", e))?;
+            let mut batch = Vec::with_capacity(steps.len());
+            let mut first = 0;
+            for (step, &len) in steps.iter().zip(&prefix) {
+                let rows = step.tokens.len();
+                batch.push(AttentionSeq {
+                    queries: &q_host[first * q_w..(first + rows) * q_w],
+                    block_table: self.mirror.cache().block_table(step.seq)?,
+                    prefix_len: len,
+                    tree: step.tree,
+                });
+                first += rows;
+            }
+            let params = AttentionParams {
+                layer,
+                num_q_heads: c.n_heads,
+                scale,
+            };
+            let attn_host = tree_attention_cuda(gpu, &self.pool, &self.layout, &params, &batch)?;
+            let attn = upload_f32(gpu, "attention output", &attn_host)?;
+            product(gpu, mode, &attn, n, &w.wo, &mut o)?;
+            add_broadcast_cuda(gpu, &mut x, &o)?;
+            rms_norm_cuda(gpu, &x, &w.ffn_norm, c.rms_eps, &mut h)?;
+            product(gpu, mode, &h, n, &w.w_gate, &mut gate)?;
+            product(gpu, mode, &h, n, &w.w_up, &mut up)?;
+            swiglu_cuda(gpu, &gate, &up, &mut act)?;
+            product(gpu, mode, &act, n, &w.w_down, &mut o)?;
+            add_broadcast_cuda(gpu, &mut x, &o)?;
+        }
+        rms_norm_cuda(gpu, &x, &self.weights.output_norm, c.rms_eps, &mut h)?;
+        let vocab = c.vocab_size;
+        let mut logits = self.alloc("logits", n * vocab)?;
+        product(gpu, mode, &h, n, self.weights.output(), &mut logits)?;
+        let logits = gpu
+            .stream()
+            .clone_dtoh(&logits)
+            .map_err(|e| device_error("download logits", e))?;
+        gpu.synchronize()?;
+        split_logits(steps, vocab, &logits, &mut self.last_trees)
+    }
+}
+
+/// Refuses heads the CUDA attention kernel does not serve, at load time rather than mid-forward.
+fn check_attention_shape(config: &LlamaConfig) -> Result<()> {
+    use specdec_kernels::attention::cuda::GPU_MAX_GROUP;
+    if config.head_dim != 64 && config.head_dim != 128 {
+        return Err(ModelError::Config(format!(
+            "the CUDA runner's attention supports head_dim 64 and 128, not {}",
+            config.head_dim
+        )));
+    }
+    if config.group_size() > GPU_MAX_GROUP {
+        return Err(ModelError::Config(format!(
+            "the CUDA runner's attention serves at most {GPU_MAX_GROUP} query heads per KV head, \
+             not {}",
+            config.group_size()
+        )));
+    }
+    Ok(())
+}
+
+/// Cuts `[Σ n_i × vocab]` logits into one [`Logits`] per step and records each step's tree.
+fn split_logits(
+    steps: &[SequenceStep<'_>],
+    vocab: usize,
+    logits: &[f32],
+    last_trees: &mut HashMap<SeqId, TreeTopology>,
+) -> Result<Vec<Logits>> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut first = 0;
+    for step in steps {
+        let rows = step.tokens.len();
+        out.push(Logits::new(
+            vocab,
+            logits[first * vocab..(first + rows) * vocab].to_vec(),
+        )?);
+        first += rows;
+        last_trees.insert(step.seq, step.tree.clone());
+    }
+    Ok(out)
+}
+
+impl LanguageModel for CudaLlamaModel {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn bos_id(&self) -> Option<u32> {
+        self.special.bos
+    }
+
+    fn eos_ids(&self) -> &[u32] {
+        &self.special.eos
+    }
+
+    fn max_context(&self) -> usize {
+        self.config.context_length
+    }
+
+    fn new_sequence(&mut self) -> Result<SeqId> {
+        Ok(self.mirror.create_sequence())
+    }
+
+    fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        self.mirror.fork(seq)
+    }
+
+    fn release(&mut self, seq: SeqId) -> Result<()> {
+        self.mirror.free_sequence(seq)?;
+        self.last_trees.remove(&seq);
+        Ok(())
+    }
+
+    fn seq_len(&self, seq: SeqId) -> Result<usize> {
+        Ok(self.mirror.cache().len(seq)?)
+    }
+
+    fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        self.forward_impl(steps)
+    }
+
+    fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
+        self.mirror.cache().len(seq)?;
+        check_commit_path(seq, path, self.last_trees.get(&seq))?;
+        let moves = self.mirror.commit(seq, path)?;
+        self.apply(&moves)?;
+        self.last_trees.remove(&seq);
+        Ok(())
+    }
+
+    fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
+        self.mirror.rewind(seq, n)?;
+        self.last_trees.remove(&seq);
+        Ok(())
+    }
+}

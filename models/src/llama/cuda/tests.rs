@@ -1,0 +1,662 @@
+//! Tests of the CUDA runner. The GPU tests (`#[ignore = "needs a GPU"]`) need no model file:
+//! they write a tiny synthetic Llama (tied head, GQA 4:1, interleaved RoPE) and a tiny
+//! Qwen2-style model (QKV bias, untied head, GQA 2 KV heads, half-split RoPE), both with
+//! `head_dim` 64 and a mix of GGUF storage types, as GGUF bytes in memory, and compare
+//! [`CudaLlamaModel`] with the CPU runner's exact f32 path on the same file.
+//!
+//! # Tolerance (against the CPU's exact f32 path)
+//! The GPU rounds every weight to bf16 (relative error ≤ 2⁻⁹) and, in the fast mode, every
+//! product input too. A `k`-term dot product of such terms with independent rounding errors is
+//! off by about `2⁻⁹ · √k · rms(term)` per rounded operand, a few tenths of a per cent of its
+//! own scale; two decoder blocks and the LM head compound a handful of those. Measured on the
+//! CPU (`bf16_weights_stay_within_the_gpu_tolerance_on_the_cpu`: the exact path with every matrix
+//! rounded to bf16), weight rounding alone moves these models' logits by 0.4–0.8% of the row's
+//! largest |logit|. Bounds: `2%` of the row's largest |logit| plus `1e-3` in the batch-invariant
+//! mode (bf16 weights, f32 activations: ~2.5× the measured error), `3%` in the fast mode (bf16
+//! activations too: about twice the error variance). Both are far below the spread of the
+//! logits, so a wrong layout, head, bias or RoPE pairing (errors of the order of the logits)
+//! fails them. Greedy tokens are compared wherever the CPU's top-two margin exceeds twice the
+//! bound.
+
+use std::sync::Arc;
+
+use specdec_kernels::cuda::probe::cuda_device_count;
+use specdec_kernels::cuda::testing::gpu_for_test;
+use specdec_kernels::quant::{dequantize_row_to_vec, f32_to_f16, QuantType};
+use specdec_kernels::sampling::mix64;
+use specdec_kernels::TreeTopology;
+
+use super::*;
+use crate::gguf::{GgufFile, GgufWriter};
+use crate::llama::{read_config, Architecture, LlamaModel, LlamaOptions, MatmulPath};
+use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
+
+/// Deterministic values in `[lo, hi)` from `(seed, index)`.
+fn uniform(seed: u64, i: u64, lo: f32, hi: f32) -> f32 {
+    lo + (hi - lo) * ((mix64(seed.wrapping_mul(0x9e37_79b9) ^ i) >> 40) as f32 / 16_777_216.0)
+}
+
+/// GGUF bytes of a `[rows × cols]` matrix of `ty`: random quants with scales keeping weights
+/// within about ±0.15.
+fn matrix_bytes(ty: QuantType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let n = rows * cols;
+    if ty == QuantType::F32 {
+        return (0..n as u64)
+            .flat_map(|i| uniform(seed, i, -0.1, 0.1).to_le_bytes())
+            .collect();
+    }
+    if ty == QuantType::F16 {
+        return (0..n as u64)
+            .flat_map(|i| f32_to_f16(uniform(seed, i, -0.1, 0.1)).to_le_bytes())
+            .collect();
+    }
+    let bytes_per_block = ty.block_bytes();
+    let blocks = n / ty.block_len();
+    let mut out: Vec<u8> = (0..(blocks * bytes_per_block) as u64)
+        .map(|i| mix64(seed ^ (i << 8)) as u8)
+        .collect();
+    let scales: &[(usize, f32)] = match ty {
+        QuantType::Q8_0 => &[(0, 0.0008)],
+        QuantType::Q5_0 => &[(0, 0.005)],
+        QuantType::Q4_1 => &[(0, 0.01), (2, -0.075)],
+        // K-quants subtract dmin · m: dmin = mean(q) · d keeps the weights about zero-mean.
+        QuantType::Q4_K => &[(0, 0.0002), (2, 0.0015)],
+        QuantType::Q5_K => &[(0, 0.0001), (2, 0.00155)],
+        QuantType::Q6_K => &[(208, 0.00005)],
+        other => panic!("matrix_bytes: {other} not used by these tests"),
+    };
+    for block in out.chunks_mut(bytes_per_block) {
+        for &(at, v) in scales {
+            block[at..at + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Storage types of one synthetic model's matrices.
+struct Types {
+    embd: QuantType,
+    qkv: QuantType,
+    wo: QuantType,
+    gate_up: QuantType,
+    down: QuantType,
+    output: Option<QuantType>,
+}
+
+/// A tiny synthetic model as a parsed GGUF file: hidden 256, 4 query heads of 64, FFN 512,
+/// 2 blocks, vocabulary 64.
+fn synthetic(arch: Architecture, seed: u64) -> Arc<GgufFile> {
+    synthetic_with(arch, seed, false)
+}
+
+/// [`synthetic`], with every matrix rounded to BF16 storage when `bf16` is set (the weights the
+/// GPU multiplies with, for CPU runs).
+fn synthetic_with(arch: Architecture, seed: u64, bf16: bool) -> Arc<GgufFile> {
+    let (prefix, kv_heads, types) = match arch {
+        Architecture::Llama => (
+            "llama",
+            1usize,
+            Types {
+                embd: QuantType::Q8_0,
+                qkv: QuantType::Q4_K,
+                wo: QuantType::F16,
+                gate_up: QuantType::Q8_0,
+                down: QuantType::Q6_K,
+                output: None,
+            },
+        ),
+        Architecture::Qwen2 => (
+            "qwen2",
+            2usize,
+            Types {
+                embd: QuantType::F16,
+                qkv: QuantType::Q8_0,
+                wo: QuantType::Q5_0,
+                gate_up: QuantType::Q4_1,
+                down: QuantType::Q5_K,
+                output: Some(QuantType::F32),
+            },
+        ),
+    };
+    let (hidden, heads, head_dim, ffn, layers, vocab) = (256usize, 4usize, 64usize, 512, 2, 64);
+    let (q, kv) = (heads * head_dim, kv_heads * head_dim);
+    let mut w = GgufWriter::new();
+    let tokens: Vec<String> = (0..vocab).map(|i| format!("t{i}")).collect();
+    w.metadata("general.architecture", prefix)
+        .metadata(&format!("{prefix}.block_count"), layers as u32)
+        .metadata(&format!("{prefix}.embedding_length"), hidden as u32)
+        .metadata(&format!("{prefix}.feed_forward_length"), ffn as u32)
+        .metadata(&format!("{prefix}.attention.head_count"), heads as u32)
+        .metadata(
+            &format!("{prefix}.attention.head_count_kv"),
+            kv_heads as u32,
+        )
+        .metadata(&format!("{prefix}.attention.key_length"), head_dim as u32)
+        .metadata(
+            &format!("{prefix}.attention.layer_norm_rms_epsilon"),
+            1e-5f32,
+        )
+        .metadata(&format!("{prefix}.rope.freq_base"), 10_000.0f32)
+        .metadata(&format!("{prefix}.context_length"), 512u32)
+        .metadata("tokenizer.ggml.tokens", tokens)
+        .metadata("tokenizer.ggml.eos_token_id", 63u32);
+    let mut salt = seed;
+    let mut mat = |w: &mut GgufWriter, name: &str, ty: QuantType, rows: usize, cols: usize| {
+        salt += 1;
+        let bytes = matrix_bytes(ty, rows, cols, salt);
+        if bf16 {
+            let values = dequantize_row_to_vec(ty, &bytes, rows * cols).unwrap();
+            let rounded = values
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_bits().to_le_bytes())
+                .collect();
+            w.tensor(name, &[cols, rows], QuantType::BF16.ggml_id(), rounded);
+        } else {
+            w.tensor(name, &[cols, rows], ty.ggml_id(), bytes);
+        }
+    };
+    mat(&mut w, "token_embd.weight", types.embd, vocab, hidden);
+    if let Some(ty) = types.output {
+        mat(&mut w, "output.weight", ty, vocab, hidden);
+    }
+    for l in 0..layers {
+        let name = |t: &str| format!("blk.{l}.{t}.weight");
+        mat(&mut w, &name("attn_q"), types.qkv, q, hidden);
+        mat(&mut w, &name("attn_k"), types.qkv, kv, hidden);
+        mat(&mut w, &name("attn_v"), types.qkv, kv, hidden);
+        mat(&mut w, &name("attn_output"), types.wo, hidden, q);
+        mat(&mut w, &name("ffn_gate"), types.gate_up, ffn, hidden);
+        mat(&mut w, &name("ffn_up"), types.gate_up, ffn, hidden);
+        mat(&mut w, &name("ffn_down"), types.down, hidden, ffn);
+    }
+    let vector = |n: usize, s: u64, lo: f32, hi: f32| -> Vec<f32> {
+        (0..n as u64)
+            .map(|i| uniform(seed ^ s, i, lo, hi))
+            .collect()
+    };
+    w.tensor_f32(
+        "output_norm.weight",
+        &[hidden],
+        &vector(hidden, 1, 0.8, 1.2),
+    );
+    for l in 0..layers as u64 {
+        for (t, s) in [("attn_norm", 10), ("ffn_norm", 20)] {
+            let v = vector(hidden, s + l, 0.8, 1.2);
+            w.tensor_f32(&format!("blk.{l}.{t}.weight"), &[hidden], &v);
+        }
+        if arch == Architecture::Qwen2 {
+            for (t, n, s) in [("attn_q", q, 30), ("attn_k", kv, 40), ("attn_v", kv, 50)] {
+                let v = vector(n, s + l, -0.5, 0.5);
+                w.tensor_f32(&format!("blk.{l}.{t}.bias"), &[n], &v);
+            }
+        }
+    }
+    Arc::new(GgufFile::from_bytes(w.to_bytes()).expect("a valid synthetic GGUF"))
+}
+
+fn cpu_model(file: &Arc<GgufFile>) -> LlamaModel {
+    let options = LlamaOptions {
+        kv_capacity_tokens: 512,
+        kv_block_size: 16,
+        matmul: MatmulPath::Exact,
+    };
+    LlamaModel::from_gguf(file, options).expect("the CPU model loads")
+}
+
+fn gpu_model(file: &Arc<GgufFile>, matmul: GpuMatmul) -> CudaLlamaModel {
+    let options = CudaLlamaOptions {
+        kv_capacity_tokens: 512,
+        kv_block_size: 16,
+        matmul,
+        device: 0,
+    };
+    CudaLlamaModel::from_gguf(file, options).expect("the CUDA model loads")
+}
+
+fn forward(
+    model: &mut dyn LanguageModel,
+    seq: SeqId,
+    tokens: &[u32],
+    tree: &TreeTopology,
+) -> Logits {
+    model
+        .forward(&[SequenceStep { seq, tokens, tree }])
+        .expect("forward")
+        .remove(0)
+}
+
+/// Forwards `tokens` as a chain on `seq` and commits them all.
+fn extend(model: &mut dyn LanguageModel, seq: SeqId, tokens: &[u32]) -> Logits {
+    let logits = forward(model, seq, tokens, &TreeTopology::chain(tokens.len()));
+    model
+        .commit(seq, &(0..tokens.len()).collect::<Vec<_>>())
+        .expect("commit");
+    logits
+}
+
+/// The bound of the module docs for one row of CPU logits in `mode`.
+fn tolerance(cpu_row: &[f32], mode: GpuMatmul) -> f32 {
+    let share = match mode {
+        GpuMatmul::BatchInvariant => 0.02,
+        GpuMatmul::Fast => 0.03,
+    };
+    share * cpu_row.iter().fold(0.0f32, |m, v| m.max(v.abs())) + 1e-3
+}
+
+fn assert_close(gpu: &Logits, cpu: &Logits, mode: GpuMatmul, what: &str) {
+    assert_eq!(gpu.rows(), cpu.rows(), "{what}: rows");
+    for r in 0..cpu.rows() {
+        let (g, c) = (gpu.row(r), cpu.row(r));
+        let tol = tolerance(c, mode);
+        let gap = g
+            .iter()
+            .zip(c)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(gap <= tol, "{what}: row {r} differs by {gap} > {tol}");
+        assert!(
+            tol > 0.002,
+            "{what}: row {r} has degenerate logits (largest |logit| below 0.05)"
+        );
+    }
+}
+
+fn bits(row: &[f32]) -> Vec<u32> {
+    row.iter().map(|v| v.to_bits()).collect()
+}
+
+/// The top-two margin of a row.
+fn margin(row: &[f32]) -> f32 {
+    let mut v = row.to_vec();
+    v.sort_by(|a, b| b.total_cmp(a));
+    v[0] - v[1]
+}
+
+const PROMPT: [u32; 11] = [1, 17, 5, 42, 9, 33, 60, 2, 28, 11, 50];
+
+#[test]
+fn loading_without_a_gpu_names_the_problem() {
+    let file = synthetic(Architecture::Qwen2, 1);
+    match CudaLlamaModel::from_gguf(&file, CudaLlamaOptions::default()) {
+        Err(e) => {
+            assert_eq!(
+                cuda_device_count(),
+                0,
+                "a GPU is present but loading failed: {e}"
+            );
+            let msg = e.to_string();
+            assert!(msg.contains("needs a GPU") && msg.contains("CUDA"), "{msg}");
+        }
+        Ok(model) => assert!(cuda_device_count() > 0, "loaded {model:?} without a GPU"),
+    }
+    let err = CudaLlamaModel::load("/nonexistent/model.gguf", CudaLlamaOptions::default())
+        .unwrap_err()
+        .to_string();
+    // Without a GPU the GPU is named first; with one, the missing file is.
+    assert!(
+        err.contains("GPU") || err.contains("/nonexistent/model.gguf"),
+        "{err}"
+    );
+}
+
+#[test]
+fn weight_routes_and_device_bytes() {
+    assert_eq!(Bf16Route::for_type(QuantType::BF16), Bf16Route::Verbatim);
+    assert_eq!(Bf16Route::for_type(QuantType::F32), Bf16Route::HostRound);
+    assert_eq!(
+        Bf16Route::for_type(QuantType::Q4_K),
+        Bf16Route::DeviceDequant
+    );
+    assert_eq!(
+        Bf16Route::for_type(QuantType::F16),
+        Bf16Route::DeviceDequant
+    );
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let file = synthetic(arch, 2);
+        let config = read_config(&file).unwrap();
+        let weights = crate::llama::read_weights(&file, &config).unwrap();
+        // Every matrix at 2 bytes per value (the tied head once), vectors at 4.
+        let mut want = 2 * weights.token_embd.rows() * weights.token_embd.cols()
+            + 4 * weights.output_norm.len();
+        if !config.tied_head {
+            want += 2 * weights.output.rows() * weights.output.cols();
+        }
+        for l in &weights.layers {
+            for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+                want += 2 * m.rows() * m.cols();
+            }
+            want += 4 * (l.attn_norm.len() + l.ffn_norm.len());
+            for b in [&l.bq, &l.bk, &l.bv].into_iter().flatten() {
+                want += 4 * b.len();
+            }
+        }
+        assert_eq!(device_weight_bytes(&config), want, "{arch:?}");
+        assert_eq!(config.tied_head, arch == Architecture::Llama);
+        assert_eq!(config.qkv_bias, arch == Architecture::Qwen2);
+    }
+}
+
+#[test]
+fn the_device_is_a_run_time_choice() {
+    use crate::llama::{load_on_device, parse_device, DeviceModelOptions};
+    use specdec_kernels::cuda::Device;
+    assert_eq!(parse_device("cpu").unwrap(), Device::Cpu);
+    assert_eq!(parse_device("cuda:1").unwrap(), Device::Cuda(1));
+    let err = parse_device("tpu").unwrap_err().to_string();
+    assert!(
+        err.contains("unknown device `tpu`") && err.contains("cuda:N"),
+        "{err}"
+    );
+    let file = synthetic(Architecture::Llama, 3);
+    let options = DeviceModelOptions {
+        kv_capacity_tokens: 64,
+        ..DeviceModelOptions::default()
+    };
+    let mut cpu = load_on_device(&file, options).unwrap();
+    let s = cpu.new_sequence().unwrap();
+    assert_eq!(extend(cpu.as_mut(), s, &PROMPT).rows(), PROMPT.len());
+    let on_gpu = load_on_device(
+        &file,
+        DeviceModelOptions {
+            device: Device::Cuda(0),
+            ..options
+        },
+    );
+    assert_eq!(
+        on_gpu.is_ok(),
+        cuda_device_count() > 0,
+        "{:?}",
+        on_gpu.err()
+    );
+}
+
+#[test]
+fn bf16_weights_stay_within_the_gpu_tolerance_on_the_cpu() {
+    // The premise of the tolerance, checked where it can be: the CPU's exact path with every
+    // matrix rounded to bf16 (what the batch-invariant GPU mode multiplies with) against the
+    // original weights, over a prefill and a few decode steps.
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let mut exact = cpu_model(&synthetic(arch, 7));
+        let mut rounded = cpu_model(&synthetic_with(arch, 7, true));
+        let (a, b) = (
+            exact.new_sequence().unwrap(),
+            rounded.new_sequence().unwrap(),
+        );
+        let mut worst = 0.0f32;
+        let mut tokens = PROMPT.to_vec();
+        let mut checked = 0;
+        for _ in 0..13 {
+            let (e, r) = (
+                extend(&mut exact, a, &tokens),
+                extend(&mut rounded, b, &tokens),
+            );
+            let mode = GpuMatmul::BatchInvariant;
+            assert_close(&r, &e, mode, &format!("{arch:?} bf16 weights on the CPU"));
+            for row in 0..e.rows() {
+                let gap = e
+                    .row(row)
+                    .iter()
+                    .zip(r.row(row))
+                    .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+                worst = worst.max(gap / tolerance(e.row(row), GpuMatmul::BatchInvariant));
+            }
+            let last = e.rows() - 1;
+            if margin(e.row(last)) > 2.0 * tolerance(e.row(last), GpuMatmul::Fast) {
+                assert_eq!(r.argmax(last), e.argmax(last), "{arch:?}: greedy token");
+                checked += 1;
+            }
+            tokens = vec![e.argmax(last)];
+        }
+        eprintln!(
+            "{arch:?}: bf16 weights use {:.0}% of the tolerance; greedy tokens compared at \
+             {checked} of 13 steps",
+            100.0 * worst
+        );
+        assert!(checked > 0, "{arch:?}: no step had a clear top token");
+        assert!(
+            worst > 0.0,
+            "{arch:?}: rounding changed nothing: the check is vacuous"
+        );
+    }
+}
+
+/// Runs `body` with the GPU models of both synthetic architectures, or returns when this
+/// machine has no GPU (a failure under `SPECDEC_REQUIRE_GPU=1`).
+fn with_models(test: &str, body: impl Fn(Architecture, &Arc<GgufFile>)) {
+    if gpu_for_test(test).is_none() {
+        return;
+    }
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        body(arch, &synthetic(arch, 7));
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn logits_and_greedy_tokens_match_the_cpu() {
+    with_models(
+        "llama::cuda::logits_and_greedy_tokens_match_the_cpu",
+        |arch, file| {
+            let mut cpu = cpu_model(file);
+            for mode in [GpuMatmul::Fast, GpuMatmul::BatchInvariant] {
+                let mut gpu = gpu_model(file, mode);
+                let what = format!("{arch:?} {mode:?}");
+                let (cs, gs) = (cpu.new_sequence().unwrap(), gpu.new_sequence().unwrap());
+                let (c, g) = (extend(&mut cpu, cs, &PROMPT), extend(&mut gpu, gs, &PROMPT));
+                assert_close(&g, &c, mode, &format!("{what} prefill"));
+                // Greedy continuation, the CPU's token fed to both (teacher forcing).
+                let mut next = c.argmax(c.rows() - 1);
+                let mut checked = 0;
+                for step in 0..12 {
+                    let (c, g) = (extend(&mut cpu, cs, &[next]), extend(&mut gpu, gs, &[next]));
+                    assert_close(&g, &c, mode, &format!("{what} decode step {step}"));
+                    if margin(c.row(0)) > 2.0 * tolerance(c.row(0), mode) {
+                        assert_eq!(
+                            g.argmax(0),
+                            c.argmax(0),
+                            "{what}: greedy token at step {step}"
+                        );
+                        checked += 1;
+                    }
+                    next = c.argmax(0);
+                }
+                eprintln!("{what}: greedy tokens compared at {checked} of 12 steps");
+                assert!(checked > 0, "{what}: no decode step had a clear top token");
+                cpu.release(cs).unwrap();
+                gpu.release(gs).unwrap();
+            }
+        },
+    );
+}
+
+/// A 7-node tree under the root `PROMPT[last]`.
+fn tree() -> (TreeTopology, Vec<u32>) {
+    let parents = [None, Some(0), Some(0), Some(1), Some(1), Some(2), Some(4)];
+    (
+        TreeTopology::from_parents(&parents).unwrap(),
+        vec![PROMPT[10], 3, 44, 20, 7, 58, 31],
+    )
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn tree_forward_equals_per_path_chains() {
+    with_models(
+        "llama::cuda::tree_forward_equals_per_path_chains",
+        |arch, file| {
+            let mut cpu = cpu_model(file);
+            let mut gpu = gpu_model(file, GpuMatmul::BatchInvariant);
+            let (tree, tokens) = tree();
+            let (cs, gs) = (cpu.new_sequence().unwrap(), gpu.new_sequence().unwrap());
+            extend(&mut cpu, cs, &PROMPT[..10]);
+            extend(&mut gpu, gs, &PROMPT[..10]);
+            let in_tree = forward(&mut gpu, gs, &tokens, &tree);
+            assert_close(
+                &in_tree,
+                &forward(&mut cpu, cs, &tokens, &tree),
+                GpuMatmul::BatchInvariant,
+                &format!("{arch:?} tree"),
+            );
+            for node in 0..tree.len() {
+                let path: Vec<u32> = tree.path_to(node).iter().map(|&i| tokens[i]).collect();
+                let chain = forward(&mut gpu, gs, &path, &TreeTopology::chain(path.len()));
+                assert_eq!(
+                    bits(in_tree.row(node)),
+                    bits(chain.row(path.len() - 1)),
+                    "{arch:?}: node {node} differs between the tree and its chain"
+                );
+            }
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn commit_rewind_fork_then_continue() {
+    with_models(
+        "llama::cuda::commit_rewind_fork_then_continue",
+        |arch, file| {
+            let mut gpu = gpu_model(file, GpuMatmul::BatchInvariant);
+            let mut cpu = cpu_model(file);
+            let (tree, tokens) = tree();
+            // The reference: a fresh sequence forwarding `history` as one chain; its last row.
+            let fresh = |gpu: &mut CudaLlamaModel, history: &[u32]| -> Vec<u32> {
+                let s = gpu.new_sequence().unwrap();
+                let l = forward(gpu, s, history, &TreeTopology::chain(history.len()));
+                gpu.release(s).unwrap();
+                bits(l.row(history.len() - 1))
+            };
+            let (a, ca) = (gpu.new_sequence().unwrap(), cpu.new_sequence().unwrap());
+            extend(&mut gpu, a, &PROMPT[..10]);
+            extend(&mut cpu, ca, &PROMPT[..10]);
+            // Verify the tree, commit the path to node 6 (0 → 1 → 4 → 6: slot copies), continue.
+            forward(&mut gpu, a, &tokens, &tree);
+            forward(&mut cpu, ca, &tokens, &tree);
+            let path = tree.path_to(6);
+            gpu.commit(a, &path).unwrap();
+            cpu.commit(ca, &path).unwrap();
+            let mut history: Vec<u32> = PROMPT[..10].to_vec();
+            history.extend(path.iter().map(|&i| tokens[i]));
+            assert_eq!(gpu.seq_len(a).unwrap(), history.len());
+            let g = extend(&mut gpu, a, &[9]);
+            assert_close(
+                &g,
+                &extend(&mut cpu, ca, &[9]),
+                GpuMatmul::BatchInvariant,
+                &format!("{arch:?} after commit"),
+            );
+            history.push(9);
+            assert_eq!(
+                bits(g.row(0)),
+                fresh(&mut gpu, &history),
+                "{arch:?}: after commit"
+            );
+            // Fork mid-block; both branches continue differently (copy-on-write of the shared block).
+            let b = gpu.fork(a).unwrap();
+            let gb = extend(&mut gpu, b, &[12, 13]);
+            let ga = extend(&mut gpu, a, &[14]);
+            let mut hb = history.clone();
+            hb.extend([12, 13]);
+            history.push(14);
+            assert_eq!(
+                bits(gb.row(1)),
+                fresh(&mut gpu, &hb),
+                "{arch:?}: forked branch"
+            );
+            assert_eq!(
+                bits(ga.row(0)),
+                fresh(&mut gpu, &history),
+                "{arch:?}: original branch"
+            );
+            // Rewind 5 (into an earlier block), then continue.
+            gpu.rewind(a, 5).unwrap();
+            history.truncate(history.len() - 5);
+            let gr = extend(&mut gpu, a, &[21, 22]);
+            history.extend([21, 22]);
+            assert_eq!(
+                bits(gr.row(1)),
+                fresh(&mut gpu, &history),
+                "{arch:?}: after rewind"
+            );
+            // A discarded speculative forward changes nothing.
+            forward(&mut gpu, b, &tokens, &tree);
+            gpu.rewind(b, 0).unwrap();
+            let gb2 = extend(&mut gpu, b, &[30]);
+            hb.push(30);
+            assert_eq!(
+                bits(gb2.row(0)),
+                fresh(&mut gpu, &hb),
+                "{arch:?}: after a discarded tree"
+            );
+            // Bad paths are refused as on the CPU.
+            forward(&mut gpu, b, &tokens, &tree);
+            assert!(gpu.commit(b, &[0, 3]).is_err(), "3 is not a child of 0");
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn batch_invariant_mode_is_bit_identical_alone_in_a_batch_and_in_a_tree() {
+    with_models("llama::cuda::batch_invariant_mode", |arch, file| {
+        let mut gpu = gpu_model(file, GpuMatmul::BatchInvariant);
+        let last = PROMPT.len() - 1;
+        // Reference: the whole prompt as one chain; the last token's row.
+        let a = gpu.new_sequence().unwrap();
+        let chain = forward(&mut gpu, a, &PROMPT, &TreeTopology::chain(PROMPT.len()));
+        let reference = bits(chain.row(last));
+        // Alone, after the committed prefix.
+        let b = gpu.new_sequence().unwrap();
+        extend(&mut gpu, b, &PROMPT[..last]);
+        let alone = forward(&mut gpu, b, &PROMPT[last..], &TreeTopology::chain(1));
+        assert_eq!(bits(alone.row(0)), reference, "{arch:?}: alone vs chain");
+        // As the root of a tree.
+        let (tree, tokens) = tree();
+        let in_tree = forward(&mut gpu, b, &tokens, &tree);
+        assert_eq!(
+            bits(in_tree.row(0)),
+            reference,
+            "{arch:?}: tree root vs chain"
+        );
+        // In a batch of 3 sequences, between two others of different lengths.
+        let (c, d, e) = (
+            gpu.new_sequence().unwrap(),
+            gpu.new_sequence().unwrap(),
+            gpu.new_sequence().unwrap(),
+        );
+        let other: Vec<u32> = (0..23).map(|i| (i * 7 + 3) % 64).collect();
+        let (t_other, t_prompt, t_two) = (
+            TreeTopology::chain(other.len()),
+            TreeTopology::chain(PROMPT.len()),
+            TreeTopology::chain(2),
+        );
+        let out = gpu
+            .forward(&[
+                SequenceStep {
+                    seq: c,
+                    tokens: &other,
+                    tree: &t_other,
+                },
+                SequenceStep {
+                    seq: d,
+                    tokens: &PROMPT,
+                    tree: &t_prompt,
+                },
+                SequenceStep {
+                    seq: e,
+                    tokens: &other[..2],
+                    tree: &t_two,
+                },
+            ])
+            .unwrap();
+        assert_eq!(
+            bits(out[1].row(last)),
+            reference,
+            "{arch:?}: in a batch vs alone"
+        );
+        assert_ne!(
+            bits(out[0].row(0)),
+            bits(out[1].row(0)),
+            "neighbours differ"
+        );
+    });
+}

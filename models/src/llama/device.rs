@@ -1,0 +1,83 @@
+//! The run-time device choice for a Llama-family model: the CPU runner ([`LlamaModel`]) or the
+//! CUDA runner ([`CudaLlamaModel`]) behind one `Box<dyn LanguageModel>`, from the same GGUF file.
+
+use std::sync::Arc;
+
+use specdec_kernels::cuda::Device;
+
+use super::cuda::{CudaLlamaModel, CudaLlamaOptions, GpuMatmul};
+use super::model::{LlamaModel, LlamaOptions, MatmulPath};
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+use crate::model::LanguageModel;
+
+/// Parses a device name: `cpu`, `cuda` (device 0) or `cuda:N`.
+///
+/// # Errors
+/// [`ModelError::Config`] naming the text and the accepted forms.
+pub fn parse_device(text: &str) -> Result<Device> {
+    Device::parse(text).map_err(|_| {
+        ModelError::Config(format!(
+            "unknown device `{text}`: expected `cpu`, `cuda` or `cuda:N`"
+        ))
+    })
+}
+
+/// How to build a model on a device: the KV cache size and each runner's product mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceModelOptions {
+    /// Where the model runs.
+    pub device: Device,
+    /// Token slots in the KV cache, over all sequences.
+    pub kv_capacity_tokens: usize,
+    /// Token slots per KV block.
+    pub kv_block_size: usize,
+    /// The CPU runner's matmul path (used when `device` is the CPU).
+    pub cpu_matmul: MatmulPath,
+    /// The CUDA runner's product mode (used when `device` is a GPU).
+    pub gpu_matmul: GpuMatmul,
+}
+
+impl Default for DeviceModelOptions {
+    /// The CPU with [`LlamaOptions::default`]'s cache and path, [`GpuMatmul::Fast`] on a GPU.
+    fn default() -> Self {
+        let cpu = LlamaOptions::default();
+        Self {
+            device: Device::Cpu,
+            kv_capacity_tokens: cpu.kv_capacity_tokens,
+            kv_block_size: cpu.kv_block_size,
+            cpu_matmul: cpu.matmul,
+            gpu_matmul: GpuMatmul::Fast,
+        }
+    }
+}
+
+/// The decoder in `file` on `options.device`.
+///
+/// # Errors
+/// As [`LlamaModel::from_gguf`] on the CPU and [`CudaLlamaModel::from_gguf`] on a GPU (no usable
+/// GPU is a [`ModelError::Config`] naming the problem).
+pub fn load_on_device(
+    file: &Arc<GgufFile>,
+    options: DeviceModelOptions,
+) -> Result<Box<dyn LanguageModel>> {
+    Ok(match options.device {
+        Device::Cpu => Box::new(LlamaModel::from_gguf(
+            file,
+            LlamaOptions {
+                kv_capacity_tokens: options.kv_capacity_tokens,
+                kv_block_size: options.kv_block_size,
+                matmul: options.cpu_matmul,
+            },
+        )?),
+        Device::Cuda(ordinal) => Box::new(CudaLlamaModel::from_gguf(
+            file,
+            CudaLlamaOptions {
+                kv_capacity_tokens: options.kv_capacity_tokens,
+                kv_block_size: options.kv_block_size,
+                matmul: options.gpu_matmul,
+                device: ordinal,
+            },
+        )?),
+    })
+}
