@@ -3,7 +3,9 @@
 #
 # The bundle (gpu-bundle/, ignored by git) holds stripped release binaries — every test binary of
 # specdec-kernels (the kernel GPU tests), specdec-models' library tests (the NCCL communicator's
-# GPU test and the CUDA Llama/Qwen2 runner's tests on synthetic GGUF models) and the event-timed benchmark runner — plus the kernel sources for reference, and
+# GPU test and the CUDA Llama/Qwen2 runner's tests on synthetic GGUF models), specdec-harness's
+# engine_on_device test (the engine loop end to end on the GPU) and the event-timed benchmark
+# runner — plus the kernel sources for reference, and
 # run.sh. On a GPU machine without Rust or network, `bash gpu-bundle/run.sh` runs every test with
 # --include-ignored and SPECDEC_REQUIRE_GPU=1 (a missing GPU fails), then the benchmark runner,
 # which measures copy bandwidth and the cuBLAS bf16 rate first and prints one table: kernel,
@@ -24,6 +26,7 @@ echo "== building release test binaries and the benchmark runner"
 build() {
   { cargo test -p specdec-kernels --release --no-run --lib --tests --message-format=json &&
     cargo test -p specdec-models --release --no-run --lib --message-format=json &&
+    cargo test -p specdec-harness --release --no-run --test engine_on_device --message-format=json &&
     cargo build -p specdec-kernels --release --example gpu_bench --message-format=json; } \
     2>"$out/build.log" | python3 -c '
 import json, sys
@@ -38,6 +41,8 @@ for line in sys.stdin:
         print("example " + m["executable"])
     elif m.get("profile", {}).get("test") and m["target"]["name"] == "specdec_models":
         print("models " + m["executable"])
+    elif m.get("profile", {}).get("test") and m["target"]["name"] == "engine_on_device":
+        print("engine " + m["executable"])
     elif m.get("profile", {}).get("test"):
         print("test " + m["executable"])
 ' >"$out/artifacts.list"
@@ -49,6 +54,8 @@ while read -r kind exe; do
     cp "$exe" "$out/bin/$(basename "$exe")"
   elif [ "$kind" = models ]; then
     cp "$exe" "$out/bin/nccl-$(basename "$exe")"
+  elif [ "$kind" = engine ]; then
+    cp "$exe" "$out/bin/engine-$(basename "$exe")"
   else
     cp "$exe" "$out/bin/test-$(basename "$exe")"
   fi
@@ -85,6 +92,11 @@ done
 for t in "$here"/bin/nccl-*; do
   echo "== $(basename "$t") (shard::nccl and llama::cuda only)"
   if ! "$t" shard::nccl llama::cuda --include-ignored --test-threads=1 2>&1 | tail -n 40; then fail=1; fi
+done
+# the engine loop end to end on the GPU (synthetic Qwen2, no model file)
+for t in "$here"/bin/engine-*; do
+  echo "== $(basename "$t")"
+  if ! "$t" --include-ignored --test-threads=1 2>&1 | tail -n 25; then fail=1; fi
 done
 echo "== benchmarks"
 "$here/bin/gpu_bench" || fail=1

@@ -13,6 +13,7 @@ mod layer_skip;
 mod load;
 mod model;
 mod step_checks;
+pub mod synthetic;
 mod weights;
 
 pub use config::{Architecture, LlamaConfig, RopeLayout};

@@ -92,3 +92,41 @@ pub trait LanguageModel: Send {
     /// When `seq` is unknown or has fewer than `n` committed tokens.
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()>;
 }
+
+/// A boxed model is a model: what [`crate::llama::load_on_device`] returns can drive the engine
+/// and the drafters, which take any `M: LanguageModel`.
+impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+    fn bos_id(&self) -> Option<u32> {
+        (**self).bos_id()
+    }
+    fn eos_ids(&self) -> &[u32] {
+        (**self).eos_ids()
+    }
+    fn max_context(&self) -> usize {
+        (**self).max_context()
+    }
+    fn new_sequence(&mut self) -> Result<SeqId> {
+        (**self).new_sequence()
+    }
+    fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        (**self).fork(seq)
+    }
+    fn release(&mut self, seq: SeqId) -> Result<()> {
+        (**self).release(seq)
+    }
+    fn seq_len(&self, seq: SeqId) -> Result<usize> {
+        (**self).seq_len(seq)
+    }
+    fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        (**self).forward(steps)
+    }
+    fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
+        (**self).commit(seq, path)
+    }
+    fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
+        (**self).rewind(seq, n)
+    }
+}
