@@ -36,7 +36,9 @@ pub struct StepTiming {
     pub draft_passes: usize,
     /// Seconds the drafter spent proposing (its catch-up included).
     pub draft_s: f64,
-    /// Seconds of the target forward.
+    /// Seconds of the target forward attributed to this sequence: all of it at batch size 1;
+    /// when sequences share the forward, its time × this sequence's share of its tokens (the
+    /// engine divides it, so a policy sees its own cost, not the batch's).
     pub target_s: f64,
     /// Seconds of verification and KV commit/rewind.
     pub other_s: f64,

@@ -342,6 +342,7 @@ impl<'a> Engine<'a> {
             .collect();
         let logits = self.target.forward(&steps)?;
         let target_s = t0.elapsed().as_secs_f64();
+        let batch_tokens: usize = trees.iter().map(|t| t.len()).sum();
         // 4–6 per request.
         let batch = active.len();
         let mut finished = Vec::new();
@@ -416,7 +417,8 @@ impl<'a> Engine<'a> {
             let timing = StepTiming {
                 draft_passes: tree.topology().max_depth(),
                 draft_s: draft_s[position],
-                target_s,
+                // this sequence's share of the shared forward, by tokens (all of it alone)
+                target_s: target_s * (tree.len() as f64 / batch_tokens.max(1) as f64),
                 other_s: verify_s + commit_s,
                 prefill_tokens: if first { seq.prefill_tokens } else { 0 },
                 prefill_s: if first { seq.prefill_s } else { 0.0 },

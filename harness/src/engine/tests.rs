@@ -360,3 +360,40 @@ fn the_measured_cost_policy_keeps_greedy_output_equal_to_plain() {
         assert_eq!(got, expected, "seed {seed}");
     }
 }
+
+#[test]
+fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
+    let greedy = SamplingParams::greedy();
+    let pair = pair(2);
+    let reqs = requests(3, 12);
+    let recorder = Recorder::default();
+    let mut chain = ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax);
+    let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+    let generations = run(
+        &pair,
+        &mut chain,
+        verifier,
+        Box::new(recorder.clone()),
+        options(greedy, 3),
+        &reqs,
+    );
+    let records: Vec<&StepRecord> = generations.iter().flat_map(|g| &g.steps).collect();
+    assert!(
+        records.iter().any(|r| r.batch > 1),
+        "the forwards were shared"
+    );
+    // Each record carries the whole shared forward; its sequences' shares add up to it.
+    let forwards_s: f64 = records.iter().map(|r| r.target_s / r.batch as f64).sum();
+    let seen = recorder.seen.lock().unwrap();
+    assert_eq!(seen.len(), records.len());
+    let shares_s: f64 = seen.iter().map(|(_, t)| t.target_s).sum();
+    assert!(
+        (shares_s - forwards_s).abs() <= 1e-9 * forwards_s.max(1e-12),
+        "shares {shares_s} s vs forwards {forwards_s} s"
+    );
+    let whole_s: f64 = records.iter().map(|r| r.target_s).sum();
+    assert!(
+        shares_s < whole_s,
+        "a shared forward must not be charged to every sequence"
+    );
+}
