@@ -63,6 +63,9 @@ enum Command {
         /// Seed of the random draws (T > 0).
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Where the models run: cpu, cuda (GPU 0) or cuda:N.
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
     /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
     ///
@@ -147,6 +150,7 @@ fn main() -> anyhow::Result<()> {
             max_tokens,
             chat,
             seed,
+            device,
         } => {
             let options = GenerateOptions {
                 target,
@@ -158,6 +162,7 @@ fn main() -> anyhow::Result<()> {
                 max_tokens,
                 chat,
                 seed,
+                device,
             };
             let summary = generate(&options, &mut std::io::stdout().lock())?;
             eprintln!("{}", summary.line());

@@ -5,6 +5,8 @@ use std::io::Write;
 
 use specdec_kernels::sampling::SamplingParams;
 
+use specdec_models::llama::parse_device;
+
 use crate::config::{DrafterConfig, MethodConfig, PolicyConfig, VerifierConfig};
 use crate::engine::{Generation, Request};
 use crate::error::{HarnessError, Result};
@@ -60,6 +62,8 @@ pub struct GenerateOptions {
     pub chat: bool,
     /// Seed of the random draws.
     pub seed: u64,
+    /// Where the models run: `cpu`, `cuda` or `cuda:N`.
+    pub device: String,
 }
 
 /// The summary of one generation.
@@ -190,6 +194,7 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         top_k: None,
         top_p: None,
     };
+    let device = parse_device(&options.device)?;
     let mut backend = EngineBackend::open(
         &options.target,
         options.draft.as_deref(),
@@ -197,7 +202,8 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         options.seed,
         options.max_tokens,
         1,
-    )?;
+    )?
+    .on_device(device)?;
     let request = Request {
         id: 0,
         prompt: backend.encode(&options.prompt, options.chat)?,

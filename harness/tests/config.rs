@@ -296,3 +296,18 @@ fn humaneval_prompts_load_from_the_cache() {
         .unwrap();
     assert_eq!(all.len(), 164);
 }
+
+#[test]
+fn the_device_is_a_checked_run_time_choice() {
+    let on =
+        |device: &str| GOOD.replace("[prompts]", &format!("device = \"{device}\"\n\n[prompts]"));
+    assert_eq!(parse(GOOD).unwrap().models.device, "cpu");
+    for good in ["cpu", "cuda", "cuda:1"] {
+        assert_eq!(parse(&on(good)).unwrap().models.device, good);
+    }
+    let err = error_of(&on("tpu"));
+    assert!(
+        err.contains("models.device") && err.contains("tpu") && err.contains("cuda:N"),
+        "{err}"
+    );
+}

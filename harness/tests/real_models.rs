@@ -17,7 +17,7 @@ use specdec_harness::engine::Request;
 use specdec_harness::runner::EngineBackend;
 use specdec_kernels::sampling::{prepare_logits, SamplingParams};
 use specdec_kernels::TreeTopology;
-use specdec_models::{registry, LanguageModel, SequenceStep};
+use specdec_models::{registry, SequenceStep};
 
 /// `true` when the model is cached; `false` (skip) when it is not and skipping is allowed;
 /// panics naming the fetch command otherwise.

@@ -227,6 +227,8 @@ impl ExperimentConfig {
         }
         let target =
             ModelSource::parse(&self.models.target).map_err(|e| invalid("models.target", e))?;
+        specdec_models::llama::parse_device(&self.models.device)
+            .map_err(|e| invalid("models.device", e.to_string()))?;
         if let Some(d) = self.models.draft.as_ref().filter(|d| *d != "layer_skip") {
             ModelSource::parse(d).map_err(|e| invalid("models.draft", e))?;
         }

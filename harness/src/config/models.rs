@@ -18,6 +18,15 @@ pub struct ModelsConfig {
     /// the draft model of every model drafter.
     #[serde(default)]
     pub draft: Option<String>,
+    /// Where target and draft models run: `cpu` (the default), `cuda` (GPU 0) or `cuda:N`. On a
+    /// GPU the runner works in its batch-invariant mode (greedy speculative output equals plain
+    /// output) and layer-skip drafting is not available.
+    #[serde(default = "cpu")]
+    pub device: String,
+}
+
+fn cpu() -> String {
+    "cpu".to_string()
 }
 
 fn simulated() -> String {
@@ -29,6 +38,7 @@ impl Default for ModelsConfig {
         ModelsConfig {
             target: simulated(),
             draft: None,
+            device: cpu(),
         }
     }
 }

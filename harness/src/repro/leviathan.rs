@@ -131,6 +131,7 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
             models: ModelsConfig {
                 target: "toy".into(),
                 draft: Some("toy".into()),
+                ..ModelsConfig::default()
             },
             prompts: PromptSet::Synthetic {
                 count: p.requests,

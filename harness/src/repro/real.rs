@@ -76,6 +76,7 @@ pub fn qwen_config(
         models: ModelsConfig {
             target: TARGET.into(),
             draft: Some(DRAFT.into()),
+            ..ModelsConfig::default()
         },
         prompts: PromptSet::Humaneval {
             count: Some(size.prompts),
@@ -137,7 +138,7 @@ pub fn summary<'r>(results: &'r RunResults, method: &str) -> Result<&'r MethodSu
 /// # Errors
 /// Model errors; an empty `tokens`.
 pub fn measure_curve(
-    model: &mut specdec_models::llama::LlamaModel,
+    model: &mut dyn specdec_models::LanguageModel,
     tokens: &[usize],
 ) -> Result<CostCurve> {
     let mut ms = Vec::with_capacity(tokens.len());

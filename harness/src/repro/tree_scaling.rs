@@ -19,7 +19,7 @@ use std::path::Path;
 use serde::Serialize;
 use specdec_algorithms::trees::{sequoia_tree, SequoiaPlanner, TreeShape};
 use specdec_kernels::TreeTopology;
-use specdec_models::{LanguageModel, SequenceStep};
+use specdec_models::SequenceStep;
 
 use super::real::{
     baseline, fixed, measure_curve, qwen_config, run_on, summary, write_json, RealSize, DRAFT,
@@ -350,7 +350,7 @@ pub fn measure_table(
 }
 
 /// Logits of every position of `tokens` (one chained forward on a fresh sequence).
-fn forward_all(model: &mut specdec_models::llama::LlamaModel, tokens: &[u32]) -> Result<Vec<f32>> {
+fn forward_all(model: &mut dyn specdec_models::LanguageModel, tokens: &[u32]) -> Result<Vec<f32>> {
     let seq = model.new_sequence()?;
     let chain = TreeTopology::chain(tokens.len());
     let out = model.forward(&[SequenceStep::chain(seq, tokens, &chain)]);

@@ -40,11 +40,15 @@ use specdec_algorithms::policy::{
 };
 use specdec_algorithms::trees::{sequoia_tree, TreeShape};
 use specdec_algorithms::verify::PairedVerifier;
+use specdec_kernels::cuda::Device;
 use specdec_kernels::sampling::SamplingParams;
 use specdec_kernels::verification::{DraftKind, VerifyMethod};
 use specdec_kernels::TreeTopology;
 use specdec_models::gguf::GgufFile;
-use specdec_models::llama::{default_skip_layers, LlamaModel, LlamaOptions};
+use specdec_models::llama::cuda::GpuMatmul;
+use specdec_models::llama::{
+    default_skip_layers, load_on_device, parse_device, DeviceModelOptions, LlamaModel, LlamaOptions,
+};
 use specdec_models::tokenizer::{ChatMessage, Tokenizer};
 use specdec_models::{registry, LanguageModel, SequenceStep};
 
@@ -100,6 +104,70 @@ impl LoadedModel {
     /// As [`LlamaModel::from_gguf`].
     pub fn instantiate(&self, sequences: usize) -> Result<LlamaModel> {
         Ok(LlamaModel::from_gguf(&self.file, kv_options(sequences))?)
+    }
+
+    /// [`LoadedModel::instantiate`] on `device`: the CPU runner, or the CUDA runner in its
+    /// batch-invariant mode (the engine's greedy equality rests on batch invariance).
+    ///
+    /// # Errors
+    /// As [`load_on_device`]: no usable GPU is an error naming the problem.
+    pub fn instantiate_on(&self, device: Device, sequences: usize) -> Result<DeviceModel> {
+        if device == Device::Cpu {
+            return Ok(Box::new(self.instantiate(sequences)?));
+        }
+        let cpu = kv_options(sequences);
+        let options = DeviceModelOptions {
+            device,
+            kv_capacity_tokens: cpu.kv_capacity_tokens,
+            kv_block_size: cpu.kv_block_size,
+            cpu_matmul: cpu.matmul,
+            gpu_matmul: GpuMatmul::BatchInvariant,
+        };
+        Ok(load_on_device(&self.file, options)?)
+    }
+}
+
+/// A model on whichever device the config chose.
+pub type DeviceModel = Box<dyn LanguageModel>;
+
+/// The target of an [`EngineBackend`]: the CPU runner (whose layers a layer-skip drafter can
+/// share), or another runner behind the trait (the CUDA one).
+pub enum Target {
+    /// The CPU Llama-family runner.
+    Cpu(Box<LlamaModel>),
+    /// A runner on another device.
+    Device(DeviceModel),
+}
+
+impl Target {
+    /// The model, whatever its device.
+    pub fn model(&mut self) -> &mut dyn LanguageModel {
+        match self {
+            Target::Cpu(m) => m.as_mut(),
+            Target::Device(m) => m.as_mut(),
+        }
+    }
+
+    /// The model, read-only.
+    pub fn model_ref(&self) -> &dyn LanguageModel {
+        match self {
+            Target::Cpu(m) => m.as_ref(),
+            Target::Device(m) => m.as_ref(),
+        }
+    }
+
+    /// The CPU runner, for what only it offers (`what` names the feature for the error).
+    ///
+    /// # Errors
+    /// [`HarnessError::InvalidEngine`] when the target runs on another device.
+    pub fn cpu(&mut self, what: &str) -> Result<&mut LlamaModel> {
+        match self {
+            Target::Cpu(m) => Ok(m.as_mut()),
+            Target::Device(_) => Err(HarnessError::InvalidEngine(format!(
+                "{what} needs the CPU runner (models.device = \"cpu\"): the GPU runner has no \
+                 layer subsets"
+            ))),
+        }
     }
 }
 
@@ -159,8 +227,8 @@ pub struct BuiltMethod {
 /// Everything [`build_method`] may need: the target (for layer skip), the models it may load as
 /// drafts and the sampling settings.
 pub struct ModelSet<'m> {
-    /// The target model (its weights are shared by layer-skip drafters).
-    pub target: &'m mut LlamaModel,
+    /// The target model (its weights are shared by layer-skip drafters on the CPU).
+    pub target: &'m mut Target,
     /// The target's file.
     pub target_file: &'m LoadedModel,
     /// Draft models opened so far, by name (the config's `models.draft` among them).
@@ -171,12 +239,14 @@ pub struct ModelSet<'m> {
     pub sampling: SamplingParams,
     /// Requests in flight at once (sizes the draft KV pools).
     pub batch_size: usize,
+    /// Where draft models run (the target's device).
+    pub device: Device,
     /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
     pub calibration: Option<&'m [u32]>,
 }
 
 impl ModelSet<'_> {
-    fn draft_model(&mut self, name: &str) -> Result<LlamaModel> {
+    fn draft_model(&mut self, name: &str) -> Result<DeviceModel> {
         if name == "layer_skip" {
             return self.layer_skip(None);
         }
@@ -185,20 +255,21 @@ impl ModelSet<'_> {
             check_same_tokenizer(self.target_file, &loaded)?;
             self.drafts.insert(name.to_string(), loaded);
         }
-        self.drafts[name].instantiate(self.batch_size + 2)
+        self.drafts[name].instantiate_on(self.device, self.batch_size + 2)
     }
 
-    fn layer_skip(&self, keep: Option<&[usize]>) -> Result<LlamaModel> {
-        let default = default_skip_layers(self.target.active_layers());
+    fn layer_skip(&mut self, keep: Option<&[usize]>) -> Result<DeviceModel> {
+        let sequences = self.batch_size + 2;
+        let target = self.target.cpu("layer-skip drafting")?;
+        let default = default_skip_layers(target.active_layers());
         let keep = keep.unwrap_or(&default);
-        Ok(self
-            .target
-            .layer_skip(keep, kv_options(self.batch_size + 2))?)
+        Ok(Box::new(target.layer_skip(keep, kv_options(sequences))?))
     }
 
     /// The kept blocks [`tune_layer_skip`] picks on `prompt` (its table goes to stderr).
     fn tuned_keep(&mut self, prompt: &[u32]) -> Result<Vec<usize>> {
-        let ranked = tune_layer_skip(self.target, prompt, kv_options(1))?;
+        let target = self.target.cpu("layer-skip tuning")?;
+        let ranked = tune_layer_skip(target, prompt, kv_options(1))?;
         eprintln!(
             "layer-skip tuning on {} prompt tokens (best first):",
             prompt.len()
@@ -219,14 +290,14 @@ impl ModelSet<'_> {
         })
     }
 
-    fn lm(&self, model: LlamaModel) -> LmDraftModel<LlamaModel> {
+    fn lm(&self, model: DeviceModel) -> LmDraftModel<DeviceModel> {
         LmDraftModel::new(model, self.sampling, self.batch_size + 2)
     }
 
     /// A draft model for deterministic top-ranked trees: at T = 0 its distribution is the plain
     /// softmax (T = 1), whose ranking gives the siblings (a one-hot `q` would leave one child);
     /// greedy verification does not read `q`.
-    fn lm_ranked(&self, model: LlamaModel) -> LmDraftModel<LlamaModel> {
+    fn lm_ranked(&self, model: DeviceModel) -> LmDraftModel<DeviceModel> {
         let mut params = self.sampling;
         if params.temperature == 0.0 {
             params.temperature = 1.0;
@@ -247,7 +318,7 @@ impl ModelSet<'_> {
 
     /// Seconds of one draft pass of `model` when `needed` (for the cost-model policy's prior),
     /// `None` otherwise. Cheap: a single-token forward on an empty sequence, best of two.
-    fn draft_pass_s(&mut self, model: &mut LlamaModel, needed: bool) -> Result<Option<f64>> {
+    fn draft_pass_s(&mut self, model: &mut dyn LanguageModel, needed: bool) -> Result<Option<f64>> {
         if !needed {
             return Ok(None);
         }
@@ -270,7 +341,7 @@ impl ModelSet<'_> {
 ///
 /// # Errors
 /// The model's errors (no free sequence, KV capacity).
-pub fn time_forward(model: &mut LlamaModel, n: usize) -> Result<f64> {
+pub fn time_forward(model: &mut dyn LanguageModel, n: usize) -> Result<f64> {
     let seq = model.new_sequence()?;
     let result = (|| -> Result<f64> {
         let prefix: Vec<u32> = (0..32u32).map(|i| 100 + i).collect();
@@ -354,7 +425,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         DrafterConfig::Chain => {
             let name = models.named_draft(method)?;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm(model);
             (
                 Box::new(ChainDrafter::new(lm, chain_mode)),
@@ -369,7 +440,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
                 _ => None,
             };
             let mut model = models.layer_skip(keep.as_deref().or(tuned.as_deref()))?;
-            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm(model);
             (
                 Box::new(ChainDrafter::new(lm, chain_mode)),
@@ -382,7 +453,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let name = models.named_draft(method)?;
             let shape = TreeShape::from_branching(branching);
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm_ranked(model);
             (
                 Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
@@ -395,7 +466,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let name = models.named_draft(method)?;
             let shape = sequoia_tree(&SEQUOIA_ALPHAS, *nodes, SEQUOIA_MAX_DEPTH)?.shape;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm_ranked(model);
             (
                 Box::new(ShapeDrafter::new(lm, tree_fill, shape.clone())),
@@ -407,7 +478,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         DrafterConfig::DynamicTree { nodes, top_k } => {
             let name = models.named_draft(method)?;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm_ranked(model);
             (
                 Box::new(DynamicTreeDrafter::new(lm, *nodes, *top_k, *top_k)?),
@@ -438,7 +509,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             })?;
             let level0 = NgramDrafter::new(NgramConfig::default(), 16)?;
             let mut model = models.draft_model(&name)?;
-            let ratio = models.draft_pass_s(&mut model, needs_cost)?;
+            let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm(model);
             (Box::new(StagedDrafter::new(level0, lm)), true, None, ratio)
         }
@@ -523,7 +594,8 @@ fn build_policy(
 /// Runs real models through the [`Engine`].
 pub struct EngineBackend {
     target_file: LoadedModel,
-    target: LlamaModel,
+    target: Target,
+    device: Device,
     drafts: HashMap<String, LoadedModel>,
     default_draft: Option<String>,
     sampling: SamplingParams,
@@ -543,6 +615,7 @@ impl EngineBackend {
     /// A model that cannot be resolved or loaded (the message names the fetch command), a draft
     /// with another tokenizer.
     pub fn new(config: &ExperimentConfig) -> Result<Self> {
+        let device = parse_device(&config.models.device)?;
         Self::open(
             &config.models.target,
             config.models.draft.as_deref(),
@@ -554,7 +627,8 @@ impl EngineBackend {
             config.sampling.seed,
             config.max_tokens,
             config.batch_size,
-        )
+        )?
+        .on_device(device)
     }
 
     /// Loads `target` (and `draft`, checking its tokenizer), each a registry name or a GGUF path.
@@ -570,10 +644,10 @@ impl EngineBackend {
         batch_size: usize,
     ) -> Result<Self> {
         let target_file = LoadedModel::open(target)?;
-        let mut target = target_file.instantiate(batch_size)?;
+        let mut target = Target::Cpu(Box::new(target_file.instantiate(batch_size)?));
         // One untimed forward pages the memory-mapped weights in and warms the thread pool
         // before the first timed method (the baseline runs first and would otherwise pay it).
-        time_forward(&mut target, 1)?;
+        time_forward(target.model(), 1)?;
         let mut drafts = HashMap::new();
         if let Some(name) = draft.filter(|n| *n != "layer_skip") {
             let loaded = LoadedModel::open(name)?;
@@ -591,7 +665,25 @@ impl EngineBackend {
             batch_size: batch_size.max(1),
             calibration: None,
             built: HashMap::new(),
+            device: Device::Cpu,
         })
+    }
+
+    /// Moves the target (and the draft models built from now on) to `device`: the CUDA runner
+    /// is loaded from the same file in its batch-invariant mode. The CPU is a no-op.
+    ///
+    /// # Errors
+    /// As [`LoadedModel::instantiate_on`] (no usable GPU is an error naming the problem).
+    pub fn on_device(mut self, device: Device) -> Result<Self> {
+        if device == Device::Cpu || device == self.device {
+            return Ok(self);
+        }
+        let mut target = self.target_file.instantiate_on(device, self.batch_size)?;
+        time_forward(target.as_mut(), 1)?;
+        self.target = Target::Device(target);
+        self.device = device;
+        self.built.clear();
+        Ok(self)
     }
 
     /// The target's tokenizer.
@@ -600,8 +692,8 @@ impl EngineBackend {
     }
 
     /// The target model.
-    pub fn target_mut(&mut self) -> &mut LlamaModel {
-        &mut self.target
+    pub fn target_mut(&mut self) -> &mut dyn LanguageModel {
+        self.target.model()
     }
 
     /// Sets the seed of the production random generator for later runs.
@@ -621,6 +713,7 @@ impl EngineBackend {
             default_draft: self.default_draft.as_deref(),
             sampling: self.sampling,
             batch_size: self.batch_size,
+            device: self.device,
             calibration: self.calibration.as_deref(),
         };
         build_method(method, &mut models)
@@ -628,7 +721,7 @@ impl EngineBackend {
 
     /// The stop rule of a request: the model's EOS ids and the config's max tokens.
     pub fn stop_rule(&self, max_tokens: usize) -> StopRule {
-        let mut eos = self.target.eos_ids().to_vec();
+        let mut eos = self.target.model_ref().eos_ids().to_vec();
         if let Some(id) = self.target_file.tokenizer.eos_id() {
             if !eos.contains(&id) {
                 eos.push(id);
@@ -669,7 +762,7 @@ impl EngineBackend {
         let mut built = self.build(method)?;
         let options = self.engine_options(method);
         run_built(
-            &mut self.target,
+            self.target.model(),
             &mut built,
             options,
             requests,
@@ -692,7 +785,7 @@ impl EngineBackend {
 /// Runs `requests` through an [`Engine`] over `target` with an already built method (its policy
 /// prototype forked, so the method can run again).
 fn run_built(
-    target: &mut LlamaModel,
+    target: &mut dyn LanguageModel,
     built: &mut BuiltMethod,
     options: EngineOptions,
     requests: &[Request],
@@ -712,7 +805,10 @@ fn run_built(
 
 impl Backend for EngineBackend {
     fn name(&self) -> &str {
-        "cpu"
+        match self.device {
+            Device::Cpu => "cpu",
+            Device::Cuda(_) => "cuda",
+        }
     }
 
     fn run_method(
@@ -748,7 +844,7 @@ impl Backend for EngineBackend {
             .ok_or_else(|| HarnessError::InvalidEngine("method vanished from the cache".into()))?;
         let started = Instant::now();
         let generations = run_built(
-            &mut self.target,
+            self.target.model(),
             built,
             options,
             &engine_requests,
