@@ -3,7 +3,7 @@
 //! The engine loop that runs speculative decoding end to end, its metrics, experiment configs and
 //! reports.
 //!
-//! - [`bench`]: `specdec bench`, end-to-end model and kernel benchmarks;
+//! - [`bench`](mod@bench): `specdec bench`, end-to-end model and kernel benchmarks;
 //! - [`config`]: experiment configs (TOML), validated, unknown keys refused;
 //! - [`metrics`]: per-step / per-request records and per-configuration aggregates;
 //! - [`report`]: JSONL, CSV, markdown and SVG outputs with provenance;

@@ -214,7 +214,7 @@ pub enum PolicyConfig {
         #[serde(default = "default_gains")]
         gains: [f64; 3],
     },
-    /// argmax_K E[tokens](α̂, K) / (draft_cost(K) + verify_cost(K)), α̂ estimated online
+    /// argmax_K E\[tokens\](α̂, K) / (draft_cost(K) + verify_cost(K)), α̂ estimated online
     /// (`CostModelPolicy` over chains). Needs a cost model: the `[simulation]` one in simulation
     /// mode, measured costs from the engine otherwise.
     CostOptimal {

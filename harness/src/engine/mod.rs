@@ -162,7 +162,7 @@ impl<'a> Engine<'a> {
     /// Builds an engine.
     ///
     /// # Errors
-    /// [`HarnessError::Algorithm`] with [`AlgorithmError::DraftKindMismatch`] when the drafter's
+    /// [`HarnessError::Algorithm`] with [`specdec_algorithms::AlgorithmError::DraftKindMismatch`] when the drafter's
     /// trees are not of the kind the verifier is paired with (the pairing rule);
     /// [`HarnessError::InvalidEngine`] for a batch size of 0 or invalid sampling / penalties.
     pub fn new(

@@ -98,7 +98,7 @@ impl LoadedModel {
         })
     }
 
-    /// A runnable model with room for `sequences` sequences of [`KV_TOKENS_PER_SEQUENCE`] tokens.
+    /// A runnable model with room for `sequences` sequences of `KV_TOKENS_PER_SEQUENCE` (2048) tokens.
     ///
     /// # Errors
     /// As [`LlamaModel::from_gguf`].

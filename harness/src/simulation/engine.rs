@@ -24,8 +24,8 @@ pub struct SimulatedRequest {
 /// Each step: the policy's budget gives K (plain: K = 0, a plain step emitting one token);
 /// otherwise the accepted length a is drawn from `acceptance`, a + 1 tokens are emitted (cut at
 /// `max_tokens`) and the policy observes the chain outcome. Time per step comes from
-/// `cost.step(K)`. KV blocks count committed tokens in blocks of [`SIM_BLOCK_TOKENS`].
-/// Tree budgets are refused ([`HarnessError::NotYetAvailable`]): the simulation models chains.
+/// `cost.step(K)`. KV blocks count committed tokens in blocks of `SIM_BLOCK_TOKENS`.
+/// Tree budgets are refused ([`crate::HarnessError::NotYetAvailable`]): the simulation models chains.
 #[allow(clippy::too_many_arguments)]
 pub fn simulate_request(
     method: &str,
