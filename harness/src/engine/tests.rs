@@ -304,11 +304,15 @@ impl SpeculationPolicy for Recorder {
     }
 }
 
-#[test]
-fn the_policy_is_fed_each_steps_measured_costs() {
+/// Runs `reqs` at `batch_size` with a greedy chain drafter under a [`Recorder`] policy; returns
+/// the generations and what the policy was told.
+fn run_recorded(
+    seed: u64,
+    reqs: &[Request],
+    batch_size: usize,
+) -> (Vec<Generation>, Vec<(usize, StepTiming)>) {
     let greedy = SamplingParams::greedy();
-    let pair = pair(1);
-    let reqs = requests(1, 10);
+    let pair = pair(seed);
     let recorder = Recorder::default();
     let mut chain = ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax);
     let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
@@ -317,10 +321,17 @@ fn the_policy_is_fed_each_steps_measured_costs() {
         &mut chain,
         verifier,
         Box::new(recorder.clone()),
-        options(greedy, 1),
-        &reqs,
+        options(greedy, batch_size),
+        reqs,
     );
-    let seen = recorder.seen.lock().unwrap();
+    let seen = recorder.seen.lock().unwrap().clone();
+    (generations, seen)
+}
+
+#[test]
+fn the_policy_is_fed_each_steps_measured_costs() {
+    let reqs = requests(1, 10);
+    let (generations, seen) = run_recorded(1, &reqs, 1);
     assert_eq!(seen.len(), generations[0].steps.len());
     // The first step carries the prompt prefill (prompt minus its last token).
     assert_eq!(seen[0].1.prefill_tokens, reqs[0].prompt.len() - 1);
@@ -363,20 +374,8 @@ fn the_measured_cost_policy_keeps_greedy_output_equal_to_plain() {
 
 #[test]
 fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
-    let greedy = SamplingParams::greedy();
-    let pair = pair(2);
     let reqs = requests(3, 12);
-    let recorder = Recorder::default();
-    let mut chain = ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax);
-    let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
-    let generations = run(
-        &pair,
-        &mut chain,
-        verifier,
-        Box::new(recorder.clone()),
-        options(greedy, 3),
-        &reqs,
-    );
+    let (generations, seen) = run_recorded(2, &reqs, 3);
     let records: Vec<&StepRecord> = generations.iter().flat_map(|g| &g.steps).collect();
     assert!(
         records.iter().any(|r| r.batch > 1),
@@ -384,7 +383,6 @@ fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
     );
     // Each record carries the whole shared forward; its sequences' shares add up to it.
     let forwards_s: f64 = records.iter().map(|r| r.target_s / r.batch as f64).sum();
-    let seen = recorder.seen.lock().unwrap();
     assert_eq!(seen.len(), records.len());
     let shares_s: f64 = seen.iter().map(|(_, t)| t.target_s).sum();
     assert!(

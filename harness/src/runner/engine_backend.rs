@@ -828,29 +828,30 @@ impl Backend for EngineBackend {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        // Built once per method name; taken out of the cache for the run and put back after.
         let setup_started = Instant::now();
-        if !self.built.contains_key(&method.name) {
-            if let Some(first) = engine_requests.first() {
-                self.calibration = Some(first.prompt.clone());
+        let mut built = match self.built.remove(&method.name) {
+            Some(built) => built,
+            None => {
+                if let Some(first) = engine_requests.first() {
+                    self.calibration = Some(first.prompt.clone());
+                }
+                self.build(method)?
             }
-            let built = self.build(method)?;
-            self.built.insert(method.name.clone(), built);
-        }
+        };
         let setup_s = setup_started.elapsed().as_secs_f64();
         let options = self.engine_options(method);
-        let built = self
-            .built
-            .get_mut(&method.name)
-            .ok_or_else(|| HarnessError::InvalidEngine("method vanished from the cache".into()))?;
         let started = Instant::now();
         let generations = run_built(
             self.target.model(),
-            built,
+            &mut built,
             options,
             &engine_requests,
             &mut |_, _| {},
             &mut |i| on_request_done(requests[i].index),
-        )?;
+        );
+        self.built.insert(method.name.clone(), built);
+        let generations = generations?;
         let elapsed_s = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
         let tokenizer = self.target_file.tokenizer.clone();
         let outcomes = generations
