@@ -1,7 +1,8 @@
 //! Quantised matmul at the real shapes of Qwen2.5-Coder-1.5B (hidden 1536, FFN 8960):
 //! `[8960 x 1536]` gate/up projections in Q4_K and Q6_K, for n_tokens 1, 2, 4, 8, 16, on the
 //! detected SIMD level and (n_tokens 1 and 4 only) on the portable path for comparison, for the
-//! exact f32-activation path (`f32-*`) and the 8-bit-activation path (`int8-*`).
+//! exact f32-activation path (`f32-*`), the 8-bit-activation path over the GGUF layout
+//! (`int8-*`) and over the 16-row repacked layout (`int8-packed-*`, the model's path on AVX-512).
 //! Throughput is reported as bytes of weights swept per second.
 //!
 //! Then the 32-element types at the shapes of the small models, exact path (`f32-*`) against the
@@ -15,8 +16,9 @@
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use specdec_kernels::quant::{
-    quant_matmul_int8_with, quant_matmul_q32_with, quant_matmul_with, synthetic_weights,
-    Q8Activations, Q8Blocks32, QuantMatrix, QuantType, SimdLevel,
+    quant_matmul_int8_packed_with, quant_matmul_int8_with, quant_matmul_q32_with,
+    quant_matmul_with, synthetic_weights, Int8PackedMatrix, Q8Activations, Q8Blocks32, QuantMatrix,
+    QuantType, SimdLevel,
 };
 
 const ROWS: usize = 8960;
@@ -27,6 +29,7 @@ fn bench(c: &mut Criterion) {
     for ty in [QuantType::Q4_K, QuantType::Q6_K] {
         let data = synthetic_weights(ty, ROWS, COLS, 1).unwrap();
         let w = QuantMatrix::new(ty, ROWS, COLS, &data).unwrap();
+        let packed = Int8PackedMatrix::pack(&w).unwrap();
         let mut group = c.benchmark_group(format!("matmul_{}x{}_{}", ROWS, COLS, ty.name()));
         group.throughput(Throughput::Bytes(data.len() as u64));
         group.sample_size(20);
@@ -59,6 +62,17 @@ fn bench(c: &mut Criterion) {
                     },
                 );
             }
+            // the same product over the 16-row repacked weights (the model's path on AVX-512)
+            group.bench_with_input(
+                BenchmarkId::new(format!("int8-packed-{best:?}"), n_tokens),
+                &n_tokens,
+                |b, &n| {
+                    b.iter(|| {
+                        let acts = Q8Activations::quantize(&x, n, COLS).unwrap();
+                        quant_matmul_int8_packed_with(&packed, &acts, &mut out, best).unwrap()
+                    })
+                },
+            );
         }
         group.finish();
     }

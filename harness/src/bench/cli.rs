@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use specdec_models::gguf::GgufFile;
-use specdec_models::llama::{read_config, read_weights, LlamaModel, LlamaOptions};
+use specdec_models::llama::{read_config, read_weights, LlamaModel, LlamaOptions, MatmulPath};
 
 use super::kernels::bench_matmuls;
 use super::model::{bench_model, ModelBenchConfig};
@@ -103,7 +103,9 @@ impl BenchArgs {
         let result = result?;
         let cpu = cpu_before.zip(cpu_times()).map(|(b, a)| a.since(&b));
         let matmuls = if split {
-            let weights = read_weights(&file, &read_config(&file)?)?;
+            let mut weights = read_weights(&file, &read_config(&file)?)?;
+            // as the model's forward reads them (the bench splits the Int8 path)
+            MatmulPath::Int8.prepare(&mut weights)?;
             Some(bench_matmuls(&weights, &config.ks(), config.repeats)?)
         } else {
             None

@@ -9,32 +9,27 @@
 //! moves by at most `d / 2`, so a dot product moves by at most `Σ_blocks d_b / 2 · Σ_i |w_i|`.
 //! That is the difference between llama.cpp's logits and an f32 reference.
 //!
-//! **Integer core, in eight lanes.** A super-block's 256 elements form sixteen groups of 16
-//! (group `k` = elements `16k .. 16k+16`; in Q4_K group `k` lies in sub-block `k / 2`). Per
-//! group the weight quants meet the activation quants in exact 32-bit integer arithmetic,
-//! `g_k = Σ_{i∈k} q_i a_i`, scaled into `s_k`:
-//! - Q4_K (sub-block `j` = elements `32j .. 32j+32`, scale `sc_j`, min `m_j`, quants `0..16`):
-//!   `s_k = sc_{k/2} · g_k`;
-//! - Q6_K (group `k` with signed scale `sc_k`, quants `q ∈ 0..64` with offset 32):
-//!   `s_k = sc_k · (g_k − 32 gs_k)`.
+//! **Integer core, one pair of integers per super-block.** The weight quants meet the
+//! activation quants in exact 32-bit integer arithmetic:
+//! - Q4_K (sub-block `j` = elements `32j .. 32j+32` with scale `sc_j`, min `m_j`, quants
+//!   `0..16`): `I = Σ_j sc_j · Σ_{i∈j} q_i a_i` and `M = Σ_j m_j · (gs_{2j} + gs_{2j+1})`
+//!   (|I| < 2^25, |M| < 2^21);
+//! - Q6_K (group `k` = elements `16k .. 16k+16` with signed scale `sc_k`, quants `0..64` with
+//!   offset 32): `I = Σ_k sc_k · (Σ_{i∈k} q_i a_i − 32 gs_k)` (|I| < 2^28).
 //!
-//! Lane `l < 8` takes two groups, `isum_l = s_l + s_{l+8}`; Q4_K's min term is
-//! `msum_l = m_l · (gs_{2l} + gs_{2l+1})`. Integer sums do not depend on order, so the AVX-512,
-//! AVX2 and portable kernels produce the same integers. The grouping is what `vpdpbusd` gives
-//! when the weights and the activations of a block are both laid out group by group (register
-//! `c` holds bytes `4c .. 4c+4` of every group, see [`Q8Activations`]): one accumulator per
-//! token collects all four registers, one multiply applies the sixteen group scales, and a
-//! fold of the two 256-bit halves gives the eight lanes.
+//! Integer sums do not depend on order, so every kernel (portable, AVX2, and the AVX-512
+//! kernels over the row-interleaved layout of [`super::int8_packed`]) produces the same
+//! integers however it groups the products.
 //!
-//! **Float accumulation order** (one token, one row): eight f32 lanes `acc_l = 0`; for each
-//! super-block in order, with `d`/`dmin` the block's f16 scales and `da` the activation block's
-//! scale, `dd = d·da` and `ndm = −(dmin·da)` (rounded f32 products):
-//! Q4_K `acc_l = fma(dd, isum_l, acc_l)` then `acc_l = fma(ndm, msum_l, acc_l)`;
-//! Q6_K `acc_l = fma(dd, isum_l, acc_l)` (fused multiply-adds, integers converted exactly to
-//! f32 — they stay far below 2^24). At the end of the row the lanes are folded
-//! `h_k = acc_k + acc_{k+4}` (k < 4), `p_k = h_k + h_{k+2}` (k < 2), `result = p_0 + p_1`.
-//! The result depends only on the token's activations and the weight row: batch-invariant,
-//! thread-split-invariant and bit-identical on every [`SimdLevel`]. The CUDA port follows it.
+//! **Float accumulation** (one token, one row): `acc = 0`; for each super-block in order, with
+//! `d`/`dmin` the block's f16 scales and `da` the activation block's scale, `dd = d·da` and
+//! `ndm = −(dmin·da)` (rounded f32 products), and `f(x)` the integer converted to f32 (round to
+//! nearest even): Q4_K `acc = fma(dd, f(I), acc)` then `acc = fma(ndm, f(M), acc)`; Q6_K
+//! `acc = fma(dd, f(I), acc)`. The result is `acc`. It depends only on the token's activations
+//! and the weight row: batch-invariant, thread-split-invariant and bit-identical on every
+//! [`SimdLevel`] and layout. One accumulator per output keeps the float work per block to one or
+//! two fused multiply-adds, which is what lets the AVX-512 kernels put sixteen rows in one
+//! register (see [`super::int8_packed`]).
 
 #[cfg(test)]
 use super::dequant::k_scale_min;
@@ -50,9 +45,9 @@ pub const Q8_BLOCK: usize = 256;
 /// Elements per activation group sum.
 const GROUP: usize = 16;
 /// Group sums per activation block.
-const GROUPS: usize = Q8_BLOCK / GROUP;
-/// Float accumulator lanes per output element (see the module docs).
-pub const ACC_LANES: usize = 8;
+pub(crate) const GROUPS: usize = Q8_BLOCK / GROUP;
+/// Q4_K sub-blocks (of 32 elements) per block.
+pub(crate) const SUB_BLOCKS: usize = 8;
 
 /// Whether [`quant_matmul_int8`] accepts weights of this type (Q4_K and Q6_K).
 pub fn int8_supported(ty: QuantType) -> bool {
@@ -62,10 +57,10 @@ pub fn int8_supported(ty: QuantType) -> bool {
 /// A batch of activation rows quantised to 8 bits in blocks of [`Q8_BLOCK`] (see the module
 /// docs). Quantise once and reuse for every matrix that reads the same input (Q/K/V, gate/up).
 ///
-/// The quants are kept twice: in element order (the AVX2 and portable kernels) and **by group
-/// lanes** for the AVX-512 kernels: within each block, byte `64c + 4k + j` holds element
-/// `16k + 4c + j` (group `k`, its bytes `4c .. 4c+4`), so that 32-bit lane `k` of register `c`
-/// belongs to group `k`.
+/// Besides the quants and scales it keeps, per block, the sums the weight types' offsets need:
+/// the sixteen 16-element group sums `gs_k`, the eight 32-element sub-block sums
+/// `gs_{2j} + gs_{2j+1}` (Q4_K mins) and `−32 gs_k` as 32-bit integers (the Q6_K offset, the
+/// starting value of a group's integer dot product).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Q8Activations {
     n_tokens: usize,
@@ -74,17 +69,12 @@ pub struct Q8Activations {
     scales: Vec<f32>,
     /// `[n_tokens × cols]` quants, in element order.
     quants: Vec<i8>,
-    /// `[n_tokens × cols]` the same quants, by group lanes within each block.
-    lane_quants: Vec<i8>,
     /// `[n_tokens × cols / 16]` sums of the quants of each 16-element group (|sum| ≤ 2032).
     group_sums: Vec<i16>,
-}
-
-/// The position of element `i` of a block in the group-lane order (see [`Q8Activations`]).
-#[inline(always)]
-const fn lane_position(i: usize) -> usize {
-    let (group, within) = (i / GROUP, i % GROUP);
-    64 * (within / 4) + 4 * group + within % 4
+    /// `[n_tokens × cols / 32]` sums of each 32-element sub-block (|sum| ≤ 4064).
+    subblock_sums: Vec<i16>,
+    /// `[n_tokens × cols / 16]` `−32 · gs_k`.
+    offset_sums: Vec<i32>,
 }
 
 impl Q8Activations {
@@ -114,22 +104,16 @@ impl Q8Activations {
             }
             scales.push(quantize_block(xb, qb, sb));
         }
-        let mut lane_quants = vec![0i8; x.len()];
-        for (qb, lb) in quants
-            .chunks_exact(Q8_BLOCK)
-            .zip(lane_quants.chunks_exact_mut(Q8_BLOCK))
-        {
-            for (i, &q) in qb.iter().enumerate() {
-                lb[lane_position(i)] = q;
-            }
-        }
+        let subblock_sums = group_sums.chunks_exact(2).map(|p| p[0] + p[1]).collect();
+        let offset_sums = group_sums.iter().map(|&gs| -32 * i32::from(gs)).collect();
         Ok(Self {
             n_tokens,
             cols,
             scales,
             quants,
-            lane_quants,
             group_sums,
+            subblock_sums,
+            offset_sums,
         })
     }
 
@@ -151,13 +135,16 @@ impl Q8Activations {
     }
 
     /// Token `t`'s activation blocks, in order.
-    fn token(&self, t: usize) -> TokenBlocks<'_> {
+    pub(crate) fn token(&self, t: usize) -> TokenBlocks<'_> {
         let blocks = self.cols / Q8_BLOCK;
+        let groups = blocks * GROUPS;
+        let subs = blocks * SUB_BLOCKS;
         TokenBlocks {
             scales: &self.scales[t * blocks..(t + 1) * blocks],
             quants: &self.quants[t * self.cols..(t + 1) * self.cols],
-            lane_quants: &self.lane_quants[t * self.cols..(t + 1) * self.cols],
-            group_sums: &self.group_sums[t * blocks * GROUPS..(t + 1) * blocks * GROUPS],
+            group_sums: &self.group_sums[t * groups..(t + 1) * groups],
+            subblock_sums: &self.subblock_sums[t * subs..(t + 1) * subs],
+            offset_sums: &self.offset_sums[t * groups..(t + 1) * groups],
         }
     }
 }
@@ -254,27 +241,112 @@ fn simd_quantisation_equals_the_reference_including_ties() {
 
 /// One token's quantised activations (`blocks = cols / 256` blocks).
 #[derive(Clone, Copy)]
-struct TokenBlocks<'a> {
-    scales: &'a [f32],
-    quants: &'a [i8],
-    lane_quants: &'a [i8],
-    group_sums: &'a [i16],
+pub(crate) struct TokenBlocks<'a> {
+    pub(crate) scales: &'a [f32],
+    pub(crate) quants: &'a [i8],
+    pub(crate) group_sums: &'a [i16],
+    pub(crate) subblock_sums: &'a [i16],
+    pub(crate) offset_sums: &'a [i32],
 }
 
 impl TokenBlocks<'_> {
     #[inline(always)]
-    fn quants(&self, block: usize) -> &[i8] {
+    pub(crate) fn quants(&self, block: usize) -> &[i8] {
         &self.quants[block * Q8_BLOCK..(block + 1) * Q8_BLOCK]
     }
     #[inline(always)]
-    fn sums(&self, block: usize) -> &[i16] {
+    pub(crate) fn sums(&self, block: usize) -> &[i16] {
         &self.group_sums[block * GROUPS..(block + 1) * GROUPS]
+    }
+    #[inline(always)]
+    pub(crate) fn subblock_sums(&self, block: usize) -> &[i16] {
+        &self.subblock_sums[block * SUB_BLOCKS..(block + 1) * SUB_BLOCKS]
     }
 }
 
+/// One Q4_K super-block's contribution to a token's accumulator (module docs):
+/// `fma(−(dmin·da), f(M), fma(d·da, f(I), acc))`.
+#[inline(always)]
+pub(crate) fn accumulate_q4k(acc: f32, d: f32, dmin: f32, da: f32, isum: i32, msum: i32) -> f32 {
+    let acc = (d * da).mul_add(isum as f32, acc);
+    (-(dmin * da)).mul_add(msum as f32, acc)
+}
+
+/// One Q6_K super-block's contribution to a token's accumulator: `fma(d·da, f(I), acc)`.
+#[inline(always)]
+pub(crate) fn accumulate_q6k(acc: f32, d: f32, da: f32, isum: i32) -> f32 {
+    (d * da).mul_add(isum as f32, acc)
+}
+
+/// The integers of one Q4_K super-block against one token's block (module docs), for weight
+/// quants given element by element: `(I, M)`.
+#[inline(always)]
+pub(crate) fn q4k_block_sums(
+    quant: impl Fn(usize) -> u8,
+    sc: [u8; SUB_BLOCKS],
+    m: [u8; SUB_BLOCKS],
+    a: &[i8],
+    subblock_sums: &[i16],
+) -> (i32, i32) {
+    let isum = (0..SUB_BLOCKS)
+        .map(|j| {
+            let dot: i32 = (32 * j..32 * (j + 1))
+                .map(|i| i32::from(quant(i)) * i32::from(a[i]))
+                .sum();
+            i32::from(sc[j]) * dot
+        })
+        .sum();
+    let msum = (0..SUB_BLOCKS)
+        .map(|j| i32::from(m[j]) * i32::from(subblock_sums[j]))
+        .sum();
+    (isum, msum)
+}
+
+/// The integer `I` of one Q6_K super-block against one token's block (module docs).
+#[inline(always)]
+pub(crate) fn q6k_block_sum(
+    quant: impl Fn(usize) -> u8,
+    sc: [i8; GROUPS],
+    a: &[i8],
+    group_sums: &[i16],
+) -> i32 {
+    (0..GROUPS)
+        .map(|k| {
+            let dot: i32 = (GROUP * k..GROUP * (k + 1))
+                .map(|i| i32::from(quant(i)) * i32::from(a[i]))
+                .sum();
+            i32::from(sc[k]) * (dot - 32 * i32::from(group_sums[k]))
+        })
+        .sum()
+}
+
+/// Quant `i` (0..16) of a raw Q4_K block (144 bytes): element `i` of sub-block `j = i / 32` is
+/// byte `32 (j / 2) + i mod 32` of `qs`, low nibble for even `j`.
+#[inline(always)]
+pub(crate) fn q4k_quant(block: &[u8], i: usize) -> u8 {
+    (block[16 + 32 * (i / 64) + i % 32] >> (4 * ((i / 32) % 2))) & 15
+}
+
+/// Quant `i` (0..64) of a raw Q6_K block (210 bytes): half `h = i / 128`, run
+/// `r = (i mod 128) / 32`, column `l = i mod 32`; low four bits from `ql`, high two from `qh`.
+#[inline(always)]
+pub(crate) fn q6k_quant(block: &[u8], i: usize) -> u8 {
+    let (h, r, l) = (i / 128, (i % 128) / 32, i % 32);
+    let low = (block[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 15;
+    let high = (block[128 + 32 * h + l] >> (2 * r)) & 3;
+    low | (high << 4)
+}
+
+/// The sixteen signed group scales of a raw Q6_K block.
+#[inline(always)]
+pub(crate) fn q6k_scales(block: &[u8]) -> [i8; GROUPS] {
+    std::array::from_fn(|k| block[192 + k] as i8)
+}
+
 /// `out = x · Wᵀ` with 8-bit activations: `acts` holds `[n_tokens × w.cols()]`, `out` is
-/// `[n_tokens × w.rows()]`, on the CPU's best [`SimdLevel`]. See the module docs for the exact
-/// arithmetic.
+/// `[n_tokens × w.rows()]`, on the CPU's best [`SimdLevel`], over the GGUF layout. See the
+/// module docs for the exact arithmetic. The fastest kernels read the row-interleaved copy of
+/// the weights instead ([`super::int8_packed`]); the results are bit-identical.
 ///
 /// # Errors
 /// [`KernelError::UnsupportedQuantType`] when `!int8_supported(w.quant_type())`;
@@ -283,7 +355,8 @@ pub fn quant_matmul_int8(w: &QuantMatrix<'_>, acts: &Q8Activations, out: &mut [f
     quant_matmul_int8_with(w, acts, out, SimdLevel::detect())
 }
 
-/// [`quant_matmul_int8`] with an explicit [`SimdLevel`].
+/// [`quant_matmul_int8`] with an explicit [`SimdLevel`]. Over the GGUF layout, AVX-512 runs the
+/// AVX2 kernels (its own kernels need the row-interleaved layout).
 ///
 /// # Errors
 /// As [`quant_matmul_int8`], and [`KernelError::InvalidParameter`] when `level` is not
@@ -304,13 +377,8 @@ pub fn quant_matmul_int8_with(
         out,
         |first_row, chunk| match level {
             #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx512 => {
-                // SAFETY: `level.ensure_available()` succeeded: AVX-512 F/BW/VL/VNNI are present.
-                unsafe { avx512::rows(w, acts, first_row, chunk) }
-            }
-            #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx2 => {
-                // SAFETY: `level.ensure_available()` succeeded: AVX2 and FMA are present.
+            SimdLevel::Avx512 | SimdLevel::Avx2 => {
+                // SAFETY: `level.ensure_available()` succeeded, and AVX-512 implies AVX2/FMA.
                 unsafe { avx2::rows(w, acts, first_row, chunk) }
             }
             _ => rows_generic::<SCALAR>(w, acts, first_row, chunk),
@@ -319,14 +387,23 @@ pub fn quant_matmul_int8_with(
     Ok(())
 }
 
+/// Checks the activations against a product's shape: `acts.cols() == cols` and
+/// `out.len() == acts.n_tokens() * rows`.
+pub(crate) fn check_acts_shape(
+    acts: &Q8Activations,
+    cols: usize,
+    rows: usize,
+    out: &[f32],
+) -> Result<()> {
+    check_len("activation columns", cols, acts.cols)?;
+    check_len("output [n_tokens x rows]", acts.n_tokens * rows, out.len())
+}
+
 /// Kernel selector for [`rows_generic`]: portable.
 const SCALAR: u8 = 0;
 /// AVX2 kernels (only inside [`avx2::rows`]).
 #[cfg(target_arch = "x86_64")]
 const AVX2: u8 = 1;
-/// AVX-512 BW + VNNI kernels (only inside [`avx512::rows`]).
-#[cfg(target_arch = "x86_64")]
-const AVX512: u8 = 2;
 
 /// Rows `first_row ..` into `out` (`[rows × n_tokens]`); `K` selects the kernels.
 #[inline(always)]
@@ -343,14 +420,8 @@ fn rows_generic<const K: u8>(
         for_token_groups!(n, [1, 2, 3, 4], t, G => {
             let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
             let sums = match (K, ty) {
-                // SAFETY: K == AVX512 only inside `avx512::rows`, reached after the CPU check;
+                // SAFETY: K == AVX2 only inside `avx2::rows`, reached after the CPU check;
                 // the activations have the row's block count (checked by the caller).
-                #[cfg(target_arch = "x86_64")]
-                (AVX512, QuantType::Q4_K) => unsafe { avx512::q4k_row::<G>(row, tokens) },
-                // SAFETY: as above.
-                #[cfg(target_arch = "x86_64")]
-                (AVX512, _) => unsafe { avx512::q6k_row::<G>(row, tokens) },
-                // SAFETY: K == AVX2 only inside `avx2::rows`, reached after the CPU check.
                 #[cfg(target_arch = "x86_64")]
                 (AVX2, QuantType::Q4_K) => unsafe { avx2::q4k_row::<G>(row, tokens) },
                 // SAFETY: as above.
@@ -363,48 +434,37 @@ fn rows_generic<const K: u8>(
     }
 }
 
-/// The lane fold at the end of a row (module docs).
-#[inline(always)]
-fn fold_lanes(acc: [f32; ACC_LANES]) -> f32 {
-    let h = [
-        acc[0] + acc[4],
-        acc[1] + acc[5],
-        acc[2] + acc[6],
-        acc[3] + acc[7],
-    ];
-    (h[0] + h[2]) + (h[1] + h[3])
-}
-
-/// The portable kernel: one row against `G` tokens, lane by lane as the module docs define.
+/// The portable kernel: one row against `G` tokens, exactly as the module docs define.
 fn scalar_row<const G: usize>(ty: QuantType, row: &[u8], tokens: [TokenBlocks<'_>; G]) -> [f32; G] {
-    let mut acc = [[0.0f32; ACC_LANES]; G];
+    let mut acc = [0.0f32; G];
     for (sb, block) in row.chunks_exact(ty.block_bytes()).enumerate() {
-        for (lanes, tok) in acc.iter_mut().zip(&tokens) {
-            let (a, gs, da) = (tok.quants(sb), tok.sums(sb), tok.scales[sb]);
+        for (acc, tok) in acc.iter_mut().zip(&tokens) {
+            let (a, da) = (tok.quants(sb), tok.scales[sb]);
             if ty == QuantType::Q4_K {
-                let (isum, msum) = q4k_lanes(block, a, gs);
-                let dd = le_f16(block, 0) * da;
-                let ndm = -(le_f16(block, 2) * da);
-                for l in 0..ACC_LANES {
-                    lanes[l] = dd.mul_add(isum[l] as f32, lanes[l]);
-                    lanes[l] = ndm.mul_add(msum[l] as f32, lanes[l]);
-                }
+                let (sc, m) = q4k_scales_mins(block);
+                let quant = |i| q4k_quant(block, i);
+                let (isum, msum) = q4k_block_sums(
+                    quant,
+                    sc.to_le_bytes(),
+                    m.to_le_bytes(),
+                    a,
+                    tok.subblock_sums(sb),
+                );
+                *acc = accumulate_q4k(*acc, le_f16(block, 0), le_f16(block, 2), da, isum, msum);
             } else {
-                let isum = q6k_lanes(block, a, gs);
-                let dd = le_f16(block, 208) * da;
-                for l in 0..ACC_LANES {
-                    lanes[l] = dd.mul_add(isum[l] as f32, lanes[l]);
-                }
+                let isum =
+                    q6k_block_sum(|i| q6k_quant(block, i), q6k_scales(block), a, tok.sums(sb));
+                *acc = accumulate_q6k(*acc, le_f16(block, 208), da, isum);
             }
         }
     }
-    acc.map(fold_lanes)
+    acc
 }
 
 /// The six-bit scales and mins of a Q4_K block, unpacked a 32-bit word at a time (the same
 /// values as [`k_scale_min`], without per-element branches), each as 8 bytes.
 #[inline(always)]
-fn q4k_scales_mins(block: &[u8]) -> (u64, u64) {
+pub(crate) fn q4k_scales_mins(block: &[u8]) -> (u64, u64) {
     let word =
         |i: usize| u32::from_le_bytes([block[4 + i], block[5 + i], block[6 + i], block[7 + i]]);
     let (w0, w1, w2) = (word(0), word(4), word(8));
@@ -414,57 +474,6 @@ fn q4k_scales_mins(block: &[u8]) -> (u64, u64) {
     let m_hi = ((w2 >> 4) & nib) | ((w1 >> 2) & top2);
     let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
     (join(w0 & low6, sc_hi), join(w1 & low6, m_hi))
-}
-
-/// The sixteen group dot products `g_k = Σ_{i∈k} q_i a_i` of one super-block (module docs), for
-/// weight quants given element by element.
-#[inline(always)]
-fn group_dots(quant: impl Fn(usize) -> u8, a: &[i8]) -> [i32; GROUPS] {
-    std::array::from_fn(|k| {
-        (GROUP * k..GROUP * (k + 1))
-            .map(|i| i32::from(quant(i)) * i32::from(a[i]))
-            .sum()
-    })
-}
-
-/// Lane `l` of the module docs: `s_l + s_{l+8}`.
-#[inline(always)]
-fn pair_groups(s: [i32; GROUPS]) -> [i32; ACC_LANES] {
-    std::array::from_fn(|l| s[l] + s[l + ACC_LANES])
-}
-
-/// Q4_K integer lanes of one super-block (`block` = 144 bytes, `a` = 256 activation quants,
-/// `gs` = their 16 group sums): `(isum, msum)` as the module docs define.
-#[inline(always)]
-fn q4k_lanes(block: &[u8], a: &[i8], gs: &[i16]) -> ([i32; ACC_LANES], [i32; ACC_LANES]) {
-    let (sc, m) = q4k_scales_mins(block);
-    let (sc, m) = (sc.to_le_bytes(), m.to_le_bytes());
-    let qs = &block[16..144];
-    // element i of sub-block j = i / 32: byte 32 (j / 2) + i mod 32, low nibble for even j
-    let quant = |i: usize| (qs[32 * (i / 64) + i % 32] >> (4 * ((i / 32) % 2))) & 15;
-    let g = group_dots(quant, a);
-    let s = std::array::from_fn(|k| i32::from(sc[k / 2]) * g[k]);
-    let msum = std::array::from_fn(|l| {
-        i32::from(m[l]) * (i32::from(gs[2 * l]) + i32::from(gs[2 * l + 1]))
-    });
-    (pair_groups(s), msum)
-}
-
-/// Q6_K integer lanes of one super-block (`block` = 210 bytes), as the module docs define.
-#[inline(always)]
-fn q6k_lanes(block: &[u8], a: &[i8], gs: &[i16]) -> [i32; ACC_LANES] {
-    let sc = |k: usize| i32::from(block[192 + k] as i8);
-    // element i: half h = i / 128, run r = (i mod 128) / 32, column l = i mod 32
-    let quant = |i: usize| {
-        let (h, r, l) = (i / 128, (i % 128) / 32, i % 32);
-        let low = (block[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 15;
-        let high = (block[128 + 32 * h + l] >> (2 * r)) & 3;
-        low | (high << 4)
-    };
-    let g = group_dots(quant, a);
-    pair_groups(std::array::from_fn(|k| {
-        sc(k) * (g[k] - 32 * i32::from(gs[k]))
-    }))
 }
 
 #[cfg(test)]
@@ -487,11 +496,13 @@ fn word_wise_k_scales_match_the_definition() {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    //! The AVX2 kernels: `vpmaddubsw` u8×i8 pair sums and `vpmaddwd` by the scale give each
-    //! 32-run's eight lanes directly; lanes accumulate in registers across the super-block.
+    //! The AVX2 kernels (also what AVX-512 runs over the GGUF layout): `vpmaddubsw` u8×i8 pair
+    //! sums, `vpmaddwd` into 4-element sums and `vphaddd` rounds give the sixteen group dot
+    //! products; the scales apply in 32-bit lanes and a horizontal sum gives the block's
+    //! integers, which the scalar float step of the module docs accumulates.
 
-    use super::{fold_lanes, q4k_scales_mins, rows_generic, Q8Activations, QuantMatrix};
-    use super::{TokenBlocks, ACC_LANES};
+    use super::{accumulate_q4k, accumulate_q6k, q4k_scales_mins, rows_generic};
+    use super::{Q8Activations, QuantMatrix, TokenBlocks};
     use std::arch::x86_64::*;
 
     /// [`rows_generic`] compiled for AVX2.
@@ -528,16 +539,6 @@ mod avx2 {
         (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
     }
 
-    /// Folds eight lanes in the module's order.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) fn fold(v: __m256) -> f32 {
-        let mut lanes = [0.0f32; ACC_LANES];
-        // SAFETY: `lanes` is 32 writable bytes; unaligned stores are allowed.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
-        fold_lanes(lanes)
-    }
-
     /// Dword order of the group sums [`group_dots8`] returns: lane `j` holds group `PI[j]`
     /// of the first eight (and `8 + PI[j]` of the second register).
     const PI: [i32; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
@@ -571,21 +572,17 @@ mod avx2 {
         )
     }
 
-    /// Folds eight lanes held in [`PI`] order in the module's order.
+    /// The sum of the eight i32 lanes of `v` (exact: the block integers stay far below 2^31).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn fold_pi(v: __m256) -> f32 {
-        let mut held = [0.0f32; ACC_LANES];
-        // SAFETY: `held` is 32 writable bytes; unaligned stores are allowed.
-        unsafe { _mm256_storeu_ps(held.as_mut_ptr(), v) };
-        let mut lanes = [0.0f32; ACC_LANES];
-        for (j, &p) in PI.iter().enumerate() {
-            lanes[p as usize] = held[j];
-        }
-        fold_lanes(lanes)
+    fn hsum(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
     }
 
-    /// Q4_K row against `G` tokens (module docs); the float lanes are held in [`PI`] order.
+    /// Q4_K row against `G` tokens (module docs).
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -596,7 +593,7 @@ mod avx2 {
         tokens: [TokenBlocks<'_>; G],
     ) -> [f32; G] {
         let mask = _mm256_set1_epi8(15);
-        let mut acc = [_mm256_setzero_ps(); G];
+        let mut acc = [0.0f32; G];
         for (sb, block) in row.chunks_exact(144).enumerate() {
             let (d, dmin) = f16_pair(block, 0);
             let (sc, m) = q4k_scales_mins(block);
@@ -604,8 +601,9 @@ mod avx2 {
             let sc32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sc as i64));
             let sc_lo = _mm256_permute2x128_si256::<0x00>(sc32, sc32);
             let sc_hi = _mm256_permute2x128_si256::<0x11>(sc32, sc32);
+            // m_j twice, against the two group sums of sub-block j
             let m8 = _mm_cvtsi64_si128(m as i64);
-            let m16 = by_pi(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
+            let m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
             let w: [__m256i; 8] = std::array::from_fn(|s| {
                 let q4 = load(block, 16 + 32 * (s / 2));
                 let q4 = if s % 2 == 0 {
@@ -616,25 +614,20 @@ mod avx2 {
                 _mm256_and_si256(q4, mask)
             });
             for g in 0..G {
-                let da = tokens[g].scales[sb];
                 let (g_lo, g_hi) = group_dots8(&w, tokens[g].quants(sb));
                 let isum = _mm256_add_epi32(
                     _mm256_mullo_epi32(g_lo, sc_lo),
                     _mm256_mullo_epi32(g_hi, sc_hi),
                 );
-                let msum = _mm256_madd_epi16(by_pi(load(tokens[g].sums(sb), 0)), m16);
-                acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(isum), acc[g]);
-                acc[g] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(-(dmin * da)),
-                    _mm256_cvtepi32_ps(msum),
-                    acc[g],
-                );
+                let msum = _mm256_madd_epi16(load(tokens[g].sums(sb), 0), m16);
+                let da = tokens[g].scales[sb];
+                acc[g] = accumulate_q4k(acc[g], d, dmin, da, hsum(isum), hsum(msum));
             }
         }
-        acc.map(|v| fold_pi(v))
+        acc
     }
 
-    /// Q6_K row against `G` tokens (module docs); the float lanes are held in [`PI`] order.
+    /// Q6_K row against `G` tokens (module docs).
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -646,7 +639,7 @@ mod avx2 {
     ) -> [f32; G] {
         let m4 = _mm256_set1_epi8(15);
         let m30 = _mm256_set1_epi8(0x30);
-        let mut acc = [_mm256_setzero_ps(); G];
+        let mut acc = [0.0f32; G];
         for (sb, b) in row.chunks_exact(210).enumerate() {
             let (d, _) = f16_pair(b, 208);
             let sc_bytes = &b[192..208];
@@ -677,8 +670,7 @@ mod avx2 {
             }
             for g in 0..G {
                 let (g_lo, g_hi) = group_dots8(&w, tokens[g].quants(sb));
-                // SAFETY: the block's 16 group sums are 32 readable bytes.
-                let gs = unsafe { _mm256_loadu_si256(tokens[g].sums(sb).as_ptr().cast()) };
+                let gs = load(tokens[g].sums(sb), 0);
                 let gs_lo = by_pi(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(gs)));
                 let gs_hi = by_pi(_mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(gs)));
                 let isum = _mm256_add_epi32(
@@ -691,42 +683,19 @@ mod avx2 {
                         sc_hi,
                     ),
                 );
-                let dd = _mm256_set1_ps(d * tokens[g].scales[sb]);
-                acc[g] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[g]);
+                acc[g] = accumulate_q6k(acc[g], d, tokens[g].scales[sb], hsum(isum));
             }
         }
-        acc.map(|v| fold_pi(v))
+        acc
     }
 }
 
 // The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    //! The AVX-512 kernels: each block's weight quants are decoded into four registers laid out
-    //! by group lanes (register `c`, 32-bit lane `k` = bytes `4c .. 4c+4` of group `k`, the
-    //! layout of [`Q8Activations`]'s lane quants), once per block for every token of the group.
-    //! Per token, four `vpdpbusd` (u8 × i8, four products per lane) into one accumulator give
-    //! the sixteen group dot products, one multiply applies the group scales, and a fold of the
-    //! two halves gives the module's eight lanes. Activations are read by raw pointer (the
-    //! caller's slices were length-checked).
+    //! AVX-512 activation quantisation (the matrix kernels live in [`super::super::int8_packed`]).
 
-    use super::avx2::{f16_pair, fold};
-    use super::{q4k_scales_mins, rows_generic, Q8Activations, QuantMatrix, TokenBlocks};
     use std::arch::x86_64::*;
-
-    /// [`rows_generic`] compiled for AVX-512.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn rows(
-        w: &QuantMatrix<'_>,
-        acts: &Q8Activations,
-        first_row: usize,
-        out: &mut [f32],
-    ) {
-        rows_generic::<{ super::AVX512 }>(w, acts, first_row, out)
-    }
 
     /// [`super::quantize_block`], sixteen values at a time: the same scale, quants and sums
     /// (round half away from zero as truncation plus a ±1 step where the exact remainder is
@@ -779,274 +748,5 @@ mod avx512 {
             group_sums.fill(0);
         }
         amax / 127.0
-    }
-
-    /// Bytes ahead of the current weight block to prefetch: the weights stream from DRAM
-    /// once per product, and a software prefetch this far ahead keeps more requests in flight
-    /// than the hardware prefetchers alone.
-    const PREFETCH_DISTANCE: usize = 2048;
-
-    /// Hints the cache lines `PREFETCH_DISTANCE` bytes after `block`'s start (a hint: an
-    /// address past the matrix is harmless, it is never dereferenced).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn prefetch_ahead(block: &[u8]) {
-        let ahead = block.as_ptr().wrapping_add(PREFETCH_DISTANCE);
-        // Prefetching is a hint that never faults, whatever the address (a safe intrinsic).
-        for line in 0..4 {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64 * line).cast());
-        }
-    }
-
-    /// Loads 64 bytes from `s[at..]` (bounds checked).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load512<T>(s: &[T], at: usize) -> __m512i {
-        let bytes = &s[at..at + 64 / size_of::<T>()];
-        // SAFETY: `bytes` spans exactly 64 readable bytes; unaligned loads are allowed.
-        unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
-    }
-
-    /// Loads 32 bytes from `s[at..]` (bounds checked).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn load256<T>(s: &[T], at: usize) -> __m256i {
-        let bytes = &s[at..at + 32 / size_of::<T>()];
-        // SAFETY: `bytes` spans exactly 32 readable bytes; unaligned loads are allowed.
-        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
-    }
-
-    /// The eight lanes of a 16-lane integer accumulator (two 32-runs) as f32.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2")]
-    fn fold16(v: __m512i) -> __m256 {
-        _mm256_cvtepi32_ps(_mm256_add_epi32(
-            _mm512_castsi512_si256(v),
-            _mm512_extracti64x4_epi64::<1>(v),
-        ))
-    }
-
-    /// Raw pointers to token `g`'s activation block `sb`: lane quants, group sums, scale.
-    ///
-    /// # Safety
-    /// `sb` must be below the tokens' block count (the row and the activations were checked to
-    /// have the same number of columns).
-    #[inline(always)]
-    unsafe fn block_ptrs(tok: &TokenBlocks<'_>, sb: usize) -> (*const i8, *const i16, *const f32) {
-        debug_assert!(sb < tok.scales.len());
-        // SAFETY: `sb < blocks`, so all three offsets stay inside the token's slices.
-        unsafe {
-            (
-                tok.lane_quants.as_ptr().add(sb * super::Q8_BLOCK),
-                tok.group_sums.as_ptr().add(sb * super::GROUPS),
-                tok.scales.as_ptr().add(sb),
-            )
-        }
-    }
-
-    /// `vpermt2d` indices that gather registers `c` and `c + 1` (`first = c`) of the group-lane
-    /// layout, lanes `0 .. 8`, from two source registers: output dword `o` is lane `k = o mod 8`
-    /// of register `first + o / 8`, found at dword [`q6k_at`] of the pair (bit 4 selects
-    /// the second source). Evaluated at compile time.
-    const fn pair_index(first: usize) -> [i32; 16] {
-        let mut idx = [0i32; 16];
-        let mut o = 0;
-        while o < 16 {
-            let (k, c) = (o % 8, first + o / 8);
-            idx[o] = q6k_at(k, c) as i32;
-            o += 1;
-        }
-        idx
-    }
-
-    /// Q4_K: byte `b` of qs[0..64] holds element `b mod 32` of sub-blocks `2 (b / 32)` (low
-    /// nibble) and `2 (b / 32) + 1` (high nibble); qs[64..128] likewise for sub-blocks 4..8.
-    /// Group k (< 8) of register c is sub-block k / 2, bytes 16 (k mod 2) + 4c: raw dword
-    /// 4 (k mod 2) + c + 8 (k / 4) of qs[0..64], high nibble when k / 2 is odd; group k + 8
-    /// the same dword of qs[64..128] (bit 4 of the index).
-    const fn q4k_raw_index(c: usize) -> [i32; 16] {
-        let mut idx = [0i32; 16];
-        let mut k = 0;
-        while k < 16 {
-            let kk = k % 8;
-            idx[k] = (4 * (kk % 2) + c + 8 * (kk / 4) + 16 * (k / 8)) as i32;
-            k += 1;
-        }
-        idx
-    }
-    const Q4K_INDEX: [[i32; 16]; 4] = [
-        q4k_raw_index(0),
-        q4k_raw_index(1),
-        q4k_raw_index(2),
-        q4k_raw_index(3),
-    ];
-    /// Lanes `k` whose group takes the high nibble (`(k mod 8) / 2` odd).
-    const Q4K_HIGH_NIBBLE: __mmask16 = 0xCCCC;
-
-    /// Q6_K: element-order registers n_q hold elements 64q .. 64q+64; group k of register c is
-    /// dword 4 (k mod 4) + c of n_{k/4}: groups 0..8 from (n_0, n_1), 8.. from (n_2, n_3).
-    const fn q6k_at(k: usize, c: usize) -> usize {
-        4 * (k % 4) + c + 16 * ((k / 4) % 2)
-    }
-    const Q6K_INDEX: [[i32; 16]; 2] = [pair_index(0), pair_index(2)];
-
-    /// The two index registers of a `*_INDEX` table.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn index_registers<const N: usize>(table: &[[i32; 16]; N]) -> [__m512i; N] {
-        // SAFETY: each row is 64 readable bytes; unaligned loads are allowed.
-        table.map(|row| unsafe { _mm512_loadu_si512(row.as_ptr().cast()) })
-    }
-
-    /// Assembles the four group-lane registers from `vpermt2d` results: `low[p]` holds lanes
-    /// `0 .. 8` of registers `2p` and `2p + 1`, `high[p]` their lanes `8 .. 16`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn join_pairs(low: [__m512i; 2], high: [__m512i; 2]) -> [__m512i; 4] {
-        [
-            _mm512_shuffle_i64x2::<0x44>(low[0], high[0]),
-            _mm512_shuffle_i64x2::<0xEE>(low[0], high[0]),
-            _mm512_shuffle_i64x2::<0x44>(low[1], high[1]),
-            _mm512_shuffle_i64x2::<0xEE>(low[1], high[1]),
-        ]
-    }
-
-    /// The sixteen group dot products of one block: `Σ_c vpdpbusd(w_c, a_c)` with the token's
-    /// lane quants at `a`. One token uses two accumulator chains (latency); more tokens
-    /// interleave instead.
-    ///
-    /// # Safety
-    /// `a` must point to 256 readable bytes; the CPU must support AVX-512 F and VNNI.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512vnni")]
-    unsafe fn group_dots<const G: usize>(w: &[__m512i; 4], a: *const i8) -> __m512i {
-        // SAFETY: `a .. a + 256` is readable (caller); unaligned loads are allowed.
-        let load = |c: usize| unsafe { _mm512_loadu_si512(a.add(64 * c).cast()) };
-        if G == 1 {
-            let even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], load(0));
-            let odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], load(1));
-            let even = _mm512_dpbusd_epi32(even, w[2], load(2));
-            let odd = _mm512_dpbusd_epi32(odd, w[3], load(3));
-            _mm512_add_epi32(even, odd)
-        } else {
-            let mut sum = _mm512_setzero_si512();
-            for (c, &wc) in w.iter().enumerate() {
-                sum = _mm512_dpbusd_epi32(sum, wc, load(c));
-            }
-            sum
-        }
-    }
-
-    /// Q4_K row against `G` tokens (module docs).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C; every token must
-    /// have `row.len() / 144` activation blocks.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn q4k_row<const G: usize>(
-        row: &[u8],
-        tokens: [TokenBlocks<'_>; G],
-    ) -> [f32; G] {
-        let mask = _mm512_set1_epi8(15);
-        let idx = index_registers(&Q4K_INDEX);
-        let mut acc = [_mm256_setzero_ps(); G];
-        for (sb, block) in row.chunks_exact(144).enumerate() {
-            prefetch_ahead(block);
-            let (d, dmin) = f16_pair(block, 0);
-            let (dv, ndminv) = (_mm256_set1_ps(d), _mm256_set1_ps(-dmin));
-            let (sc, m) = q4k_scales_mins(block);
-            // group k's scale sc_{k/2} as the low i16 of lane k (the high i16 zero)
-            let sc8 = _mm_cvtsi64_si128(sc as i64);
-            let sc32 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sc8, sc8));
-            let m8 = _mm_cvtsi64_si128(m as i64);
-            let m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-            let (low, high) = (load512(block, 16), load512(block, 80));
-            let w: [__m512i; 4] = std::array::from_fn(|c| {
-                let raw = _mm512_permutex2var_epi32(low, idx[c], high);
-                let shifted = _mm512_mask_srli_epi32::<4>(raw, Q4K_HIGH_NIBBLE, raw);
-                _mm512_and_si512(shifted, mask)
-            });
-            for g in 0..G {
-                // SAFETY: `sb` is below the block count (caller), so the block's 256 quants,
-                // 16 sums and its scale are readable; unaligned loads are allowed.
-                unsafe {
-                    let (a, sums, da) = block_ptrs(&tokens[g], sb);
-                    // |g_k| ≤ 16·15·127 < 2^15: the low i16 of each lane is the whole value,
-                    // so `vpmaddwd` by (sc, 0) is the 32-bit product
-                    let scaled = _mm512_madd_epi16(group_dots::<G>(&w, a), sc32);
-                    let isum = fold16(scaled);
-                    let msum = _mm256_madd_epi16(_mm256_loadu_si256(sums.cast()), m16);
-                    let da = _mm256_broadcast_ss(&*da);
-                    acc[g] = _mm256_fmadd_ps(_mm256_mul_ps(dv, da), isum, acc[g]);
-                    acc[g] = _mm256_fmadd_ps(
-                        _mm256_mul_ps(ndminv, da),
-                        _mm256_cvtepi32_ps(msum),
-                        acc[g],
-                    );
-                }
-            }
-        }
-        acc.map(|v| fold(v))
-    }
-
-    /// Q6_K row against `G` tokens (module docs).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C; every token must
-    /// have `row.len() / 210` activation blocks.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn q6k_row<const G: usize>(
-        row: &[u8],
-        tokens: [TokenBlocks<'_>; G],
-    ) -> [f32; G] {
-        let m4 = _mm512_set1_epi8(15);
-        let m30 = _mm512_set1_epi8(0x30);
-        let idx = index_registers(&Q6K_INDEX);
-        let mut acc = [_mm256_setzero_ps(); G];
-        for (sb, b) in row.chunks_exact(210).enumerate() {
-            prefetch_ahead(b);
-            let (d, _) = f16_pair(b, 208);
-            let dv = _mm256_set1_ps(d);
-            let sc_bytes = &b[192..208];
-            // SAFETY: 16 readable bytes; unaligned loads are allowed.
-            let sc32 = _mm512_cvtepi8_epi32(unsafe { _mm_loadu_si128(sc_bytes.as_ptr().cast()) });
-            let mut n = [_mm512_setzero_si512(); 4];
-            for h in 0..2 {
-                let ql = load512(b, 64 * h);
-                let qh = load256(b, 128 + 32 * h);
-                let join = |lo: __m256i, hi: __m256i| {
-                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-                };
-                let hi01 = join(_mm256_slli_epi16::<4>(qh), _mm256_slli_epi16::<2>(qh));
-                let hi23 = join(qh, _mm256_srli_epi16::<2>(qh));
-                n[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(hi01, m30));
-                n[2 * h + 1] = _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
-                    _mm512_and_si512(hi23, m30),
-                );
-            }
-            let gather = |lo: __m512i, hi: __m512i| {
-                [
-                    _mm512_permutex2var_epi32(lo, idx[0], hi),
-                    _mm512_permutex2var_epi32(lo, idx[1], hi),
-                ]
-            };
-            let w = join_pairs(gather(n[0], n[1]), gather(n[2], n[3]));
-            for g in 0..G {
-                // SAFETY: as in `q4k_row`.
-                unsafe {
-                    let (a, sums, da) = block_ptrs(&tokens[g], sb);
-                    let gs = _mm512_cvtepi16_epi32(_mm256_loadu_si256(sums.cast()));
-                    let centred =
-                        _mm512_sub_epi32(group_dots::<G>(&w, a), _mm512_slli_epi32::<5>(gs));
-                    let isum = fold16(_mm512_mullo_epi32(centred, sc32));
-                    let dd = _mm256_mul_ps(dv, _mm256_broadcast_ss(&*da));
-                    acc[g] = _mm256_fmadd_ps(dd, isum, acc[g]);
-                }
-            }
-        }
-        acc.map(|v| fold(v))
     }
 }

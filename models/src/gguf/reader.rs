@@ -362,6 +362,28 @@ impl GgufFile {
         self.backing.bytes()
     }
 
+    /// Hints that bytes `offset .. offset + len` will not be read for a while (a tensor copied
+    /// into another layout), so the operating system may drop them from this process's memory;
+    /// a later read maps them in again from the file. A no-op for in-memory files, off Unix, and
+    /// for a range outside the file.
+    pub fn release_range(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        if let Backing::Mapped(map) = &self.backing {
+            if offset.checked_add(len).is_some_and(|end| end <= map.len()) {
+                // SAFETY: the mapping is read-only, so dropping its pages only makes the next
+                // read fetch the same file bytes again; no reference sees memory change. (A
+                // file modified on disk while mapped is outside what any mapping guards.)
+                let released = unsafe {
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+                };
+                // A refused hint leaves the pages resident: nothing to report.
+                drop(released);
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (offset, len);
+    }
+
     /// `general.architecture` (e.g. `llama`, `qwen2`).
     ///
     /// # Errors

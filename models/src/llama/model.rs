@@ -9,7 +9,8 @@ use specdec_kernels::kv::{KvLayout, PagedKvCache};
 use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
 use specdec_kernels::quant::int8::Q8_BLOCK;
 use specdec_kernels::quant::{
-    int8_supported, q32_supported, quant_matmul_int8, quant_matmul_q32, Q8Activations, Q8Blocks32,
+    int8_supported, q32_supported, quant_matmul_int8, quant_matmul_int8_packed, quant_matmul_q32,
+    Q8Activations, Q8Blocks32, SimdLevel,
 };
 use specdec_kernels::TreeTopology;
 
@@ -37,10 +38,26 @@ pub enum MatmulPath {
     /// [`quant_matmul_int8`] (256-element blocks, [`Q8Activations`]); Q8_0, Q4_0, Q4_1 and Q5_0
     /// matrices ([`q32_supported`], the LM head / tied embedding included) use
     /// [`quant_matmul_q32`] (32-element blocks, [`Q8Blocks32`]); every other matrix takes the
-    /// [`MatmulPath::Exact`] product. Logits then differ from the f32 reference by
-    /// activation-quantisation noise (as llama.cpp's do).
+    /// [`MatmulPath::Exact`] product. On AVX-512 the Q4_K / Q6_K matrices are read from a copy
+    /// repacked sixteen rows at a time ([`MatmulPath::prepare`], same results). Logits then
+    /// differ from the f32 reference by activation-quantisation noise (as llama.cpp's do).
     #[default]
     Int8,
+}
+
+impl MatmulPath {
+    /// Readies `weights` for this path: on [`MatmulPath::Int8`] with AVX-512, the Q4_K / Q6_K
+    /// matrices get the copy the AVX-512 kernels read ([`ModelWeights::pack_for_int8`], the
+    /// same results faster); otherwise nothing changes.
+    ///
+    /// # Errors
+    /// Packing errors.
+    pub fn prepare(self, weights: &mut ModelWeights) -> Result<()> {
+        if self == MatmulPath::Int8 && SimdLevel::detect() == SimdLevel::Avx512 {
+            weights.pack_for_int8()?;
+        }
+        Ok(())
+    }
 }
 
 /// Options of a [`LlamaModel`]: the sizing of its KV cache and the matmul path.
@@ -108,7 +125,10 @@ impl<'a> ProductInput<'a> {
                 Some(acts) => acts,
                 slot => slot.insert(Q8Activations::quantize(self.x, self.n, w.cols())?),
             };
-            return Ok(quant_matmul_int8(&w.view(), acts, out)?);
+            return Ok(match w.int8_packed() {
+                Some(packed) => quant_matmul_int8_packed(packed, acts, out),
+                None => quant_matmul_int8(&w.view(), acts, out),
+            }?);
         }
         if q32_supported(ty) {
             let acts = match &mut self.q32 {
@@ -213,7 +233,9 @@ impl LlamaModel {
             )));
         }
         let plan = ShardPlan::new(&config, weights, comm.rank(), comm.world_size())?;
-        let weights = Arc::new(plan.slice_weights(&config, weights)?);
+        let mut weights = plan.slice_weights(&config, weights)?;
+        options.matmul.prepare(&mut weights)?;
+        let weights = Arc::new(weights);
         let layers = (0..config.n_layers).collect();
         Self::assemble(config, plan, weights, layers, special, options, comm)
     }

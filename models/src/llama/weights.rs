@@ -3,7 +3,10 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use specdec_kernels::quant::{quant_matmul, QuantMatrix, QuantType};
+use specdec_kernels::quant::int8::Q8_BLOCK;
+use specdec_kernels::quant::{
+    int8_supported, quant_matmul, Int8PackedMatrix, QuantMatrix, QuantType,
+};
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
@@ -22,13 +25,15 @@ enum Storage {
 
 /// A `[rows, cols]` weight matrix stored row after row in GGML blocks of one [`QuantType`]
 /// (each row `cols / block_len` blocks). Never dequantised as a whole: products consume the
-/// blocks directly. Cheap to clone (the bytes are shared).
+/// blocks directly. Optionally also holds a copy repacked for the AVX-512 8-bit kernels
+/// ([`WeightMatrix::pack_for_int8`]). Cheap to clone (the bytes are shared).
 #[derive(Clone)]
 pub struct WeightMatrix {
     ty: QuantType,
     rows: usize,
     cols: usize,
     storage: Storage,
+    int8_packed: Option<Arc<Int8PackedMatrix>>,
 }
 
 impl std::fmt::Debug for WeightMatrix {
@@ -70,6 +75,7 @@ impl WeightMatrix {
                 offset: info.offset,
                 len: info.n_bytes,
             },
+            int8_packed: None,
         };
         matrix.check_len(name)?;
         Ok(matrix)
@@ -86,6 +92,7 @@ impl WeightMatrix {
             rows,
             cols,
             storage: Storage::Owned(Arc::new(bytes)),
+            int8_packed: None,
         };
         matrix.check_len("matrix bytes")?;
         Ok(matrix)
@@ -163,6 +170,33 @@ impl WeightMatrix {
             .expect("shape checked at construction")
     }
 
+    /// Makes the copy repacked sixteen rows at a time for the AVX-512 8-bit kernels
+    /// ([`Int8PackedMatrix`]) when this is a Q4_K / Q6_K matrix whose width is a multiple of
+    /// 256 (else does nothing), and releases the file pages it was read from: the 8-bit products
+    /// then read only the copy, and the exact path maps the file bytes in again when it needs
+    /// them. Returns whether a copy was made.
+    ///
+    /// # Errors
+    /// Kernel errors from packing (none for a matrix that passed construction).
+    pub fn pack_for_int8(&mut self) -> Result<bool> {
+        if self.int8_packed.is_some()
+            || !int8_supported(self.ty)
+            || !self.cols.is_multiple_of(Q8_BLOCK)
+        {
+            return Ok(self.int8_packed.is_some());
+        }
+        self.int8_packed = Some(Arc::new(Int8PackedMatrix::pack(&self.view())?));
+        if let Storage::File { file, offset, len } = &self.storage {
+            file.release_range(*offset, *len);
+        }
+        Ok(true)
+    }
+
+    /// The repacked copy, when [`WeightMatrix::pack_for_int8`] made one.
+    pub fn int8_packed(&self) -> Option<&Int8PackedMatrix> {
+        self.int8_packed.as_deref()
+    }
+
     /// `out[t, r] = Σ_c self[r, c] · x[t, c]` for `n` tokens (`x: [n, cols]`, `out: [n, rows]`),
     /// batch-invariant (see [`quant_matmul`]).
     ///
@@ -199,6 +233,7 @@ impl WeightMatrix {
             rows: range.len(),
             cols: self.cols,
             storage,
+            int8_packed: None,
         })
     }
 
@@ -262,6 +297,21 @@ pub struct LayerWeights {
     pub w_down: WeightMatrix,
 }
 
+impl LayerWeights {
+    /// The layer's matrices, writable.
+    fn matrices_mut(&mut self) -> [&mut WeightMatrix; 7] {
+        [
+            &mut self.wq,
+            &mut self.wk,
+            &mut self.wv,
+            &mut self.wo,
+            &mut self.w_gate,
+            &mut self.w_up,
+            &mut self.w_down,
+        ]
+    }
+}
+
 /// All weights of a decoder.
 #[derive(Debug, Clone)]
 pub struct ModelWeights {
@@ -273,4 +323,68 @@ pub struct ModelWeights {
     pub output_norm: Vec<f32>,
     /// LM head `[vocab, hidden]` (the token embedding when tied).
     pub output: WeightMatrix,
+}
+
+impl ModelWeights {
+    /// [`WeightMatrix::pack_for_int8`] for every matrix the products read (the LM head
+    /// included; the token embedding, only gathered, stays as stored), in parallel.
+    ///
+    /// # Errors
+    /// The first packing error.
+    pub fn pack_for_int8(&mut self) -> Result<()> {
+        use rayon::prelude::*;
+        let mut matrices: Vec<&mut WeightMatrix> = self
+            .layers
+            .iter_mut()
+            .flat_map(LayerWeights::matrices_mut)
+            .collect();
+        matrices.push(&mut self.output);
+        matrices
+            .into_par_iter()
+            .try_for_each(|m| m.pack_for_int8().map(drop))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llama::MatmulPath;
+    use specdec_kernels::quant::synthetic_weights;
+
+    fn matrix(ty: QuantType, rows: usize, cols: usize) -> WeightMatrix {
+        let bytes = synthetic_weights(ty, rows, cols, 3).unwrap();
+        WeightMatrix::from_bytes(ty, rows, cols, bytes).unwrap()
+    }
+
+    #[test]
+    fn packing_keeps_the_products_and_skips_what_it_cannot_take() {
+        let x: Vec<f32> = (0..3 * 512)
+            .map(|i| ((i % 37) as f32 - 18.0) / 9.0)
+            .collect();
+        for ty in [QuantType::Q4_K, QuantType::Q6_K] {
+            let raw = matrix(ty, 21, 512);
+            let mut packed = raw.clone();
+            assert!(packed.pack_for_int8().unwrap(), "{ty} is packed");
+            assert!(
+                packed.pack_for_int8().unwrap(),
+                "packing again keeps the copy"
+            );
+            assert!(raw.int8_packed().is_none() && packed.int8_packed().is_some());
+            let (mut a, mut b) = (vec![0.0; 3 * 21], vec![0.0; 3 * 21]);
+            raw.product_on(MatmulPath::Int8, &x, 3, &mut a).unwrap();
+            packed.product_on(MatmulPath::Int8, &x, 3, &mut b).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "{ty}: packed and stored layouts agree");
+            // the exact path still reads the stored bytes
+            raw.product_on(MatmulPath::Exact, &x, 3, &mut a).unwrap();
+            packed.product_on(MatmulPath::Exact, &x, 3, &mut b).unwrap();
+            assert_eq!(bits(&a), bits(&b), "{ty}: exact path unchanged");
+        }
+        let mut q8 = matrix(QuantType::Q8_0, 4, 512);
+        assert!(
+            !q8.pack_for_int8().unwrap(),
+            "Q8_0 has its own 32-block path"
+        );
+        assert!(q8.int8_packed().is_none());
+    }
 }
