@@ -119,7 +119,10 @@ fi
 KS=1,2,4,8,16
 DEPTH=64
 DEPTH_ARGS=(-d $DEPTH)
-"$BIN_DIR/llama-bench" --help 2>&1 | grep -q -- '--n-depth' \
+# The help text is read whole first: `grep -q` in a pipe stops reading at the first match, and
+# under `pipefail` the writer's SIGPIPE would then read as "no -d" (it did, once in three runs).
+LLAMA_BENCH_HELP=$("$BIN_DIR/llama-bench" --help 2>&1 || true)
+grep -q -- '--n-depth' <<<"$LLAMA_BENCH_HELP" \
     || { DEPTH_ARGS=(); DEPTH=0; log "this llama-bench has no -d: K costs from an empty context"; }
 mkdir -p "$OUT_DIR"
 ROWS=()
