@@ -69,7 +69,7 @@ mod staged;
 pub use builder::TreeBuilder;
 pub use chain::{ChainDrafter, ChainMode};
 pub use dynamic::DynamicTreeDrafter;
-pub use model::{ranked_tokens, DraftModel, FnModel, Namespaced};
+pub use model::{check_along, ranked_tokens, DraftModel, FnModel, Namespaced};
 pub use ngram::{
     find_matches, ngram_chain, ngram_tree, NgramConfig, NgramDrafter, NgramMatch, TokenTree,
 };

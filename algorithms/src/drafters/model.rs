@@ -15,6 +15,42 @@ pub trait DraftModel<N> {
     /// # Errors
     /// Whatever the model reports (e.g. a context longer than it supports).
     fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>>;
+
+    /// The next-token distributions after each of the last `count` prefixes of `tokens`: row
+    /// `i` (of `count`) is `next_probs(&tokens[..tokens.len() - count + 1 + i])`, the last row
+    /// the distribution after all of `tokens`. A drafter checking a whole chain (the staged
+    /// drafter's level 1) asks for its rows at once, and a model that forwards a chain in one
+    /// pass answers with one pass instead of `count` (the rows must be the ones `next_probs`
+    /// gives, which batch-invariant models guarantee). The default calls
+    /// [`DraftModel::next_probs`] per prefix.
+    ///
+    /// # Errors
+    /// [`AlgorithmError::InvalidParameter`](crate::AlgorithmError::InvalidParameter) when
+    /// `count` is 0 or exceeds `tokens.len()`; whatever the model reports.
+    fn next_probs_along(&mut self, tokens: &[u32], count: usize) -> Result<Vec<Vec<N>>> {
+        check_along(tokens, count)?;
+        let first = tokens.len() + 1 - count;
+        (first..=tokens.len())
+            .map(|end| self.next_probs(&tokens[..end]))
+            .collect()
+    }
+}
+
+/// The preconditions of [`DraftModel::next_probs_along`]: `1 ≤ count ≤ tokens.len()`.
+///
+/// # Errors
+/// [`AlgorithmError::InvalidParameter`](crate::AlgorithmError::InvalidParameter) naming `count`.
+pub fn check_along(tokens: &[u32], count: usize) -> Result<()> {
+    if count == 0 || count > tokens.len() {
+        return Err(crate::AlgorithmError::InvalidParameter {
+            name: "count",
+            reason: format!(
+                "rows along a path of {} tokens: between 1 and the path length, got {count}",
+                tokens.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A [`DraftModel`] from a closure (handy for toy tables: `|ctx| toy.next_probs_as(ctx)`).
@@ -47,6 +83,10 @@ impl<N, M: DraftModel<N> + ?Sized> DraftModel<N> for &mut M {
 
     fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>> {
         (**self).next_probs(tokens)
+    }
+
+    fn next_probs_along(&mut self, tokens: &[u32], count: usize) -> Result<Vec<Vec<N>>> {
+        (**self).next_probs_along(tokens, count)
     }
 }
 

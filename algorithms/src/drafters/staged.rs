@@ -81,8 +81,9 @@ impl<N: Prob, D: Drafter<N>, M: DraftModel<N>> Drafter<N> for StagedDrafter<D, M
             &mut Namespaced::new(decisions, LEVEL0_NAMESPACE),
         )?;
         // Level 1 verifies it against q1.
-        let mut rows = Vec::with_capacity(proposal.len());
-        for node in 0..proposal.len() {
+        // q1 at every proposal node. A chain (the usual level-0 proposal) is one path: its rows
+        // come from one pass of the level-1 model over it; a tree asks node by node.
+        let path_tokens = |node: usize| {
             let mut tokens = request.context.to_vec();
             tokens.extend(
                 proposal
@@ -92,8 +93,17 @@ impl<N: Prob, D: Drafter<N>, M: DraftModel<N>> Drafter<N> for StagedDrafter<D, M
                     .skip(1)
                     .map(|&n| proposal.token(n)),
             );
-            rows.push(self.level1.next_probs(&tokens)?);
-        }
+            tokens
+        };
+        let rows = if proposal.topology().is_chain() {
+            let last = proposal.len() - 1;
+            self.level1
+                .next_probs_along(&path_tokens(last), proposal.len())?
+        } else {
+            (0..proposal.len())
+                .map(|node| self.level1.next_probs(&path_tokens(node)))
+                .collect::<Result<Vec<_>>>()?
+        };
         let input = VerifyInput {
             sequence: request.sequence,
             step: request.step,

@@ -7,12 +7,14 @@
 //! forwards only the rest (usually one token). A chain drafter therefore costs one forward of one
 //! token per draft, the next round reuses everything up to the first rejected draft, and a batch
 //! of sequences keeps one pooled KV sequence each. The pool is bounded; the least recently used
-//! entry is evicted.
+//! entry is evicted. The rows along a whole path ([`DraftModel::next_probs_along`], how the
+//! staged drafter's level 1 checks a level-0 chain) come from one forward over the path's
+//! uncached part, not one forward per row.
 //!
 //! Distributions are the model's logits prepared with the drafter's [`SamplingParams`]
 //! (temperature, top-k, top-p), in f32.
 
-use specdec_algorithms::drafters::DraftModel;
+use specdec_algorithms::drafters::{check_along, DraftModel};
 use specdec_algorithms::AlgorithmError;
 use specdec_kernels::sampling::{prepare_logits, SamplingParams};
 use specdec_kernels::TreeTopology;
@@ -66,6 +68,20 @@ impl<M: LanguageModel> LmDraftModel<M> {
     /// Logits after `tokens` (non-empty), reusing the pooled sequence with the longest common
     /// prefix.
     fn logits_after(&mut self, tokens: &[u32]) -> specdec_models::Result<Vec<f32>> {
+        Ok(self
+            .logits_along(tokens, 1)?
+            .pop()
+            .expect("one row asked for"))
+    }
+
+    /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`),
+    /// from one forward: the pooled sequence with the longest common prefix is rewound to at
+    /// most `tokens.len() - rows` tokens and the rest forwarded as one chain.
+    fn logits_along(
+        &mut self,
+        tokens: &[u32],
+        rows: usize,
+    ) -> specdec_models::Result<Vec<Vec<f32>>> {
         self.clock += 1;
         let best = self
             .pool
@@ -97,15 +113,14 @@ impl<M: LanguageModel> LmDraftModel<M> {
         let entry = &mut self.pool[index];
         entry.last_used = clock;
         let mut shared = common_prefix(&entry.tokens, tokens);
-        if shared == tokens.len() && shared == entry.tokens.len() {
+        if rows == 1 && shared == tokens.len() && shared == entry.tokens.len() {
             if let Some(logits) = &entry.last_logits {
-                return Ok(logits.clone());
+                return Ok(vec![logits.clone()]);
             }
         }
-        // Keep at least one token to forward: the logits after `tokens` come from its last token.
-        if shared == tokens.len() {
-            shared -= 1;
-        }
+        // Forward at least the last `rows` tokens: the logits after a prefix come from its last
+        // token.
+        shared = shared.min(tokens.len() - rows);
         let drop = entry.tokens.len() - shared;
         if drop > 0 {
             self.model.rewind(entry.seq, drop)?;
@@ -119,9 +134,11 @@ impl<M: LanguageModel> LmDraftModel<M> {
         self.model.commit(entry.seq, &path)?;
         self.forwarded_tokens += new_tokens.len() as u64;
         entry.tokens.extend_from_slice(new_tokens);
-        let last = logits[0].row(new_tokens.len() - 1).to_vec();
-        entry.last_logits = Some(last.clone());
-        Ok(last)
+        let along: Vec<Vec<f32>> = (new_tokens.len() - rows..new_tokens.len())
+            .map(|r| logits[0].row(r).to_vec())
+            .collect();
+        entry.last_logits = along.last().cloned();
+        Ok(along)
     }
 }
 
@@ -143,5 +160,19 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         }
         let logits = self.logits_after(tokens)?;
         Ok(prepare_logits(&logits, &self.params)?)
+    }
+
+    /// One forward over the uncached part of `tokens` for all `count` rows (see
+    /// [`DraftModel::next_probs_along`]).
+    fn next_probs_along(
+        &mut self,
+        tokens: &[u32],
+        count: usize,
+    ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
+        check_along(tokens, count)?;
+        self.logits_along(tokens, count)?
+            .iter()
+            .map(|logits| Ok(prepare_logits(logits, &self.params)?))
+            .collect()
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use specdec_algorithms::drafters::{
-    ChainDrafter, ChainMode, NgramConfig, NgramDrafter, ShapeDrafter, TreeFill,
+    ChainDrafter, ChainMode, DraftModel, NgramConfig, NgramDrafter, ShapeDrafter, TreeFill,
 };
 use specdec_algorithms::policy::{FixedPolicy, SpeculationPolicy};
 use specdec_algorithms::proof::{g_test_samples, target_distribution};
@@ -394,4 +394,46 @@ fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
         shares_s < whole_s,
         "a shared forward must not be charged to every sequence"
     );
+}
+
+#[test]
+fn rows_along_a_path_come_from_one_pass_and_equal_the_rows_one_by_one() {
+    let pair = pair(5);
+    let params = SamplingParams {
+        temperature: 0.8,
+        ..SamplingParams::greedy()
+    };
+    let path: Vec<u32> = vec![3, 1, 4, 0, 2, 1, 5];
+    for count in 1..=path.len() {
+        let mut one_by_one = draft_lm(&pair, params);
+        let first = path.len() + 1 - count;
+        let want: Vec<Vec<f32>> = (first..=path.len())
+            .map(|end| one_by_one.next_probs(&path[..end]).unwrap())
+            .collect();
+        let mut along = draft_lm(&pair, params);
+        // a cached prefix that diverges from the path is rewound first
+        along.next_probs(&[3, 1, 5, 5]).unwrap();
+        let before = along.forwarded_tokens();
+        let got = along.next_probs_along(&path, count).unwrap();
+        let bits = |rows: &[Vec<f32>]| -> Vec<Vec<u32>> {
+            rows.iter()
+                .map(|r| r.iter().map(|p| p.to_bits()).collect())
+                .collect()
+        };
+        assert_eq!(bits(&got), bits(&want), "count {count}");
+        // one pass over what the pool did not share: the path from its third token
+        let forwarded = along.forwarded_tokens() - before;
+        assert_eq!(
+            forwarded as usize,
+            path.len() - 2.min(path.len() - count),
+            "count {count}"
+        );
+        // and a plain query after it reuses the pass
+        let again = along.forwarded_tokens();
+        assert_eq!(along.next_probs(&path).unwrap(), want[count - 1]);
+        assert_eq!(along.forwarded_tokens(), again);
+    }
+    let mut model = draft_lm(&pair, params);
+    assert!(model.next_probs_along(&path, 0).is_err());
+    assert!(model.next_probs_along(&path, path.len() + 1).is_err());
 }

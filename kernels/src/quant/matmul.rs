@@ -58,7 +58,7 @@ macro_rules! for_token_groups {
 }
 pub(crate) use for_token_groups;
 /// Output rows per parallel task.
-const ROWS_PER_TASK: usize = 16;
+pub(crate) const ROWS_PER_TASK: usize = 16;
 
 /// A borrowed quantised weight matrix `[rows × cols]`: `rows` consecutive GGUF rows of `cols`
 /// elements of type `ty`, each `ty.row_bytes(cols)` bytes.
