@@ -230,14 +230,19 @@ pub fn quant_matmul_with(
 }
 
 /// Runs `task(first_row, scratch)` in parallel over blocks of [`ROWS_PER_TASK`] output rows,
-/// `scratch` being those rows' outputs as `[rows_in_block × n_tokens]`, then transposes the
-/// results into `out` (`[n_tokens × rows]`). Each output element is written by one task only.
+/// `scratch` being those rows' outputs as `[rows_in_block × n_tokens]` (for one token, the
+/// output itself), and writes each block's results into `out` (`[n_tokens × rows]`) as soon as
+/// its task ends, while they are in cache. Each output element is written by one task only.
+///
+/// # Panics
+/// When `out.len() != rows * n_tokens` (every caller checks the shapes first).
 pub(crate) fn par_over_rows(
     rows: usize,
     n_tokens: usize,
     out: &mut [f32],
     task: impl Fn(usize, &mut [f32]) + Sync,
 ) {
+    assert_eq!(out.len(), rows * n_tokens, "par_over_rows: output length");
     if n_tokens == 1 {
         // `[rows × 1]` is `[1 × rows]`: the tasks write the output in place.
         out.par_chunks_mut(ROWS_PER_TASK)
@@ -245,17 +250,44 @@ pub(crate) fn par_over_rows(
             .for_each(|(i, chunk)| task(i * ROWS_PER_TASK, chunk));
         return;
     }
-    let mut by_row = vec![0.0f32; rows * n_tokens];
-    by_row
-        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
-        .enumerate()
-        .for_each(|(i, chunk)| task(i * ROWS_PER_TASK, chunk));
-    for (r, vals) in by_row.chunks_exact(n_tokens).enumerate() {
-        for (t, &v) in vals.iter().enumerate() {
-            out[t * rows + r] = v;
-        }
+    let out = SharedOut(out.as_mut_ptr());
+    (0..rows.div_ceil(ROWS_PER_TASK))
+        .into_par_iter()
+        .for_each_init(Vec::new, |scratch, i| {
+            let first = i * ROWS_PER_TASK;
+            let count = ROWS_PER_TASK.min(rows - first);
+            scratch.clear();
+            scratch.resize(count * n_tokens, 0.0f32);
+            task(first, scratch);
+            for (r, vals) in scratch.chunks_exact(n_tokens).enumerate() {
+                for (t, &v) in vals.iter().enumerate() {
+                    // SAFETY: `t < n_tokens` and `first + r < rows`, so the offset is inside
+                    // `out` (length `rows · n_tokens`, asserted above), which outlives this
+                    // loop; row `first + r` belongs to this task alone, so no other thread
+                    // reads or writes the element.
+                    unsafe { out.write(t * rows + first + r, v) };
+                }
+            }
+        });
+}
+
+/// The output of [`par_over_rows`], written through by tasks that own disjoint rows.
+struct SharedOut(*mut f32);
+
+impl SharedOut {
+    /// Writes `v` at element `at`.
+    ///
+    /// # Safety
+    /// `at` must be inside the output, and no other thread may access that element meanwhile.
+    unsafe fn write(&self, at: usize, v: f32) {
+        // SAFETY: forwarded to the caller.
+        unsafe { *self.0.add(at) = v };
     }
 }
+
+// SAFETY: the pointer is only dereferenced for elements of rows a task owns (disjoint across
+// tasks) while the borrowed output is alive (see `par_over_rows`).
+unsafe impl Sync for SharedOut {}
 
 /// The shared preconditions of the 8-bit products: `supported` (else the type is named),
 /// `act_cols == w.cols()`, `out.len() == n_tokens * w.rows()`, and `level` available here.
