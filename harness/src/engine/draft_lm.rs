@@ -65,17 +65,8 @@ impl<M: LanguageModel> LmDraftModel<M> {
         self.forwarded_tokens
     }
 
-    /// Logits after `tokens` (non-empty), reusing the pooled sequence with the longest common
-    /// prefix.
-    fn logits_after(&mut self, tokens: &[u32]) -> specdec_models::Result<Vec<f32>> {
-        Ok(self
-            .logits_along(tokens, 1)?
-            .pop()
-            .expect("one row asked for"))
-    }
-
     /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`),
-    /// from one forward: the pooled sequence with the longest common prefix is rewound to at
+    /// reusing the pooled sequence with the longest common prefix, from (at most) one forward: the pooled sequence with the longest common prefix is rewound to at
     /// most `tokens.len() - rows` tokens and the rest forwarded as one chain.
     fn logits_along(
         &mut self,
@@ -158,8 +149,8 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
                 reason: "a draft model needs at least one context token".into(),
             });
         }
-        let logits = self.logits_after(tokens)?;
-        Ok(prepare_logits(&logits, &self.params)?)
+        let mut rows = self.next_probs_along(tokens, 1)?;
+        Ok(rows.pop().expect("one row asked for"))
     }
 
     /// One forward over the uncached part of `tokens` for all `count` rows (see

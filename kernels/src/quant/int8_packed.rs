@@ -197,17 +197,17 @@ fn pack_q4k_row(block: &[u8], r: usize, dst: &mut [u8]) {
 
 /// Writes row `r` of a Q6_K tile-block from the raw 210-byte `block`.
 fn pack_q6k_row(block: &[u8], r: usize, dst: &mut [u8]) {
+    let q: [u8; 256] = std::array::from_fn(|i| q6k_quant(block, i));
     for k in 0..GROUPS {
         for h in 0..2 {
             for i in 0..4 {
-                let low = q6k_quant(block, 16 * k + 8 * h + i) & 15;
-                let high = q6k_quant(block, 16 * k + 8 * h + 4 + i) & 15;
+                let (low, high) = (q[16 * k + 8 * h + i] & 15, q[16 * k + 8 * h + 4 + i] & 15);
                 dst[Q6K_QUANTS + 192 * k + 64 * h + 4 * r + i] = low | (high << 4);
             }
         }
         for i in 0..4 {
             dst[Q6K_QUANTS + 192 * k + 128 + 4 * r + i] = (0..4)
-                .map(|t| (q6k_quant(block, 16 * k + 4 * t + i) >> 4) << (2 * t))
+                .map(|t| (q[16 * k + 4 * t + i] >> 4) << (2 * t))
                 .fold(0, |bits, v| bits | v);
         }
         dst[16 * k + r] = block[192 + k];
@@ -297,21 +297,25 @@ fn portable_tile<const G: usize>(
     let mut acc = [[0.0f32; TILE_ROWS]; G];
     for (b, tb) in tile.chunks_exact(tile_block_bytes(ty)).enumerate() {
         for r in 0..TILE_ROWS {
-            for (acc, tok) in acc.iter_mut().zip(&tokens) {
-                let (a, da) = (tok.quants(b), tok.scales[b]);
-                acc[r] = if ty == QuantType::Q4_K {
-                    let sc = std::array::from_fn(|j| tb[16 * j + r]);
-                    let m = std::array::from_fn(|j| tb[128 + 32 * (j / 2) + 2 * r + j % 2]);
-                    let quant = |i| packed_q4k_quant(tb, r, i);
-                    let (isum, msum) = q4k_block_sums(quant, sc, m, a, tok.subblock_sums(b));
-                    let (d, dmin) = (le_f16(tb, 256 + 2 * r), le_f16(tb, 288 + 2 * r));
-                    accumulate_q4k(acc[r], d, dmin, da, isum, msum)
-                } else {
-                    let sc = std::array::from_fn(|k| tb[16 * k + r] as i8);
-                    let quant = |i| packed_q6k_quant(tb, r, i);
-                    let isum = q6k_block_sum(quant, sc, a, tok.sums(b));
-                    accumulate_q6k(acc[r], le_f16(tb, 256 + 2 * r), da, isum)
-                };
+            // row r of the tile-block, unpacked once for all the tokens
+            if ty == QuantType::Q4_K {
+                let q: [u8; 256] = std::array::from_fn(|i| packed_q4k_quant(tb, r, i));
+                let sc = std::array::from_fn(|j| tb[16 * j + r]);
+                let m = std::array::from_fn(|j| tb[128 + 32 * (j / 2) + 2 * r + j % 2]);
+                let (d, dmin) = (le_f16(tb, 256 + 2 * r), le_f16(tb, 288 + 2 * r));
+                for (acc, tok) in acc.iter_mut().zip(&tokens) {
+                    let (isum, msum) =
+                        q4k_block_sums(|i| q[i], sc, m, tok.quants(b), tok.subblock_sums(b));
+                    acc[r] = accumulate_q4k(acc[r], d, dmin, tok.scales[b], isum, msum);
+                }
+            } else {
+                let q: [u8; 256] = std::array::from_fn(|i| packed_q6k_quant(tb, r, i));
+                let sc = std::array::from_fn(|k| tb[16 * k + r] as i8);
+                let d = le_f16(tb, 256 + 2 * r);
+                for (acc, tok) in acc.iter_mut().zip(&tokens) {
+                    let isum = q6k_block_sum(|i| q[i], sc, tok.quants(b), tok.sums(b));
+                    acc[r] = accumulate_q6k(acc[r], d, tok.scales[b], isum);
+                }
             }
         }
     }
