@@ -6,7 +6,9 @@
 //! Throughput is reported as bytes of weights swept per second.
 //!
 //! Then the 32-element types at the shapes of the small models, exact path (`f32-*`) against the
-//! 32-block 8-bit path (`q32-*`, quantisation included) for n_tokens 1, 4, 8: SmolLM2-135M's
+//! 32-block 8-bit path over the GGUF layout (`q32-*`) and over the 16-row tiles
+//! (`q32-packed-*`, the model's path on AVX-512), quantisation included, for n_tokens 1, 4, 8:
+//! SmolLM2-135M's
 //! `[1536 x 576]` Q4_1 FFN and `[49152 x 576]` Q8_0 tied head, Qwen2.5-Coder-0.5B's
 //! `[4864 x 896]` Q5_0 FFN and `[151936 x 896]` Q8_0 head.
 //!
@@ -16,9 +18,9 @@
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use specdec_kernels::quant::{
-    quant_matmul_int8_packed_with, quant_matmul_int8_with, quant_matmul_q32_with,
-    quant_matmul_with, synthetic_weights, Int8PackedMatrix, Q8Activations, Q8Blocks32, QuantMatrix,
-    QuantType, SimdLevel,
+    quant_matmul_int8_packed_with, quant_matmul_int8_with, quant_matmul_q32_packed_with,
+    quant_matmul_q32_with, quant_matmul_with, synthetic_weights, Int8PackedMatrix, Q8Activations,
+    Q8Blocks32, QuantMatrix, QuantType, SimdLevel,
 };
 
 const ROWS: usize = 8960;
@@ -86,7 +88,8 @@ fn activations(n_tokens: usize, cols: usize) -> Vec<f32> {
         .collect()
 }
 
-/// The 32-element types at the small models' real shapes: exact vs 32-block 8-bit path.
+/// The 32-element types at the small models' real shapes: exact vs 32-block 8-bit path, over
+/// the GGUF layout and the 16-row tiles.
 fn bench_q32(c: &mut Criterion, best: SimdLevel) {
     let shapes = [
         (QuantType::Q4_1, 1536, 576, "smollm2_ffn"),
@@ -97,6 +100,7 @@ fn bench_q32(c: &mut Criterion, best: SimdLevel) {
     for (ty, rows, cols, name) in shapes {
         let data = synthetic_weights(ty, rows, cols, 1).unwrap();
         let w = QuantMatrix::new(ty, rows, cols, &data).unwrap();
+        let packed = Int8PackedMatrix::pack(&w).unwrap();
         let mut group = c.benchmark_group(format!("{name}_{rows}x{cols}_{}", ty.name()));
         group.throughput(Throughput::Bytes(data.len() as u64));
         group.sample_size(10);
@@ -115,6 +119,16 @@ fn bench_q32(c: &mut Criterion, best: SimdLevel) {
                     b.iter(|| {
                         let acts = Q8Blocks32::quantize(&x, n, cols).unwrap();
                         quant_matmul_q32_with(&w, &acts, &mut out, best).unwrap()
+                    })
+                },
+            );
+            group.bench_with_input(
+                BenchmarkId::new(format!("q32-packed-{best:?}"), n_tokens),
+                &n_tokens,
+                |b, &n| {
+                    b.iter(|| {
+                        let acts = Q8Blocks32::quantize(&x, n, cols).unwrap();
+                        quant_matmul_q32_packed_with(&packed, &acts, &mut out, best).unwrap()
                     })
                 },
             );

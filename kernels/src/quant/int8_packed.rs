@@ -1,4 +1,6 @@
-//! The k-quant weights repacked sixteen rows at a time for the AVX-512 8-bit product.
+//! The k-quant weights repacked sixteen rows at a time for the AVX-512 8-bit product (the
+//! 32-element types get the same treatment in [`super::int8_packed_q32`], on this module's
+//! [`Int8PackedMatrix`]).
 //!
 //! **Why.** Over the GGUF layout one output is one row against one token: the sixteen lanes of
 //! an integer register hold sixteen groups of *one* row, and every block ends in horizontal
@@ -41,6 +43,8 @@ use super::int8::{
     accumulate_q4k, accumulate_q6k, check_acts_shape, int8_supported, q4k_block_sums, q4k_quant,
     q4k_scales_mins, q6k_block_sum, q6k_quant, Q8Activations, TokenBlocks, GROUPS, SUB_BLOCKS,
 };
+use super::int8_packed_q32 as q32;
+use super::int8_q32::Format;
 use super::matmul::{for_token_groups, par_over_rows, QuantMatrix, SimdLevel, ROWS_PER_TASK};
 use super::types::QuantType;
 use crate::error::{KernelError, Result};
@@ -86,30 +90,47 @@ impl std::fmt::Debug for Int8PackedMatrix {
     }
 }
 
-/// Bytes of one tile-block of `ty`.
+/// Bytes of one tile-block of `ty` (a packable type).
 fn tile_block_bytes(ty: QuantType) -> usize {
-    if ty == QuantType::Q4_K {
-        Q4K_TILE_BLOCK
+    match (ty, Format::of(ty)) {
+        (QuantType::Q4_K, _) => Q4K_TILE_BLOCK,
+        (_, Some(fmt)) => q32::tile_block_bytes(fmt as u8),
+        _ => Q6K_TILE_BLOCK,
+    }
+}
+
+/// Tile-blocks per tile of a `ty` matrix `cols` wide: one per super-block of 256 elements
+/// (k-quants), one per pair of 32-element blocks (the others).
+fn tile_blocks(ty: QuantType, cols: usize) -> usize {
+    if int8_supported(ty) {
+        cols / 256
     } else {
-        Q6K_TILE_BLOCK
+        cols.div_ceil(32 * q32::Q32_TILE_BLOCKS)
     }
 }
 
 impl Int8PackedMatrix {
-    /// Repacks `w` (any CPU; portable code).
+    /// Whether [`Int8PackedMatrix::pack`] accepts `ty`: the k-quants of [`int8_supported`] and
+    /// the 32-element types of [`q32_supported`](super::q32_supported).
+    pub fn packable(ty: QuantType) -> bool {
+        int8_supported(ty) || Format::of(ty).is_some()
+    }
+
+    /// Repacks `w` (any CPU; portable code): Q4_K and Q6_K into the tiles of this module, Q8_0,
+    /// Q4_0, Q4_1 and Q5_0 into those of [`super::int8_packed_q32`].
     ///
     /// # Errors
-    /// [`KernelError::UnsupportedQuantType`] unless `w` is Q4_K or Q6_K.
+    /// [`KernelError::UnsupportedQuantType`] unless [`Int8PackedMatrix::packable`].
     pub fn pack(w: &QuantMatrix<'_>) -> Result<Self> {
         let ty = w.quant_type();
-        if !int8_supported(ty) {
+        if !Self::packable(ty) {
             return Err(KernelError::UnsupportedQuantType {
                 id: ty.ggml_id(),
                 name: ty.name(),
             });
         }
         let (rows, cols) = (w.rows(), w.cols());
-        let blocks = cols / 256;
+        let blocks = tile_blocks(ty, cols);
         let tiles = rows.div_ceil(TILE_ROWS);
         let tb = tile_block_bytes(ty);
         let mut lines = vec![Line([0; 64]); tiles * blocks * tb / 64];
@@ -120,11 +141,10 @@ impl Int8PackedMatrix {
                 let dst = line_bytes_mut(&mut lines[at..at + tb / 64]);
                 for r in 0..TILE_ROWS.min(rows - tile * TILE_ROWS) {
                     let row = w.row(tile * TILE_ROWS + r);
-                    let block = &row[b * bb..(b + 1) * bb];
-                    if ty == QuantType::Q4_K {
-                        pack_q4k_row(block, r, dst);
-                    } else {
-                        pack_q6k_row(block, r, dst);
+                    match (ty, Format::of(ty)) {
+                        (_, Some(fmt)) => q32::pack_q32_row(fmt, row, b, r, dst),
+                        (QuantType::Q4_K, _) => pack_q4k_row(&row[b * bb..(b + 1) * bb], r, dst),
+                        _ => pack_q6k_row(&row[b * bb..(b + 1) * bb], r, dst),
                     }
                 }
             }
@@ -137,7 +157,7 @@ impl Int8PackedMatrix {
         })
     }
 
-    /// The weight type (Q4_K or Q6_K).
+    /// The weight type.
     pub fn quant_type(&self) -> QuantType {
         self.ty
     }
@@ -145,7 +165,7 @@ impl Int8PackedMatrix {
     pub fn rows(&self) -> usize {
         self.rows
     }
-    /// Input columns (a multiple of 256).
+    /// Input columns (a multiple of the type's block length).
     pub fn cols(&self) -> usize {
         self.cols
     }
@@ -155,8 +175,8 @@ impl Int8PackedMatrix {
     }
 
     /// Tile `tile`'s bytes (all its tile-blocks, in order).
-    fn tile(&self, tile: usize) -> &[u8] {
-        let per_tile = self.cols / 256 * tile_block_bytes(self.ty) / 64;
+    pub(super) fn tile(&self, tile: usize) -> &[u8] {
+        let per_tile = tile_blocks(self.ty, self.cols) * tile_block_bytes(self.ty) / 64;
         line_bytes(&self.lines[tile * per_tile..(tile + 1) * per_tile])
     }
 }
@@ -234,7 +254,9 @@ fn packed_q6k_quant(tb: &[u8], r: usize, i: usize) -> u8 {
 /// [`super::quant_matmul_int8`] on the matrix `w` was packed from.
 ///
 /// # Errors
-/// [`KernelError::ShapeMismatch`] when `acts.cols() != w.cols()` or `out` has the wrong length.
+/// [`KernelError::UnsupportedQuantType`] when `w` holds a 32-element type (use
+/// [`super::quant_matmul_q32_packed`]); [`KernelError::ShapeMismatch`] when
+/// `acts.cols() != w.cols()` or `out` has the wrong length.
 pub fn quant_matmul_int8_packed(
     w: &Int8PackedMatrix,
     acts: &Q8Activations,
@@ -256,6 +278,12 @@ pub fn quant_matmul_int8_packed_with(
     out: &mut [f32],
     level: SimdLevel,
 ) -> Result<()> {
+    if !int8_supported(w.ty) {
+        return Err(KernelError::UnsupportedQuantType {
+            id: w.ty.ggml_id(),
+            name: w.ty.name(),
+        });
+    }
     check_acts_shape(acts, w.cols, w.rows, out)?;
     level.ensure_available()?;
     let n = acts.n_tokens();
@@ -324,7 +352,7 @@ fn portable_tile<const G: usize>(
 
 // The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     //! The tile kernels. Per tile-block and token: the integer dot products of each scale group
     //! accumulate sixteen rows at once with `vpdpbusd` against a broadcast 32-bit word of the
     //! token's quants, the group scales apply lane-wise (`vpmulld`), and one or two fused
@@ -346,7 +374,7 @@ mod avx512 {
     /// `p .. p + 64` must be readable; the CPU must support AVX-512 F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn load(p: *const u8) -> __m512i {
+    pub(in crate::quant) unsafe fn load(p: *const u8) -> __m512i {
         // SAFETY: the caller guarantees 64 readable bytes.
         unsafe { _mm512_loadu_si512(p.cast()) }
     }
@@ -357,7 +385,7 @@ mod avx512 {
     /// `p .. p + 4` must be readable; the CPU must support AVX-512 F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn broadcast_word(p: *const i8) -> __m512i {
+    pub(in crate::quant) unsafe fn broadcast_word(p: *const i8) -> __m512i {
         // SAFETY: the caller guarantees 4 readable bytes; unaligned reads are allowed.
         _mm512_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
     }
@@ -368,21 +396,20 @@ mod avx512 {
     /// `p .. p + 32` must be readable; the CPU must support AVX-512 F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn load_f16x16(p: *const u8) -> __m512 {
+    pub(in crate::quant) unsafe fn load_f16x16(p: *const u8) -> __m512 {
         // SAFETY: 32 readable bytes (caller).
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
     }
 
-    /// For `G ≥ 3` tokens, hints the lines of the tile-block two ahead of `tb` (`bytes` each)
-    /// into L2. Measured here at real sizes (2 threads, [151936 × 1536] Q6_K and
+    /// For `G ≥ 3` tokens, hints the `bytes` from `ahead` (the lines of a tile-block further
+    /// on) into L2. Measured here at real sizes (2 threads, [151936 × 1536] Q6_K and
     /// [143360 × 1536] Q4_K): up to two tokens the loop keeps up with memory and the hardware
     /// prefetchers alone do best (the hints cost 10-25%); from three tokens on the arithmetic
     /// holds the loads back and the hints pay (Q4_K, 4 tokens: 21 → 27 GB/s).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn prefetch_ahead<const G: usize>(tb: *const u8, bytes: usize) {
+    pub(in crate::quant) fn prefetch_ahead<const G: usize>(ahead: *const u8, bytes: usize) {
         if G >= 3 {
-            let ahead = tb.wrapping_add(2 * bytes);
             // A prefetch never faults, whatever the address (a safe intrinsic).
             for line in 0..bytes / 64 {
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * line).cast());
@@ -404,7 +431,10 @@ mod avx512 {
         let mut acc = [_mm512_setzero_ps(); G];
         for (b, tb) in tile.chunks_exact(super::Q4K_TILE_BLOCK).enumerate() {
             let tb = tb.as_ptr();
-            prefetch_ahead::<G>(tb, super::Q4K_TILE_BLOCK);
+            prefetch_ahead::<G>(
+                tb.wrapping_add(2 * super::Q4K_TILE_BLOCK),
+                super::Q4K_TILE_BLOCK,
+            );
             let mut isum = [_mm512_setzero_si512(); G];
             for j in 0..8 {
                 let mut dots = [[_mm512_setzero_si512(); 2]; G];
@@ -476,7 +506,10 @@ mod avx512 {
         let mut acc = [_mm512_setzero_ps(); G];
         for (b, tb) in tile.chunks_exact(super::Q6K_TILE_BLOCK).enumerate() {
             let tb = tb.as_ptr();
-            prefetch_ahead::<G>(tb, super::Q6K_TILE_BLOCK);
+            prefetch_ahead::<G>(
+                tb.wrapping_add(2 * super::Q6K_TILE_BLOCK),
+                super::Q6K_TILE_BLOCK,
+            );
             let mut isum = [_mm512_setzero_si512(); G];
             for k in 0..16 {
                 // SAFETY: the group's 192 bytes end at `320 + 192k + 192 ≤ 3392`.
@@ -528,7 +561,7 @@ mod avx512 {
     /// The accumulators as arrays.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn store<const G: usize>(acc: [__m512; G]) -> [[f32; TILE_ROWS]; G] {
+    pub(in crate::quant) fn store<const G: usize>(acc: [__m512; G]) -> [[f32; TILE_ROWS]; G] {
         // SAFETY: `__m512` and `[f32; 16]` have the same size, and every bit pattern is valid.
         acc.map(|v| unsafe { std::mem::transmute::<__m512, [f32; TILE_ROWS]>(v) })
     }

@@ -92,13 +92,19 @@ fn extreme_quants_and_scales_stay_exact() {
 
 #[test]
 fn packing_refuses_other_types_and_products_check_shapes() {
-    let data = vec![0u8; 34 * 8];
-    let w = QuantMatrix::new(QuantType::Q8_0, 1, 256, &data).unwrap();
+    let data = vec![0u8; 176];
+    let w = QuantMatrix::new(QuantType::Q5_K, 1, 256, &data).unwrap();
     let err = Int8PackedMatrix::pack(&w).unwrap_err();
     assert!(
         matches!(err, KernelError::UnsupportedQuantType { .. }),
         "{err}"
     );
+    assert!(err.to_string().contains("Q5_K"), "{err}");
+    // a packed 32-element type is not a k-quant
+    let q8 = vec![0u8; 34 * 8];
+    let packed = Int8PackedMatrix::pack(&QuantMatrix::new(QuantType::Q8_0, 1, 256, &q8).unwrap());
+    let acts = Q8Activations::quantize(&[0.0; 256], 1, 256).unwrap();
+    let err = quant_matmul_int8_packed(&packed.unwrap(), &acts, &mut [0.0; 1]).unwrap_err();
     assert!(err.to_string().contains("Q8_0"), "{err}");
 
     let data = vec![0u8; 144 * 2];

@@ -11,25 +11,24 @@
 //! **Integer core** (exact, per 32-element block `b`): `isum_b = Σ_i qw_i · qa_i` in 32-bit
 //! integers, `qw` the block's signed weight quants as documented on [`QuantType`]: Q8_0 `qs[i]`,
 //! Q4_0 `nibble − 8`, Q5_0 `5-bit − 16`, Q4_1 the unsigned nibble (its min is a separate term).
-//! `|isum| < 2^20`, so its conversion to f32 is exact. The AVX-512 kernel computes it with
-//! `vpdpbusd` on unsigned weights (offset by 128 / 8 / 16 and corrected by `offset · asum`), the
-//! AVX2 kernel with `vpmaddubsw` (Q8_0 by the sign trick), the portable kernel element by
-//! element: all give the same integers.
+//! `|isum| < 2^20`, so its conversion to f32 is exact. The SIMD kernels compute it with
+//! `vpdpbusd` on unsigned weights (offset by 128 / 8 / 16 and corrected by `offset · asum`) or
+//! `vpmaddubsw` (Q8_0 by the sign trick), the portable kernel element by element: all give the
+//! same integers.
 //!
-//! **Float accumulation order** (one token, one row; the contract the CUDA port follows):
-//! eight f32 partial sums `acc[0..8] = +0.0`; for each block `b` in increasing order, with
-//! `dw` (and Q4_1's `m`) the block's f16 fields read exactly as f32,
-//! - `term = (dw · da_b) · f32(isum_b)` (Q8_0, Q4_0, Q5_0), or
-//! - `term = (dw · da_b) · f32(isum_b) + m · sa_b` (Q4_1),
+//! **Float accumulation order** (one token, one row; the contract the CUDA port follows, and the
+//! same form as the 256-block product of [`super::int8`]): one f32 accumulator `acc = +0.0`; for
+//! each block `b` in increasing order, with `dw` (and Q4_1's `m`) the block's f16 fields read
+//! exactly as f32,
+//! - `acc = fma(dw · da_b, f32(isum_b), acc)`, and for Q4_1 then
+//! - `acc = fma(m, sa_b, acc)`,
 //!
-//! then `acc[b % 8] = acc[b % 8] + term`. Every product and sum is one IEEE f32 operation
-//! rounded to nearest (no fused multiply-add). Finally the lanes are folded pairwise:
-//! `acc[k] += acc[k + 4]` (k < 4), then `acc[k] += acc[k + 2]` (k < 2), then `acc[0] + acc[1]`.
-//! The SIMD kernels process eight blocks at a time, one block per float lane, and add a term of
-//! `+0.0` to the lanes past the row's last block, which leaves them unchanged (a lane starts at
-//! `+0.0` and a sum is never `−0.0` then). The result depends only on the weight row and the
-//! token's activations: bit-identical whatever the number of tokens in the call, the token's
-//! position, the thread split and the [`SimdLevel`].
+//! where `dw · da_b` is one f32 product rounded to nearest and `fma` rounds once. The result
+//! depends only on the weight row and the token's activations: bit-identical whatever the number
+//! of tokens in the call, the token's position, the thread split, the [`SimdLevel`] and the
+//! weight layout (the GGUF blocks here, or the 16-row tiles of [`super::int8_packed`] that the
+//! AVX-512 kernels read). One accumulator per output is what lets a tile kernel update sixteen
+//! rows with one fused multiply-add per block.
 
 use super::dequant::le_f16;
 use super::int8::{check_activations, quantize_to_i8};
@@ -64,13 +63,13 @@ pub struct Q8Blocks32 {
     n_tokens: usize,
     cols: usize,
     /// Real blocks per token (`cols / 32`).
-    blocks: usize,
+    pub(super) blocks: usize,
     /// Stored blocks per token (`blocks` rounded up to a multiple of [`LANES`]).
     stride: usize,
-    scales: Vec<f32>,
-    quants: Vec<i8>,
-    sums: Vec<i32>,
-    scaled_sums: Vec<f32>,
+    pub(super) scales: Vec<f32>,
+    pub(super) quants: Vec<i8>,
+    pub(super) sums: Vec<i32>,
+    pub(super) scaled_sums: Vec<f32>,
 }
 
 impl Q8Blocks32 {
@@ -142,7 +141,7 @@ impl Q8Blocks32 {
 
     /// Index of block `b` of token `t` in the per-block arrays.
     #[inline(always)]
-    fn index(&self, t: usize, b: usize) -> usize {
+    pub(super) fn index(&self, t: usize, b: usize) -> usize {
         t * self.stride + b
     }
     /// The 32 quants of stored block `i`, gathered from its slabs.
@@ -160,7 +159,7 @@ impl Q8Blocks32 {
 /// Byte offset in the slab layout (see [`Q8Blocks32`]) of elements `8s .. 8s + 8` of stored
 /// block `i`.
 #[inline(always)]
-fn slab_offset(i: usize, s: usize) -> usize {
+pub(super) fn slab_offset(i: usize, s: usize) -> usize {
     (i / LANES) * LANES * Q32_BLOCK + s * 64 + (i % LANES) * 8
 }
 
@@ -205,7 +204,7 @@ pub fn quant_matmul_q32_with(
 /// The supported weight formats, as `u8` const-generic selectors of the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
-enum Format {
+pub(super) enum Format {
     Q8_0 = 0,
     Q4_0 = 1,
     Q4_1 = 2,
@@ -213,7 +212,7 @@ enum Format {
 }
 
 impl Format {
-    fn of(ty: QuantType) -> Option<Self> {
+    pub(super) fn of(ty: QuantType) -> Option<Self> {
         Some(match ty {
             QuantType::Q8_0 => Format::Q8_0,
             QuantType::Q4_0 => Format::Q4_0,
@@ -224,14 +223,14 @@ impl Format {
     }
 }
 
-const Q8_0: u8 = Format::Q8_0 as u8;
-const Q4_0: u8 = Format::Q4_0 as u8;
-const Q4_1: u8 = Format::Q4_1 as u8;
-const Q5_0: u8 = Format::Q5_0 as u8;
+pub(super) const Q8_0: u8 = Format::Q8_0 as u8;
+pub(super) const Q4_0: u8 = Format::Q4_0 as u8;
+pub(super) const Q4_1: u8 = Format::Q4_1 as u8;
+pub(super) const Q5_0: u8 = Format::Q5_0 as u8;
 
 /// Bytes per block of format `T`.
 #[inline(always)]
-const fn block_bytes<const T: u8>() -> usize {
+pub(super) const fn block_bytes<const T: u8>() -> usize {
     match T {
         Q8_0 => 34,
         Q4_0 => 18,
@@ -259,15 +258,12 @@ fn rows<const T: u8>(
     out: &mut [f32],
 ) {
     match level {
-        #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx512 if std::arch::is_x86_feature_detected!("f16c") => {
-            // SAFETY: the caller checked `level.ensure_available()` (AVX-512 F/BW/VL/VNNI, AVX2,
-            // FMA) and F16C was just detected.
-            unsafe { avx512::rows::<T>(w, acts, first_row, out) }
-        }
+        // AVX-512 machines read the 16-row tiles of `int8_packed`; over the GGUF layout they
+        // run the AVX2 kernel (the same bits)
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 | SimdLevel::Avx512 if std::arch::is_x86_feature_detected!("f16c") => {
-            // SAFETY: as above (AVX2 is implied by both levels), F16C just detected.
+            // SAFETY: the caller checked `level.ensure_available()` (AVX2 and FMA are implied by
+            // both levels) and F16C was just detected.
             unsafe { avx2::rows::<T>(w, acts, first_row, out) }
         }
         // every level gives the same bits: the portable kernel serves CPUs without F16C
@@ -309,7 +305,7 @@ fn rows_portable<const T: u8>(
 
 /// The signed weight quants `qw`, the scale `dw` and (Q4_1) the min `m` of one block.
 #[inline(always)]
-fn decode_block<const T: u8>(b: &[u8]) -> ([i8; 32], f32, f32) {
+pub(super) fn decode_block<const T: u8>(b: &[u8]) -> ([i8; 32], f32, f32) {
     let mut q = [0i8; 32];
     let d = le_f16(b, 0);
     match T {
@@ -347,67 +343,50 @@ fn decode_block<const T: u8>(b: &[u8]) -> ([i8; 32], f32, f32) {
 
 /// One output element, block by block (float order: module docs).
 fn row_dot_portable<const T: u8>(row: &[u8], acts: &Q8Blocks32, t: usize) -> f32 {
-    let mut acc = [0.0f32; LANES];
+    let mut acc = 0.0f32;
     for (b, block) in row.chunks_exact(block_bytes::<T>()).enumerate() {
         let (qw, dw, m) = decode_block::<T>(block);
-        let i = acts.index(t, b);
-        let isum: i32 = qw
-            .iter()
-            .zip(&acts.block(i))
-            .map(|(&w, &a)| i32::from(w) * i32::from(a))
-            .sum();
-        let mut term = (dw * acts.scales[i]) * isum as f32;
-        if T == Q4_1 {
-            term += m * acts.scaled_sums[i];
-        }
-        acc[b % LANES] += term;
+        acc = accumulate_block::<T>(acc, &qw, dw, m, acts, acts.index(t, b));
     }
-    fold_lanes(acc)
+    acc
 }
 
-/// Folds the eight lanes pairwise in the fixed order of the module docs.
+/// One block of the module's definition: the exact `isum` of the signed weight quants `qw`
+/// against stored activation block `i`, then the float step into `acc`.
 #[inline(always)]
-fn fold_lanes(mut l: [f32; LANES]) -> f32 {
-    for k in 0..4 {
-        l[k] += l[k + 4];
-    }
-    for k in 0..2 {
-        l[k] += l[k + 2];
-    }
-    l[0] + l[1]
+pub(crate) fn accumulate_block<const T: u8>(
+    acc: f32,
+    qw: &[i8; Q32_BLOCK],
+    dw: f32,
+    m: f32,
+    acts: &Q8Blocks32,
+    i: usize,
+) -> f32 {
+    let isum: i32 = qw
+        .iter()
+        .zip(&acts.block(i))
+        .map(|(&w, &a)| i32::from(w) * i32::from(a))
+        .sum();
+    float_step::<T>(acc, dw, m, acts, i, isum)
 }
 
-/// Defines `rows`, running the enclosing module's `row_dot::<T, G>` over every row of a chunk
-/// and every token group (G = 1..=8), compiled with `$features`.
-#[cfg(target_arch = "x86_64")]
-macro_rules! group_rows {
-    ($features:literal, $safety:literal) => {
-        /// Rows `first_row ..` into `out` (`[rows × n_tokens]`).
-        ///
-        /// # Safety
-        #[doc = $safety]
-        #[target_feature(enable = $features)]
-        pub(super) unsafe fn rows<const T: u8>(
-            w: &QuantMatrix<'_>,
-            acts: &Q8Blocks32,
-            first_row: usize,
-            out: &mut [f32],
-        ) {
-            for_rows_and_groups(w, acts, first_row, out, |row, t0, g, o| match g {
-                1 => o.copy_from_slice(&row_dot::<T, 1>(row, acts, t0)),
-                2 => o.copy_from_slice(&row_dot::<T, 2>(row, acts, t0)),
-                3 => o.copy_from_slice(&row_dot::<T, 3>(row, acts, t0)),
-                4 => o.copy_from_slice(&row_dot::<T, 4>(row, acts, t0)),
-                5 => o.copy_from_slice(&row_dot::<T, 5>(row, acts, t0)),
-                6 => o.copy_from_slice(&row_dot::<T, 6>(row, acts, t0)),
-                7 => o.copy_from_slice(&row_dot::<T, 7>(row, acts, t0)),
-                _ => o.copy_from_slice(&row_dot::<T, 8>(row, acts, t0)),
-            });
-        }
-    };
+/// The float step of one block (module docs): `fma(dw · da, isum, acc)` (+ `fma(m, sa, ·)`).
+#[inline(always)]
+fn float_step<const T: u8>(
+    acc: f32,
+    dw: f32,
+    m: f32,
+    acts: &Q8Blocks32,
+    i: usize,
+    isum: i32,
+) -> f32 {
+    let acc = (dw * acts.scales[i]).mul_add(isum as f32, acc);
+    if T == Q4_1 {
+        m.mul_add(acts.scaled_sums[i], acc)
+    } else {
+        acc
+    }
 }
-#[cfg(target_arch = "x86_64")]
-use group_rows;
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
@@ -515,24 +494,35 @@ mod simd {
         _mm256_permutevar8x32_epi32(by_byte, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
     }
 
-    /// The float step of eight blocks of one token (stored blocks `i .. i + 8`):
-    /// `acc + ((dw · da) · f32(isum) [+ m · sa])`, lane by lane (module docs).
+    /// The float steps of the first `n` of eight blocks of one token (stored blocks
+    /// `i .. i + n`), in block order into the one accumulator `acc` (module docs). The
+    /// products `dw · da` and the conversions run lane-wise (each rounds as its scalar twin);
+    /// the chain of fused multiply-adds is serial, as the contract orders it.
     #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) fn accumulate<const T: u8>(
-        acc: __m256,
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn float_steps<const T: u8>(
+        mut acc: f32,
         isum: __m256i,
         dw: __m256,
         m: __m256,
         acts: &Q8Blocks32,
         i: usize,
-    ) -> __m256 {
-        let da = load_ps(&acts.scales, i);
-        let mut term = _mm256_mul_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum));
-        if T == Q4_1 {
-            term = _mm256_add_ps(term, _mm256_mul_ps(m, load_ps(&acts.scaled_sums, i)));
+        n: usize,
+    ) -> f32 {
+        let lanes = |v: __m256| {
+            // SAFETY: `__m256` and `[f32; 8]` have the same size; every bit pattern is valid.
+            unsafe { std::mem::transmute::<__m256, [f32; LANES]>(v) }
+        };
+        let scale = lanes(_mm256_mul_ps(dw, load_ps(&acts.scales, i)));
+        let isum = lanes(_mm256_cvtepi32_ps(isum));
+        let m = lanes(m);
+        for k in 0..n {
+            acc = scale[k].mul_add(isum[k], acc);
+            if T == Q4_1 {
+                acc = m[k].mul_add(acts.scaled_sums[i + k], acc);
+            }
         }
-        _mm256_add_ps(acc, term)
+        acc
     }
 
     /// `isum − (asum << SHIFT)` for the eight blocks starting at stored block `i`.
@@ -546,15 +536,6 @@ mod simd {
         let asum = load256(&acts.sums, i);
         _mm256_sub_epi32(isum, _mm256_slli_epi32::<SHIFT>(asum))
     }
-
-    /// Folds the eight lanes in the order of the module docs.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) fn fold(acc: __m256) -> f32 {
-        let s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -563,14 +544,35 @@ mod avx2 {
     //! halves (blocks 0..4, 4..8) met by `vpmaddubsw` + `vpmaddwd`; the four slabs' sums give
     //! two partial sums per block, joined by one `vphaddd`.
 
-    use super::simd::{accumulate, fold, load128, load256, minus_offset, q5_high_bits, scales};
+    use super::simd::{float_steps, load128, load256, minus_offset, q5_high_bits, scales};
     use super::{
         block_bytes, for_rows_and_groups, nibbles_at, Q8Blocks32, QuantMatrix, LANES, Q32_BLOCK,
         Q4_0, Q5_0, Q8_0,
     };
     use std::arch::x86_64::*;
 
-    super::group_rows!("avx2,fma,f16c", "The CPU must support AVX2, FMA and F16C.");
+    /// Rows `first_row ..` into `out` (`[rows × n_tokens]`).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn rows<const T: u8>(
+        w: &QuantMatrix<'_>,
+        acts: &Q8Blocks32,
+        first_row: usize,
+        out: &mut [f32],
+    ) {
+        for_rows_and_groups(w, acts, first_row, out, |row, t0, g, o| match g {
+            1 => o.copy_from_slice(&row_dot::<T, 1>(row, acts, t0)),
+            2 => o.copy_from_slice(&row_dot::<T, 2>(row, acts, t0)),
+            3 => o.copy_from_slice(&row_dot::<T, 3>(row, acts, t0)),
+            4 => o.copy_from_slice(&row_dot::<T, 4>(row, acts, t0)),
+            5 => o.copy_from_slice(&row_dot::<T, 5>(row, acts, t0)),
+            6 => o.copy_from_slice(&row_dot::<T, 6>(row, acts, t0)),
+            7 => o.copy_from_slice(&row_dot::<T, 7>(row, acts, t0)),
+            _ => o.copy_from_slice(&row_dot::<T, 8>(row, acts, t0)),
+        });
+    }
 
     /// The weights of the first `n` of eight blocks (zero past `n`) in slab order:
     /// `[slab][half]`, Q8_0 signed, the others unsigned (before their offset).
@@ -652,7 +654,7 @@ mod avx2 {
         let bb = block_bytes::<T>();
         let nb = acts.blocks;
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); G];
+        let mut acc = [0.0f32; G];
         let mut b0 = 0;
         while b0 < nb {
             let n = LANES.min(nb - b0);
@@ -688,172 +690,10 @@ mod avx2 {
                     Q5_0 => minus_offset::<4>(isum, acts, i),
                     _ => isum,
                 };
-                *acc = accumulate::<T>(*acc, isum, dw, m, acts, i);
+                *acc = float_steps::<T>(*acc, isum, dw, m, acts, i, n);
             }
             b0 += LANES;
         }
-        acc.map(|a| fold(a))
-    }
-}
-
-// The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    //! The AVX-512 kernel: per group of eight blocks, four `vpdpbusd` (one per 64-byte slab, on
-    //! unsigned weights) leave two partial sums per block in one register, joined by a shift
-    //! and an add. A row's last group of at most four blocks runs on 256-bit halves.
-
-    use super::simd::{accumulate, fold, load128, load256, minus_offset, q5_high_bits, scales};
-    use super::{
-        block_bytes, for_rows_and_groups, nibbles_at, Q8Blocks32, QuantMatrix, LANES, Q32_BLOCK,
-        Q4_0, Q5_0, Q8_0,
-    };
-    use std::arch::x86_64::*;
-
-    super::group_rows!(
-        "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-        "The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C."
-    );
-
-    /// Loads 64 bytes from `s[at..at + 64]` (bounds checked).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn load512(s: &[i8], at: usize) -> __m512i {
-        let bytes = &s[at..at + 64];
-        // SAFETY: `bytes` spans exactly 64 readable bytes; unaligned loads are allowed.
-        unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
-    }
-
-    /// The weights of the first `n` of eight blocks (zero past `n`) as four slabs of unsigned
-    /// bytes: Q8_0 `qs + 128`, the others their 4- or 5-bit quants.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-    fn slabs<const T: u8>(blocks: &[u8], n: usize) -> [__m512i; 4] {
-        let bb = block_bytes::<T>();
-        if T == Q8_0 {
-            // a missing block reads as 0x80, which the final flip turns into 0
-            let y = |k: usize| {
-                if k < n {
-                    load256(blocks, k * bb + 2)
-                } else {
-                    _mm256_set1_epi8(-128)
-                }
-            };
-            let z = |k: usize| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(y(k)), y(k + 1));
-            let (z01, z23, z45, z67) = (z(0), z(2), z(4), z(6));
-            // 8-byte word s of blocks 0..4 then of blocks 4..8
-            let even = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
-            let odd = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
-            let (a, b) = (
-                _mm512_permutex2var_epi64(z01, even, z23),
-                _mm512_permutex2var_epi64(z45, even, z67),
-            );
-            let (c, d) = (
-                _mm512_permutex2var_epi64(z01, odd, z23),
-                _mm512_permutex2var_epi64(z45, odd, z67),
-            );
-            let lo = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
-            let hi = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
-            let flip = _mm512_set1_epi8(-128);
-            return [
-                _mm512_xor_si512(_mm512_permutex2var_epi64(a, lo, b), flip),
-                _mm512_xor_si512(_mm512_permutex2var_epi64(a, hi, b), flip),
-                _mm512_xor_si512(_mm512_permutex2var_epi64(c, lo, d), flip),
-                _mm512_xor_si512(_mm512_permutex2var_epi64(c, hi, d), flip),
-            ];
-        }
-        let x = |k: usize| {
-            if k < n {
-                load128(blocks, k * bb + nibbles_at::<T>())
-            } else {
-                _mm_setzero_si128()
-            }
-        };
-        let four = |k: usize| {
-            let v = _mm512_castsi128_si512(x(k));
-            let v = _mm512_inserti32x4::<1>(v, x(k + 1));
-            let v = _mm512_inserti32x4::<2>(v, x(k + 2));
-            _mm512_inserti32x4::<3>(v, x(k + 3))
-        };
-        let (z0, z1) = (four(0), four(4));
-        // the first and second 8 bytes of qs of blocks 0..8
-        let q0 = _mm512_permutex2var_epi64(z0, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), z1);
-        let q1 = _mm512_permutex2var_epi64(z0, _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15), z1);
-        let low = _mm512_set1_epi8(15);
-        let mut out = [
-            _mm512_and_si512(q0, low),
-            _mm512_and_si512(q1, low),
-            _mm512_and_si512(_mm512_srli_epi16::<4>(q0), low),
-            _mm512_and_si512(_mm512_srli_epi16::<4>(q1), low),
-        ];
-        if T == Q5_0 {
-            let high = q5_high_bits::<T>(blocks, n);
-            let masks: [u64; 4] = [
-                _mm256_extract_epi64::<0>(high) as u64,
-                _mm256_extract_epi64::<1>(high) as u64,
-                _mm256_extract_epi64::<2>(high) as u64,
-                _mm256_extract_epi64::<3>(high) as u64,
-            ];
-            for (slab, mask) in out.iter_mut().zip(masks) {
-                *slab = _mm512_or_si512(*slab, _mm512_maskz_set1_epi8(mask, 16));
-            }
-        }
-        out
-    }
-
-    /// Dot products of one weight row with tokens `t0 .. t0 + G`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    fn row_dot<const T: u8, const G: usize>(row: &[u8], acts: &Q8Blocks32, t0: usize) -> [f32; G] {
-        let bb = block_bytes::<T>();
-        let nb = acts.blocks;
-        let mut acc = [_mm256_setzero_ps(); G];
-        let mut b0 = 0;
-        while b0 < nb {
-            let n = LANES.min(nb - b0);
-            let blocks = &row[b0 * bb..(b0 + n) * bb];
-            let w = slabs::<T>(blocks, n);
-            let (dw, m) = scales::<T>(blocks, n);
-            for (g, acc) in acc.iter_mut().enumerate() {
-                let i = acts.index(t0 + g, b0);
-                let a = &acts.quants[i * Q32_BLOCK..(i + LANES) * Q32_BLOCK];
-                let mut isum = if n <= LANES / 2 {
-                    // a tail of at most four blocks: the low halves of the slabs suffice
-                    let zero = _mm256_setzero_si256();
-                    let half = |s: usize| _mm512_castsi512_si256(w[s]);
-                    let mut y = zero;
-                    for s in 0..4 {
-                        y = _mm256_dpbusd_epi32(y, half(s), load256(a, 64 * s));
-                    }
-                    let four =
-                        _mm256_cvtepi64_epi32(_mm256_add_epi32(y, _mm256_srli_epi64::<32>(y)));
-                    _mm256_zextsi128_si256(four)
-                } else {
-                    let zero = _mm512_setzero_si512();
-                    let p01 = _mm512_dpbusd_epi32(
-                        _mm512_dpbusd_epi32(zero, w[0], load512(a, 0)),
-                        w[1],
-                        load512(a, 64),
-                    );
-                    let p23 = _mm512_dpbusd_epi32(
-                        _mm512_dpbusd_epi32(zero, w[2], load512(a, 128)),
-                        w[3],
-                        load512(a, 192),
-                    );
-                    // 64-bit lane k holds block k's two partial sums
-                    let y = _mm512_add_epi32(p01, p23);
-                    _mm512_cvtepi64_epi32(_mm512_add_epi32(y, _mm512_srli_epi64::<32>(y)))
-                };
-                isum = match T {
-                    Q8_0 => minus_offset::<7>(isum, acts, i),
-                    Q4_0 => minus_offset::<3>(isum, acts, i),
-                    Q5_0 => minus_offset::<4>(isum, acts, i),
-                    _ => isum,
-                };
-                *acc = accumulate::<T>(*acc, isum, dw, m, acts, i);
-            }
-            b0 += LANES;
-        }
-        acc.map(|a| fold(a))
+        acc
     }
 }

@@ -15,13 +15,15 @@
 //!   bit-identical results.
 //! - [`quant_matmul_q32`] ([`int8_q32`]): the same idea for the 32-element types Q8_0, Q4_0,
 //!   Q4_1 and Q5_0 ([`q32_supported`]), activations quantised per 32-block ([`Q8Blocks32`]),
-//!   any width multiple of 32.
+//!   any width multiple of 32; on AVX-512 over the same 16-row tiles
+//!   ([`quant_matmul_q32_packed`], [`int8_packed_q32`]).
 
 pub mod cuda;
 pub mod dequant;
 pub mod float16;
 pub mod int8;
 pub mod int8_packed;
+pub mod int8_packed_q32;
 pub mod int8_q32;
 pub mod matmul;
 pub mod synthetic;
@@ -29,6 +31,8 @@ pub mod types;
 
 #[cfg(test)]
 mod dequant_tests;
+#[cfg(test)]
+mod int8_packed_q32_tests;
 #[cfg(test)]
 mod int8_packed_tests;
 #[cfg(test)]
@@ -44,6 +48,7 @@ pub use dequant::{dequantize_row, dequantize_row_to_vec};
 pub use float16::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int8::{int8_supported, quant_matmul_int8, quant_matmul_int8_with, Q8Activations};
 pub use int8_packed::{quant_matmul_int8_packed, quant_matmul_int8_packed_with, Int8PackedMatrix};
+pub use int8_packed_q32::{quant_matmul_q32_packed, quant_matmul_q32_packed_with};
 pub use int8_q32::{q32_supported, quant_matmul_q32, quant_matmul_q32_with, Q8Blocks32};
 pub use matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
 pub use synthetic::synthetic_weights;

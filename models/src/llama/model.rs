@@ -10,7 +10,7 @@ use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles}
 use specdec_kernels::quant::int8::Q8_BLOCK;
 use specdec_kernels::quant::{
     int8_supported, q32_supported, quant_matmul_int8, quant_matmul_int8_packed, quant_matmul_q32,
-    Q8Activations, Q8Blocks32, SimdLevel,
+    quant_matmul_q32_packed, Q8Activations, Q8Blocks32, SimdLevel,
 };
 use specdec_kernels::TreeTopology;
 
@@ -38,16 +38,16 @@ pub enum MatmulPath {
     /// [`quant_matmul_int8`] (256-element blocks, [`Q8Activations`]); Q8_0, Q4_0, Q4_1 and Q5_0
     /// matrices ([`q32_supported`], the LM head / tied embedding included) use
     /// [`quant_matmul_q32`] (32-element blocks, [`Q8Blocks32`]); every other matrix takes the
-    /// [`MatmulPath::Exact`] product. On AVX-512 the Q4_K / Q6_K matrices are read from a copy
-    /// repacked sixteen rows at a time ([`MatmulPath::prepare`], same results). Logits then
+    /// [`MatmulPath::Exact`] product. On AVX-512 both families are read from a copy repacked
+    /// sixteen rows at a time ([`MatmulPath::prepare`], same results). Logits then
     /// differ from the f32 reference by activation-quantisation noise (as llama.cpp's do).
     #[default]
     Int8,
 }
 
 impl MatmulPath {
-    /// Readies `weights` for this path: on [`MatmulPath::Int8`] with AVX-512, the Q4_K / Q6_K
-    /// matrices get the copy the AVX-512 kernels read ([`ModelWeights::pack_for_int8`], the
+    /// Readies `weights` for this path: on [`MatmulPath::Int8`] with AVX-512, the matrices of
+    /// both 8-bit families get the copy the AVX-512 kernels read ([`ModelWeights::pack_for_int8`], the
     /// same results faster); otherwise nothing changes.
     ///
     /// # Errors
@@ -135,7 +135,10 @@ impl<'a> ProductInput<'a> {
                 Some(acts) => acts,
                 slot => slot.insert(Q8Blocks32::quantize(self.x, self.n, w.cols())?),
             };
-            return Ok(quant_matmul_q32(&w.view(), acts, out)?);
+            return Ok(match w.int8_packed() {
+                Some(packed) => quant_matmul_q32_packed(packed, acts, out),
+                None => quant_matmul_q32(&w.view(), acts, out),
+            }?);
         }
         w.matmul(self.x, self.n, out)
     }

@@ -171,18 +171,21 @@ impl WeightMatrix {
     }
 
     /// Makes the copy repacked sixteen rows at a time for the AVX-512 8-bit kernels
-    /// ([`Int8PackedMatrix`]) when this is a Q4_K / Q6_K matrix whose width is a multiple of
-    /// 256 (else does nothing), and releases the file pages it was read from: the 8-bit products
-    /// then read only the copy, and the exact path maps the file bytes in again when it needs
-    /// them. Returns whether a copy was made.
+    /// ([`Int8PackedMatrix`]) when the 8-bit path takes this matrix (a Q4_K / Q6_K matrix whose
+    /// width is a multiple of 256, or a Q8_0 / Q4_0 / Q4_1 / Q5_0 one; else does nothing), and
+    /// releases the file pages it was read from: the 8-bit products then read only the copy, and
+    /// the exact path maps the file bytes in again when it needs them. Returns whether a copy
+    /// was made.
     ///
     /// # Errors
     /// Kernel errors from packing (none for a matrix that passed construction).
     pub fn pack_for_int8(&mut self) -> Result<bool> {
-        if self.int8_packed.is_some()
-            || !int8_supported(self.ty)
-            || !self.cols.is_multiple_of(Q8_BLOCK)
-        {
+        let takes = if int8_supported(self.ty) {
+            self.cols.is_multiple_of(Q8_BLOCK)
+        } else {
+            Int8PackedMatrix::packable(self.ty)
+        };
+        if self.int8_packed.is_some() || !takes {
             return Ok(self.int8_packed.is_some());
         }
         self.int8_packed = Some(Arc::new(Int8PackedMatrix::pack(&self.view())?));
@@ -361,7 +364,14 @@ mod tests {
         let x: Vec<f32> = (0..3 * 512)
             .map(|i| ((i % 37) as f32 - 18.0) / 9.0)
             .collect();
-        for ty in [QuantType::Q4_K, QuantType::Q6_K] {
+        for ty in [
+            QuantType::Q4_K,
+            QuantType::Q6_K,
+            QuantType::Q8_0,
+            QuantType::Q5_0,
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+        ] {
             let raw = matrix(ty, 21, 512);
             let mut packed = raw.clone();
             assert!(packed.pack_for_int8().unwrap(), "{ty} is packed");
@@ -380,11 +390,8 @@ mod tests {
             packed.product_on(MatmulPath::Exact, &x, 3, &mut b).unwrap();
             assert_eq!(bits(&a), bits(&b), "{ty}: exact path unchanged");
         }
-        let mut q8 = matrix(QuantType::Q8_0, 4, 512);
-        assert!(
-            !q8.pack_for_int8().unwrap(),
-            "Q8_0 has its own 32-block path"
-        );
-        assert!(q8.int8_packed().is_none());
+        let mut f16 = matrix(QuantType::F16, 4, 512);
+        assert!(!f16.pack_for_int8().unwrap(), "F16 has no 8-bit path");
+        assert!(f16.int8_packed().is_none());
     }
 }

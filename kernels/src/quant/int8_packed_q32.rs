@@ -1,0 +1,375 @@
+//! The 32-element weight types (Q8_0, Q4_0, Q4_1, Q5_0) repacked sixteen rows at a time for the
+//! AVX-512 8-bit product with 32-block activations ([`Q8Blocks32`]): the same idea as the
+//! k-quant tiles of [`super::int8_packed`] (read its docs first), for the types the small
+//! models and the fallbacks of k-quant files use (in the Qwen2.5-Coder-0.5B Q4_K_M file, every
+//! matrix of width 896 is Q5_0 or Q8_0, the LM head included: 80% of the bytes a token reads).
+//!
+//! **Exactly the same numbers.** A block's `isum` is exact whatever the grouping, and the float
+//! step is the per-output `fma` sequence of [`super::int8_q32`], so
+//! [`quant_matmul_q32_packed`] is bit-identical to [`super::quant_matmul_q32`] on every level
+//! (tested).
+//!
+//! **Layout.** A tile is [`TILE_ROWS`] rows (the last tile padded with zero rows); its
+//! *tile-blocks* follow one another, each 16 rows × [`Q32_TILE_BLOCKS`] consecutive blocks
+//! (64 elements; when a row has an odd number of blocks, the last tile-block's second half is
+//! zero and never read), so that every tile-block is a whole number of 64-byte lines. Inside a
+//! tile-block, with `e` the block (0, 1), `r` the row and `H` the header size:
+//! - header: `d(r)` of block `e` (f16) at `32e + 2r`; for Q4_1 also `m(r)` at `64 + 32e + 2r`
+//!   (`H` = 128 for Q4_1, 64 otherwise);
+//! - the quants of block `e` at `H + e·Q`, stored unsigned (`u = qw + 128` for Q8_0, `+ 8` for
+//!   Q4_0, `+ 16` for Q5_0, the nibble itself for Q4_1), byte `4r + i` of a register holding
+//!   row `r`'s quants for four consecutive elements:
+//!   - Q8_0 (`Q` = 512): register `j` (`0..8`) at `+ 64j`, byte `4r + i` = `u(r, 4j + i)`;
+//!   - Q4_0, Q4_1 (`Q` = 256) and Q5_0 (`Q` = 320): register `p` (`0..4`) at `+ 64p`, byte
+//!     `4r + i` = `u(r, 8p + i) & 15 | (u(r, 8p + 4 + i) & 15) << 4`; Q5_0 then one register of
+//!     fifth bits at `+ 256`, byte `4r + i` = `Σ_j (u(r, 4j + i) >> 4) << j`.
+//!
+//! Sizes equal the GGUF data's (16 × 34 bytes per Q8_0 block = 32 + 512, and so on), plus the
+//! padding of a last odd block and of a last partial tile.
+//!
+//! **Kernel.** Per block and token, eight `vpdpbusd` (four weights of each of sixteen rows
+//! against a broadcast word of the token's quants) start from `−offset · asum`, which turns the
+//! unsigned weights back into the signed ones; one `fma` (two for Q4_1) folds the block into
+//! sixteen accumulators. Q5_0's fifth bits join their nibbles with one shift and one ternary
+//! logic operation per group.
+
+use super::dequant::le_f16;
+use super::int8_packed::{Int8PackedMatrix, TILE_ROWS};
+use super::int8_q32::{
+    accumulate_block, block_bytes, decode_block, Format, Q8Blocks32, Q32_BLOCK, Q4_0, Q4_1, Q5_0,
+    Q8_0,
+};
+use super::matmul::{check_len, for_token_groups, par_over_rows, SimdLevel};
+use crate::error::{KernelError, Result};
+
+/// Blocks of 32 elements per tile-block.
+pub const Q32_TILE_BLOCKS: usize = 2;
+
+/// `(header bytes, quant bytes per block)` of a tile-block of format `t` (module docs).
+pub(super) const fn layout(t: u8) -> (usize, usize) {
+    match t {
+        Q8_0 => (64, 512),
+        Q4_0 => (64, 256),
+        Q4_1 => (128, 256),
+        _ => (64, 320),
+    }
+}
+
+/// Bytes of one tile-block of format `t`.
+pub(super) const fn tile_block_bytes(t: u8) -> usize {
+    let (header, quants) = layout(t);
+    header + Q32_TILE_BLOCKS * quants
+}
+
+/// What the stored unsigned quant adds to the signed one of format `t` (module docs).
+const fn offset(t: u8) -> i32 {
+    match t {
+        Q8_0 => 128,
+        Q4_0 => 8,
+        Q5_0 => 16,
+        _ => 0,
+    }
+}
+
+/// The signed quants, scale and min of one GGUF block of format `fmt`.
+fn decode(fmt: Format, block: &[u8]) -> ([i8; Q32_BLOCK], f32, f32) {
+    match fmt {
+        Format::Q8_0 => decode_block::<Q8_0>(block),
+        Format::Q4_0 => decode_block::<Q4_0>(block),
+        Format::Q4_1 => decode_block::<Q4_1>(block),
+        Format::Q5_0 => decode_block::<Q5_0>(block),
+    }
+}
+
+/// Writes row `r` of tile-block `pair` (blocks `2·pair`, `2·pair + 1` of `row`, the raw GGUF
+/// row of format `fmt`) into `dst`.
+pub(super) fn pack_q32_row(fmt: Format, row: &[u8], pair: usize, r: usize, dst: &mut [u8]) {
+    let t = fmt as u8;
+    let (header, quant_bytes) = layout(t);
+    let bb = match fmt {
+        Format::Q8_0 => block_bytes::<Q8_0>(),
+        Format::Q4_0 => block_bytes::<Q4_0>(),
+        Format::Q4_1 => block_bytes::<Q4_1>(),
+        Format::Q5_0 => block_bytes::<Q5_0>(),
+    };
+    let blocks = row.len() / bb;
+    for e in 0..Q32_TILE_BLOCKS {
+        let b = Q32_TILE_BLOCKS * pair + e;
+        if b >= blocks {
+            break;
+        }
+        let block = &row[b * bb..(b + 1) * bb];
+        let (qw, _, _) = decode(fmt, block);
+        let u: [u8; Q32_BLOCK] = std::array::from_fn(|k| (i32::from(qw[k]) + offset(t)) as u8);
+        let q = &mut dst[header + e * quant_bytes..header + (e + 1) * quant_bytes];
+        if fmt == Format::Q8_0 {
+            for (k, &v) in u.iter().enumerate() {
+                q[64 * (k / 4) + 4 * r + k % 4] = v;
+            }
+        } else {
+            for p in 0..4 {
+                for i in 0..4 {
+                    q[64 * p + 4 * r + i] = (u[8 * p + i] & 15) | ((u[8 * p + 4 + i] & 15) << 4);
+                }
+            }
+            if fmt == Format::Q5_0 {
+                for i in 0..4 {
+                    q[256 + 4 * r + i] =
+                        (0..8).fold(0, |bits, j| bits | ((u[4 * j + i] >> 4) << j));
+                }
+            }
+        }
+        dst[32 * e + 2 * r..32 * e + 2 * r + 2].copy_from_slice(&block[0..2]);
+        if fmt == Format::Q4_1 {
+            dst[64 + 32 * e + 2 * r..64 + 32 * e + 2 * r + 2].copy_from_slice(&block[2..4]);
+        }
+    }
+}
+
+/// Row `r` of block `e` of a packed tile-block of format `T`: its signed quants, scale and min
+/// (the inverse of [`pack_q32_row`]).
+fn unpack_q32_row<const T: u8>(tb: &[u8], e: usize, r: usize) -> ([i8; Q32_BLOCK], f32, f32) {
+    let (header, quant_bytes) = layout(T);
+    let q = &tb[header + e * quant_bytes..header + (e + 1) * quant_bytes];
+    let qw = std::array::from_fn(|k| {
+        let u = if T == Q8_0 {
+            q[64 * (k / 4) + 4 * r + k % 4]
+        } else {
+            let (p, half, i) = (k / 8, (k % 8) / 4, k % 4);
+            let nibble = (q[64 * p + 4 * r + i] >> (4 * half)) & 15;
+            if T == Q5_0 {
+                nibble | (((q[256 + 4 * r + i] >> (k / 4)) & 1) << 4)
+            } else {
+                nibble
+            }
+        };
+        (i32::from(u) - offset(T)) as i8
+    });
+    let m = if T == Q4_1 {
+        le_f16(tb, 64 + 32 * e + 2 * r)
+    } else {
+        0.0
+    };
+    (qw, le_f16(tb, 32 * e + 2 * r), m)
+}
+
+/// `out = x · Wᵀ` over the packed layout of a 32-element type, on the CPU's best
+/// [`SimdLevel`]: `acts` holds `[n_tokens × w.cols()]`, `out` is `[n_tokens × w.rows()]`.
+/// Bit-identical to [`super::quant_matmul_q32`] on the matrix `w` was packed from.
+///
+/// # Errors
+/// [`KernelError::UnsupportedQuantType`] when `w` holds a k-quant (use
+/// [`super::quant_matmul_int8_packed`]); [`KernelError::ShapeMismatch`] when
+/// `acts.cols() != w.cols()` or `out` has the wrong length.
+pub fn quant_matmul_q32_packed(
+    w: &Int8PackedMatrix,
+    acts: &Q8Blocks32,
+    out: &mut [f32],
+) -> Result<()> {
+    quant_matmul_q32_packed_with(w, acts, out, SimdLevel::detect())
+}
+
+/// [`quant_matmul_q32_packed`] with an explicit [`SimdLevel`]: AVX-512 (F, BW, VL, VNNI) runs
+/// the tile kernel; every other level runs the portable reference over the packed bytes.
+///
+/// # Errors
+/// As [`quant_matmul_q32_packed`], and [`KernelError::InvalidParameter`] when `level` is not
+/// available on this CPU.
+pub fn quant_matmul_q32_packed_with(
+    w: &Int8PackedMatrix,
+    acts: &Q8Blocks32,
+    out: &mut [f32],
+    level: SimdLevel,
+) -> Result<()> {
+    let ty = w.quant_type();
+    let Some(fmt) = Format::of(ty) else {
+        return Err(KernelError::UnsupportedQuantType {
+            id: ty.ggml_id(),
+            name: ty.name(),
+        });
+    };
+    check_len("activation columns", w.cols(), acts.cols())?;
+    check_len(
+        "output [n_tokens x rows]",
+        acts.n_tokens() * w.rows(),
+        out.len(),
+    )?;
+    level.ensure_available()?;
+    let n = acts.n_tokens();
+    if n == 0 || w.rows() == 0 {
+        return Ok(());
+    }
+    par_over_rows(w.rows(), n, out, |first_row, chunk| {
+        let tile = w.tile(first_row / TILE_ROWS);
+        for_token_groups!(n, [1, 2, 3, 4], t, G => {
+            let sums = match fmt {
+                Format::Q8_0 => tile_sums::<Q8_0, G>(level, tile, acts, t),
+                Format::Q4_0 => tile_sums::<Q4_0, G>(level, tile, acts, t),
+                Format::Q4_1 => tile_sums::<Q4_1, G>(level, tile, acts, t),
+                Format::Q5_0 => tile_sums::<Q5_0, G>(level, tile, acts, t),
+            };
+            for (r, out_row) in chunk.chunks_exact_mut(n).enumerate() {
+                for g in 0..G {
+                    out_row[t + g] = sums[g][r];
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+/// The sixteen outputs of one tile against tokens `t0 .. t0 + G` on `level`.
+#[inline(always)]
+fn tile_sums<const T: u8, const G: usize>(
+    level: SimdLevel,
+    tile: &[u8],
+    acts: &Q8Blocks32,
+    t0: usize,
+) -> [[f32; TILE_ROWS]; G] {
+    match level {
+        // SAFETY: the caller checked `level.ensure_available()`; the tile holds
+        // `ceil(blocks / 2)` tile-blocks of format `T` and `t0 + G ≤ n_tokens` (shapes checked).
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => unsafe { avx512::tile::<T, G>(tile, acts, t0) },
+        _ => portable_tile::<T, G>(tile, acts, t0),
+    }
+}
+
+/// The portable reference over the packed layout: each row of the tile, block by block, through
+/// the definition of [`super::int8_q32`].
+fn portable_tile<const T: u8, const G: usize>(
+    tile: &[u8],
+    acts: &Q8Blocks32,
+    t0: usize,
+) -> [[f32; TILE_ROWS]; G] {
+    let tb_bytes = tile_block_bytes(T);
+    let mut acc = [[0.0f32; TILE_ROWS]; G];
+    for b in 0..acts.blocks {
+        let pair = b / Q32_TILE_BLOCKS;
+        let tb = &tile[pair * tb_bytes..(pair + 1) * tb_bytes];
+        for r in 0..TILE_ROWS {
+            let (qw, dw, m) = unpack_q32_row::<T>(tb, b % Q32_TILE_BLOCKS, r);
+            for (g, acc) in acc.iter_mut().enumerate() {
+                acc[r] = accumulate_block::<T>(acc[r], &qw, dw, m, acts, acts.index(t0 + g, b));
+            }
+        }
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! The tile kernel. Launch-size reasoning (per block of 16 rows, `G` tokens): Q5_0 reads
+    //! 352 bytes and issues `8·G` `vpdpbusd` + ~20 decode operations, Q8_0 544 bytes and
+    //! `8·G` `vpdpbusd`; the float step is one `vmulps` + one `vfmadd` per token. At `G = 1`
+    //! that is far less than the time to stream the bytes from DRAM on one core here, so the
+    //! product is bound by memory.
+
+    use super::super::int8_packed::avx512::{
+        broadcast_word, load, load_f16x16, prefetch_ahead, store,
+    };
+    use super::super::int8_q32::slab_offset;
+    use super::{layout, offset, tile_block_bytes, Q8Blocks32, Q32_TILE_BLOCKS, TILE_ROWS};
+    use super::{Q4_1, Q5_0, Q8_0};
+    use std::arch::x86_64::*;
+
+    /// The sixteen outputs of one tile of format `T` against tokens `t0 .. t0 + G`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F, BW, VL and VNNI; `tile` holds `ceil(blocks / 2)`
+    /// tile-blocks of format `T` (`blocks = acts.blocks`) and `t0 + G ≤ acts.n_tokens()`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile<const T: u8, const G: usize>(
+        tile: &[u8],
+        acts: &Q8Blocks32,
+        t0: usize,
+    ) -> [[f32; TILE_ROWS]; G] {
+        let (header, quant_bytes) = layout(T);
+        let tb_bytes = tile_block_bytes(T);
+        let m4 = _mm512_set1_epi8(15);
+        let m10 = _mm512_set1_epi8(0x10);
+        let shift = (offset(T) as u32).trailing_zeros();
+        let mut acc = [_mm512_setzero_ps(); G];
+        for b in 0..acts.blocks {
+            let e = b % Q32_TILE_BLOCKS;
+            // SAFETY: tile-block `b / 2` lies inside the tile (caller).
+            let tb = unsafe { tile.as_ptr().add(b / Q32_TILE_BLOCKS * tb_bytes) };
+            if e == 0 {
+                // four tile-blocks ahead: 2.3 to 4.4 KB, about one Q4_K tile-block and a half
+                prefetch_ahead::<G>(tb.wrapping_add(4 * tb_bytes), tb_bytes);
+            }
+            // SAFETY: block `e`'s quants span `header + e·Q .. header + (e + 1)·Q` of the
+            // tile-block.
+            let q = unsafe { tb.add(header + e * quant_bytes) };
+            let w: [__m512i; 8] = if T == Q8_0 {
+                // SAFETY: eight registers of 64 bytes in the block's 512 quant bytes.
+                std::array::from_fn(|j| unsafe { load(q.add(64 * j)) })
+            } else {
+                // SAFETY: four registers of 64 bytes in the block's 256 nibble bytes.
+                let nibbles: [__m512i; 4] = std::array::from_fn(|p| unsafe { load(q.add(64 * p)) });
+                let mut w: [__m512i; 8] = std::array::from_fn(|j| {
+                    let v = nibbles[j / 2];
+                    if j % 2 == 0 {
+                        _mm512_and_si512(v, m4)
+                    } else {
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4)
+                    }
+                });
+                if T == Q5_0 {
+                    // SAFETY: the fifth bits' register at `+ 256` of the block's 320 bytes.
+                    let h = unsafe { load(q.add(256)) };
+                    // bit j of each byte moved to bit 4 (no bit crosses a byte under the mask)
+                    let fifth = [
+                        _mm512_slli_epi16::<4>(h),
+                        _mm512_slli_epi16::<3>(h),
+                        _mm512_slli_epi16::<2>(h),
+                        _mm512_slli_epi16::<1>(h),
+                        h,
+                        _mm512_srli_epi16::<1>(h),
+                        _mm512_srli_epi16::<2>(h),
+                        _mm512_srli_epi16::<3>(h),
+                    ];
+                    for (w, bit) in w.iter_mut().zip(fifth) {
+                        // w | (bit & 0x10)
+                        *w = _mm512_ternarylogic_epi32::<0xF8>(*w, bit, m10);
+                    }
+                }
+                w
+            };
+            // SAFETY: 32 bytes of scales (and of mins) in the header.
+            let d = unsafe { load_f16x16(tb.add(32 * e)) };
+            let m = if T == Q4_1 {
+                // SAFETY: as above.
+                unsafe { load_f16x16(tb.add(64 + 32 * e)) }
+            } else {
+                _mm512_setzero_ps()
+            };
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let i = acts.index(t0 + g, b);
+                let start = if T == Q4_1 {
+                    0
+                } else {
+                    -(acts.sums[i] << shift)
+                };
+                // SAFETY: the token's stored block `i` spans the 8-byte words of four slabs
+                // from `slab_offset(i, 0)` (the layout of `Q8Blocks32`).
+                let a = unsafe { acts.quants.as_ptr().add(slab_offset(i, 0)) };
+                let mut dots = [_mm512_set1_epi32(start), _mm512_setzero_si512()];
+                for (j, &wj) in w.iter().enumerate() {
+                    // one token: two chains (latency); more: the tokens interleave
+                    let chain = if G == 1 { j % 2 } else { 0 };
+                    // SAFETY: elements `4j .. 4j + 4` of the block, inside its slabs.
+                    let word = unsafe { broadcast_word(a.add(64 * (j / 2) + 4 * (j % 2))) };
+                    dots[chain] = _mm512_dpbusd_epi32(dots[chain], wj, word);
+                }
+                let isum = _mm512_add_epi32(dots[0], dots[1]);
+                let da = _mm512_set1_ps(acts.scales[i]);
+                *acc = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum), *acc);
+                if T == Q4_1 {
+                    *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(acts.scaled_sums[i]), *acc);
+                }
+            }
+        }
+        store(acc)
+    }
+}
