@@ -1,6 +1,6 @@
 //! [`CostModelPolicy`]: pick the budget that maximises expected tokens per unit of cost.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{ensure_param, Result};
 use crate::policy::{
@@ -50,9 +50,12 @@ pub enum TreeSearch {
 /// - **start plain**: until a plain step has been timed there is no cost model, so the first
 ///   step is plain decoding (it measures the plain step; the prompt prefill gives the chord that
 ///   bounds the verify cost of unmeasured sizes from below);
-/// - **explore only when it can pay**: before any draft was verified, α̂ is taken as
-///   `explore_alpha` (default 0.8, the acceptance of a well-matched drafter); otherwise the
-///   smoothed per-position α̂ (censored positions handled by [`AcceptanceStats`]);
+/// - **explore only when it can pay**: before any draft of this sequence was verified, α̂ is
+///   taken as the pooled acceptance the method's earlier sequences measured (shared by every
+///   fork of one policy: a workload whose drafts are rarely accepted stops paying a first
+///   exploration per request), or `explore_alpha` (default 0.8, the acceptance of a
+///   well-matched drafter) for the first sequence; otherwise the smoothed per-position α̂
+///   (censored positions handled by [`AcceptanceStats`]);
 /// - **price the switch**: a model drafter that sat out plain steps must catch up on the tokens
 ///   it missed (the whole prompt before its first draft). Speculation is started only when the
 ///   predicted saving over the tokens left (`(1 − 1/rate)` plain steps per token, over the
@@ -78,6 +81,24 @@ pub struct CostModelPolicy {
     plan: Option<(Budget, f64)>,
     since_plan: usize,
     live: Option<Live>,
+    /// The latest pooled acceptance α̂ measured by any fork of this policy (after
+    /// [`LEARNED_MIN_TRIES`] draft-position tries), shared by all forks.
+    learned_alpha: Arc<Mutex<Option<f64>>>,
+}
+
+/// Draft-position tries a sequence must have made before its pooled α̂ becomes the starting
+/// point of later sequences.
+pub const LEARNED_MIN_TRIES: f64 = 3.0;
+
+/// The acceptances a plan is made under.
+#[derive(Debug, Clone, Copy)]
+enum Alphas {
+    /// The sequence's smoothed estimates.
+    Measured,
+    /// The estimates, each raised to at least this value (optimism).
+    AtLeast(f64),
+    /// This value at every position (what earlier sequences measured).
+    Assumed(f64),
 }
 
 /// The measured mode's state (see [`CostModelPolicy`]).
@@ -120,6 +141,7 @@ impl CostModelPolicy {
             plan: None,
             since_plan: 0,
             live: None,
+            learned_alpha: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -238,15 +260,16 @@ impl CostModelPolicy {
     /// The optimum under the current estimates, with its predicted rate (tokens per plain-step
     /// cost), before the min-gain rule and probing.
     pub fn optimum(&self) -> (Budget, f64) {
-        self.optimum_at(None)
+        self.optimum_at(Alphas::Measured)
     }
 
-    /// [`CostModelPolicy::optimum`], with every acceptance raised to at least `floor` if given.
-    fn optimum_at(&self, floor: Option<f64>) -> (Budget, f64) {
-        let raise = |alphas: Vec<f64>| -> Vec<f64> {
-            match floor {
-                Some(f) => alphas.into_iter().map(|a| a.max(f)).collect(),
-                None => alphas,
+    /// [`CostModelPolicy::optimum`] under the acceptances `alphas` says.
+    fn optimum_at(&self, alphas: Alphas) -> (Budget, f64) {
+        let raise = |measured: Vec<f64>| -> Vec<f64> {
+            match alphas {
+                Alphas::Measured => measured,
+                Alphas::AtLeast(f) => measured.into_iter().map(|a| a.max(f)).collect(),
+                Alphas::Assumed(f) => vec![f; measured.len()],
             }
         };
         match self.search {
@@ -290,6 +313,10 @@ impl CostModelPolicy {
             return Budget::Plain;
         };
         let explore = live.explore_alpha;
+        let learned = *self
+            .learned_alpha
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let switch = live.costs.switch_cost();
         let left = live
             .costs
@@ -299,7 +326,12 @@ impl CostModelPolicy {
         let untried = self.stats.speculative_passes() == 0;
         self.costs = model;
         if self.plan.is_none() || self.since_plan >= self.replan_every || untried {
-            self.plan = Some(self.optimum_at(untried.then_some(explore)));
+            // untried: what earlier sequences measured, else the optimistic exploration value
+            self.plan = Some(self.optimum_at(match (untried, learned) {
+                (false, _) => Alphas::Measured,
+                (true, Some(alpha)) => Alphas::Assumed(alpha),
+                (true, None) => Alphas::AtLeast(explore),
+            }));
             self.since_plan = 0;
         }
         let (budget, rate) = self.plan.clone().expect("planned above");
@@ -317,7 +349,7 @@ impl CostModelPolicy {
             return Budget::Plain;
         }
         self.prober.back_off();
-        let (_, optimistic) = self.optimum_at(Some(explore));
+        let (_, optimistic) = self.optimum_at(Alphas::AtLeast(explore));
         if !pays(optimistic) {
             return Budget::Plain;
         }
@@ -376,6 +408,16 @@ impl SpeculationPolicy for CostModelPolicy {
             return;
         }
         self.observe(outcome);
+        if outcome.proposed > 0 {
+            let (_, tries) = self.stats.pooled();
+            if let (Some(alpha), true) = (self.stats.pooled_alpha_raw(), tries >= LEARNED_MIN_TRIES)
+            {
+                *self
+                    .learned_alpha
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(alpha);
+            }
+        }
         if let Some(live) = self.live.as_mut() {
             live.costs.record(outcome, timing);
             live.generated += outcome.accepted + 1;
@@ -731,5 +773,29 @@ mod tests {
         // Forks start over (plain first), with the same configuration.
         let mut forked = long.fork();
         assert_eq!(forked.next_budget(), Budget::Plain);
+    }
+
+    #[test]
+    fn later_sequences_start_from_the_acceptance_earlier_ones_measured() {
+        // Draft 0.1, CPU-like verify, no catch-up: exploring pays at the optimistic α = 0.8,
+        // not at the α = 0.1 this workload has.
+        let template = chain_policy(4, 0.1);
+        let mut first = template.clone();
+        let budgets = Sim::new(0.1, 0.0, 0.1, cpu_verify).run(&mut first, 200, 10_000);
+        assert!(!budgets[1].is_plain(), "the first sequence explores");
+        let mut second = template.clone();
+        let budgets = Sim::new(0.1, 0.0, 0.1, cpu_verify).run(&mut second, 12, 10_000);
+        assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
+        // Where earlier sequences found a high acceptance, a new one speculates at once.
+        let template = chain_policy(4, 0.1);
+        let mut first = template.clone();
+        Sim::new(0.1, 0.0, 0.95, cpu_verify).run(&mut first, 40, 10_000);
+        let mut second = template.clone();
+        let budgets = Sim::new(0.1, 0.0, 0.95, cpu_verify).run(&mut second, 3, 10_000);
+        assert!(!budgets[1].is_plain(), "{budgets:?}");
+        // An unrelated policy learned nothing.
+        let mut fresh = chain_policy(4, 0.1);
+        let budgets = Sim::new(0.1, 0.0, 0.1, cpu_verify).run(&mut fresh, 3, 10_000);
+        assert!(!budgets[1].is_plain(), "{budgets:?}");
     }
 }

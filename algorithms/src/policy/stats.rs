@@ -198,7 +198,7 @@ impl AcceptanceStats {
         (s + 1.0) / (t + 2.0)
     }
 
-    fn pooled(&self) -> (f64, f64) {
+    pub(crate) fn pooled(&self) -> (f64, f64) {
         self.positions
             .iter()
             .fold((0.0, 0.0), |(s, t), p| (s + p.successes, t + p.trials))
