@@ -40,7 +40,8 @@ use crate::error::Result;
 
 /// Elements per activation block (the block length of every supported weight type).
 pub const Q32_BLOCK: usize = 32;
-/// Float partial sums per output element (blocks go to lane `b % LANES`).
+/// Blocks per group: the activation layout stores eight blocks per four 64-byte slabs, and the
+/// SIMD kernels over the GGUF layout compute eight blocks' integer sums at a time.
 pub const LANES: usize = 8;
 
 /// Whether [`quant_matmul_q32`] accepts weights of this type (Q8_0, Q4_0, Q4_1, Q5_0).
