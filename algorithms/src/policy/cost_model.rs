@@ -54,7 +54,8 @@ pub enum TreeSearch {
 ///   taken as the pooled acceptance the method's earlier sequences measured (shared by every
 ///   fork of one policy: a workload whose drafts are rarely accepted stops paying a first
 ///   exploration per request), or `explore_alpha` (default 0.8, the acceptance of a
-///   well-matched drafter) for the first sequence; otherwise the smoothed per-position α̂
+///   well-matched drafter) for the first sequence and one fork in [`EXPLORE_EVERY_FORKS`]
+///   after it (so that a change of workload is noticed); otherwise the smoothed per-position α̂
 ///   (censored positions handled by [`AcceptanceStats`]);
 /// - **price the switch**: a model drafter that sat out plain steps must catch up on the tokens
 ///   it missed (the whole prompt before its first draft). Speculation is started only when the
@@ -64,7 +65,11 @@ pub enum TreeSearch {
 /// - **step aside, probe rarely**: when plain decoding wins, a probe (the cheapest speculative
 ///   budget: a chain of 1, or a 1-node tree) is taken after `probe_every` plain steps, the
 ///   interval doubling after each probe up to `probe_max` (default 256), and only if the probe
-///   could pay under the optimistic acceptance `max(α̂, explore_alpha)` including its catch-up.
+///   could pay, catch-up included, under the optimistic acceptance `max(α̂, explore_alpha)` —
+///   or, when earlier sequences measured an acceptance, `max(α̂, learned)` (just `learned`
+///   before this sequence drafted at all): a probe makes a model drafter catch up on every
+///   token since its last draft, which a workload with low acceptance never earns back. Such a
+///   sequence then decodes plainly throughout; the exploring forks re-measure.
 ///
 /// The policy is per drafter: it chooses K (or the tree) for the drafter it is built with; the
 /// choice among drafters is the caller's (measure each with its own policy).
@@ -81,14 +86,28 @@ pub struct CostModelPolicy {
     plan: Option<(Budget, f64)>,
     since_plan: usize,
     live: Option<Live>,
-    /// The latest pooled acceptance α̂ measured by any fork of this policy (after
-    /// [`LEARNED_MIN_TRIES`] draft-position tries), shared by all forks.
-    learned_alpha: Arc<Mutex<Option<f64>>>,
+    /// What the forks of this policy measured, shared by all of them.
+    learned: Arc<Mutex<Learned>>,
+    /// This sequence ignores [`Learned::alpha`] and explores as the first one did.
+    explorer: bool,
 }
 
 /// Draft-position tries a sequence must have made before its pooled α̂ becomes the starting
 /// point of later sequences.
 pub const LEARNED_MIN_TRIES: f64 = 3.0;
+
+/// One fork in this many (the first, the `1 + n`-th, ...) ignores the learned acceptance and
+/// explores optimistically, so that a workload whose drafts became easier is noticed.
+pub const EXPLORE_EVERY_FORKS: u64 = 8;
+
+/// The state the forks of one [`CostModelPolicy`] share.
+#[derive(Debug, Clone, Default)]
+struct Learned {
+    /// The latest pooled acceptance α̂ any fork measured (after [`LEARNED_MIN_TRIES`] tries).
+    alpha: Option<f64>,
+    /// Forks made so far.
+    forks: u64,
+}
 
 /// The acceptances a plan is made under.
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +160,8 @@ impl CostModelPolicy {
             plan: None,
             since_plan: 0,
             live: None,
-            learned_alpha: Arc::new(Mutex::new(None)),
+            learned: Arc::new(Mutex::new(Learned::default())),
+            explorer: true,
         })
     }
 
@@ -304,6 +324,13 @@ impl CostModelPolicy {
 }
 
 impl CostModelPolicy {
+    /// The state shared by the forks (a poisoned lock still holds valid numbers).
+    fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
+        self.learned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// The measured mode's decision (see the type docs).
     fn next_measured(&mut self) -> Budget {
         let live = self.live.as_ref().expect("measured mode");
@@ -313,10 +340,10 @@ impl CostModelPolicy {
             return Budget::Plain;
         };
         let explore = live.explore_alpha;
-        let learned = *self
-            .learned_alpha
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let learned = match self.explorer {
+            true => None,
+            false => self.learned().alpha,
+        };
         let switch = live.costs.switch_cost();
         let left = live
             .costs
@@ -349,7 +376,12 @@ impl CostModelPolicy {
             return Budget::Plain;
         }
         self.prober.back_off();
-        let (_, optimistic) = self.optimum_at(Alphas::AtLeast(explore));
+        // optimism bounded by what earlier sequences measured, when they did
+        let (_, optimistic) = self.optimum_at(match (learned, untried) {
+            (Some(alpha), true) => Alphas::Assumed(alpha),
+            (Some(alpha), false) => Alphas::AtLeast(alpha),
+            (None, _) => Alphas::AtLeast(explore),
+        });
         if !pays(optimistic) {
             return Budget::Plain;
         }
@@ -412,10 +444,7 @@ impl SpeculationPolicy for CostModelPolicy {
             let (_, tries) = self.stats.pooled();
             if let (Some(alpha), true) = (self.stats.pooled_alpha_raw(), tries >= LEARNED_MIN_TRIES)
             {
-                *self
-                    .learned_alpha
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(alpha);
+                self.learned().alpha = Some(alpha);
             }
         }
         if let Some(live) = self.live.as_mut() {
@@ -426,6 +455,12 @@ impl SpeculationPolicy for CostModelPolicy {
 
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         let mut fresh = self.clone();
+        let forks = {
+            let mut learned = self.learned();
+            learned.forks += 1;
+            learned.forks
+        };
+        fresh.explorer = (forks - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
         fresh.stats = self.fresh_stats.clone();
         fresh.prober.restart();
         fresh.predicted_rate = 1.0;
@@ -640,7 +675,7 @@ mod tests {
         /// Runs `steps` steps; returns the budgets chosen.
         fn run(
             &mut self,
-            policy: &mut CostModelPolicy,
+            policy: &mut dyn SpeculationPolicy,
             steps: usize,
             max_tokens: usize,
         ) -> Vec<Budget> {
@@ -779,23 +814,27 @@ mod tests {
     fn later_sequences_start_from_the_acceptance_earlier_ones_measured() {
         // Draft 0.1, CPU-like verify, no catch-up: exploring pays at the optimistic α = 0.8,
         // not at the α = 0.1 this workload has.
+        let sim = || Sim::new(0.1, 0.0, 0.1, cpu_verify);
         let template = chain_policy(4, 0.1);
-        let mut first = template.clone();
-        let budgets = Sim::new(0.1, 0.0, 0.1, cpu_verify).run(&mut first, 200, 10_000);
+        let mut first = template.fork();
+        let budgets = sim().run(first.as_mut(), 200, 10_000);
         assert!(!budgets[1].is_plain(), "the first sequence explores");
-        let mut second = template.clone();
-        let budgets = Sim::new(0.1, 0.0, 0.1, cpu_verify).run(&mut second, 12, 10_000);
-        assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
+        // The next forks stay plain, probes included (they could not pay at α = 0.1) ...
+        for _ in 1..EXPLORE_EVERY_FORKS {
+            let mut later = template.fork();
+            let budgets = sim().run(later.as_mut(), 200, 10_000);
+            assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
+        }
+        // ... until one in EXPLORE_EVERY_FORKS explores again.
+        let mut explorer = template.fork();
+        let budgets = sim().run(explorer.as_mut(), 3, 10_000);
+        assert!(!budgets[1].is_plain(), "{budgets:?}");
         // Where earlier sequences found a high acceptance, a new one speculates at once.
         let template = chain_policy(4, 0.1);
-        let mut first = template.clone();
-        Sim::new(0.1, 0.0, 0.95, cpu_verify).run(&mut first, 40, 10_000);
-        let mut second = template.clone();
-        let budgets = Sim::new(0.1, 0.0, 0.95, cpu_verify).run(&mut second, 3, 10_000);
-        assert!(!budgets[1].is_plain(), "{budgets:?}");
-        // An unrelated policy learned nothing.
-        let mut fresh = chain_policy(4, 0.1);
-        let budgets = Sim::new(0.1, 0.0, 0.1, cpu_verify).run(&mut fresh, 3, 10_000);
+        let mut first = template.fork();
+        Sim::new(0.1, 0.0, 0.95, cpu_verify).run(first.as_mut(), 40, 10_000);
+        let mut second = template.fork();
+        let budgets = Sim::new(0.1, 0.0, 0.95, cpu_verify).run(second.as_mut(), 3, 10_000);
         assert!(!budgets[1].is_plain(), "{budgets:?}");
     }
 }
