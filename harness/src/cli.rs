@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{
     BaselineRule, DrafterConfig, ExperimentConfig, LoadedConfig, MethodConfig, ModelsConfig,
-    PolicyConfig, PromptSet, SamplingConfig, VerifierConfig,
+    PolicyConfig, PromptSet, SamplingConfig,
 };
 use crate::error::{HarnessError, Result};
 use crate::report::{files, rerender, RunResults};
@@ -128,11 +128,9 @@ pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
         methods: a
             .ks
             .iter()
-            .map(|&k| MethodConfig {
-                name: format!("chain-k{k}"),
-                drafter: DrafterConfig::Chain,
-                verifier: VerifierConfig::Auto,
-                policy: Some(PolicyConfig::Fixed { k }),
+            .map(|&k| {
+                let fixed = Some(PolicyConfig::Fixed { k });
+                MethodConfig::new(format!("chain-k{k}"), DrafterConfig::Chain, fixed)
             })
             .collect(),
     };

@@ -7,7 +7,7 @@ use specdec_kernels::sampling::SamplingParams;
 
 use specdec_models::llama::parse_device;
 
-use crate::config::{DrafterConfig, MethodConfig, PolicyConfig, VerifierConfig};
+use crate::config::{DrafterConfig, MethodConfig, PolicyConfig};
 use crate::engine::{Generation, Request};
 use crate::error::{HarnessError, Result};
 use crate::runner::EngineBackend;
@@ -173,12 +173,7 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
             "method `{name}` drafts: --k must be at least 1 (or use --method plain)"
         )));
     }
-    Ok(MethodConfig {
-        name: name.to_string(),
-        drafter,
-        verifier: VerifierConfig::Auto,
-        policy,
-    })
+    Ok(MethodConfig::new(name, drafter, policy))
 }
 
 /// Runs one prompt, writing the text to `out` as it is generated, and returns the summary (the

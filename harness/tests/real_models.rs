@@ -46,12 +46,7 @@ fn greedy() -> SamplingParams {
 }
 
 fn method(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
-    MethodConfig {
-        name: name.into(),
-        drafter,
-        verifier: Default::default(),
-        policy: Some(PolicyConfig::Fixed { k }),
-    }
+    MethodConfig::new(name, drafter, Some(PolicyConfig::Fixed { k }))
 }
 
 /// The first `n` HumanEval prompts as engine requests of `max_tokens` tokens.
@@ -201,18 +196,17 @@ fn qwen_pair_greedy_speculation_equals_plain() {
             },
             4,
         ),
-        MethodConfig {
-            name: "aimd".into(),
-            drafter: DrafterConfig::Chain,
-            verifier: Default::default(),
-            policy: Some(PolicyConfig::Aimd {
+        MethodConfig::new(
+            "aimd",
+            DrafterConfig::Chain,
+            Some(PolicyConfig::Aimd {
                 k_min: 1,
                 k_max: 6,
                 start_k: Some(2),
                 increase: 1,
                 decrease: 0.5,
             }),
-        },
+        ),
     ];
     let stats = assert_greedy_equal(&mut backend, &requests, &methods);
     assert!(

@@ -152,3 +152,63 @@ fn int8_logits_track_exact_on_qwen_05b() {
 fn int8_logits_track_exact_on_smollm2() {
     int8_logits_track_exact("smollm2-135m", SMOLLM2_INT8_ABS_TOL);
 }
+
+/// A limited head ([`LanguageModel::limit_logits`]) computes the first `rows` logits bit for
+/// bit as the full head does, and `-inf` past them, on both paths; limits outside the
+/// vocabulary are refused; the full vocabulary lifts the limit.
+#[test]
+fn limited_logits_are_the_full_heads_first_rows() {
+    for matmul in [MatmulPath::Exact, MatmulPath::Int8] {
+        let mut full = synthetic(matmul);
+        let mut limited = synthetic(matmul);
+        let vocab = full.vocab_size();
+        let rows = vocab / 2 + 3; // not a whole number of 16-row tiles
+        limited.limit_logits(rows).unwrap();
+        assert_eq!((full.logit_rows(), limited.logit_rows()), (vocab, rows));
+        let tree = TreeTopology::chain(PROMPT.len());
+        let (sf, sl) = (
+            full.new_sequence().unwrap(),
+            limited.new_sequence().unwrap(),
+        );
+        let a = forward_one(&mut full, sf, &PROMPT, &tree);
+        let b = forward_one(&mut limited, sl, &PROMPT, &tree);
+        assert_eq!(a.rows(), b.rows());
+        for r in 0..a.rows() {
+            assert_eq!(
+                bits(&a.row(r)[..rows]),
+                bits(&b.row(r)[..rows]),
+                "{matmul:?} row {r}"
+            );
+            assert!(b.row(r)[rows..].iter().all(|&l| l == f32::NEG_INFINITY));
+        }
+        for bad in [0, vocab + 1] {
+            let err = limited.limit_logits(bad).unwrap_err().to_string();
+            assert!(
+                err.contains(&bad.to_string()) && err.contains("vocabulary"),
+                "{err}"
+            );
+        }
+        limited.limit_logits(vocab).unwrap();
+        assert_eq!(limited.logit_rows(), vocab);
+    }
+}
+
+/// [`LanguageModel::prefill`] (the blocks only, no LM head) leaves the sequence as a forward
+/// and commit of the same tokens does: the next token's logits are bit-identical, on both
+/// paths.
+#[test]
+fn a_prefill_without_the_head_leaves_the_same_state() {
+    for matmul in [MatmulPath::Exact, MatmulPath::Int8] {
+        let (mut whole, mut prefilled) = (synthetic(matmul), synthetic(matmul));
+        let (sw, sp) = (
+            whole.new_sequence().unwrap(),
+            prefilled.new_sequence().unwrap(),
+        );
+        let last = PROMPT.len() - 1;
+        let all = forward_one(&mut whole, sw, &PROMPT, &TreeTopology::chain(PROMPT.len()));
+        prefilled.prefill(sp, &PROMPT[..last]).unwrap();
+        assert_eq!(prefilled.seq_len(sp).unwrap(), last);
+        let next = forward_one(&mut prefilled, sp, &PROMPT[last..], &TreeTopology::chain(1));
+        assert_eq!(bits(all.row(last)), bits(next.row(0)), "{matmul:?}");
+    }
+}

@@ -54,7 +54,7 @@ pub enum TreeSearch {
 ///   taken as the pooled acceptance the method's earlier sequences measured (shared by every
 ///   fork of one policy: a workload whose drafts are rarely accepted stops paying a first
 ///   exploration per request), or `explore_alpha` (default 0.8, the acceptance of a
-///   well-matched drafter) for the first sequence and one fork in [`EXPLORE_EVERY_FORKS`]
+///   well-matched drafter) for the first sequence and one fork in `EXPLORE_EVERY_FORKS` (8)
 ///   after it (so that a change of workload is noticed); otherwise the smoothed per-position α̂
 ///   (censored positions handled by [`AcceptanceStats`]);
 /// - **price the switch**: a model drafter that sat out plain steps must catch up on the tokens

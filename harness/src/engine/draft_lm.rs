@@ -9,10 +9,13 @@
 //! of sequences keeps one pooled KV sequence each. The pool is bounded; the least recently used
 //! entry is evicted. The rows along a whole path ([`DraftModel::next_probs_along`], how the
 //! staged drafter's level 1 checks a level-0 chain) come from one forward over the path's
-//! uncached part, not one forward per row.
+//! uncached part, not one forward per row; the uncached tokens before the rows asked for (a
+//! catch-up on a prompt or on plain steps) go through [`LanguageModel::prefill`] first, which
+//! skips the LM head.
 //!
 //! Distributions are the model's logits prepared with the drafter's [`SamplingParams`]
-//! (temperature, top-k, top-p), in f32.
+//! (temperature, top-k, top-p), in f32; over the ids the model computes
+//! ([`LanguageModel::logit_rows`], a limited draft vocabulary), zero elsewhere.
 
 use specdec_algorithms::drafters::{check_along, DraftModel};
 use specdec_algorithms::AlgorithmError;
@@ -60,14 +63,28 @@ impl<M: LanguageModel> LmDraftModel<M> {
         &self.model
     }
 
+    /// [`LanguageModel::limit_logits`] on the wrapped model: from now on `q` is zero past the
+    /// first `rows` ids. Cached logits are dropped (they were computed under the old limit).
+    ///
+    /// # Errors
+    /// As the model's `limit_logits`.
+    pub fn limit_logits(&mut self, rows: usize) -> Result<(), specdec_models::ModelError> {
+        self.model.limit_logits(rows)?;
+        for entry in &mut self.pool {
+            entry.last_logits = None;
+        }
+        Ok(())
+    }
+
     /// Tokens forwarded so far (a measure of drafting work; prefix reuse keeps it low).
     pub fn forwarded_tokens(&self) -> u64 {
         self.forwarded_tokens
     }
 
     /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`),
-    /// reusing the pooled sequence with the longest common prefix, from (at most) one forward: the pooled sequence with the longest common prefix is rewound to at
-    /// most `tokens.len() - rows` tokens and the rest forwarded as one chain.
+    /// reusing the pooled sequence with the longest common prefix: it is rewound to at most
+    /// `tokens.len() - rows` tokens, the uncached tokens before the last `rows` are prefilled
+    /// (no LM head), and the last `rows` forwarded as one chain.
     fn logits_along(
         &mut self,
         tokens: &[u32],
@@ -117,6 +134,15 @@ impl<M: LanguageModel> LmDraftModel<M> {
             self.model.rewind(entry.seq, drop)?;
             entry.tokens.truncate(shared);
         }
+        // the tokens before the last `rows`: K/V only, no LM head (a catch-up after plain steps
+        // is mostly these; the rows' logits are the same as from one pass, by batch invariance)
+        let head_from = tokens.len() - rows;
+        if head_from > shared {
+            self.model.prefill(entry.seq, &tokens[shared..head_from])?;
+            self.forwarded_tokens += (head_from - shared) as u64;
+            entry.tokens.extend_from_slice(&tokens[shared..head_from]);
+            shared = head_from;
+        }
         let new_tokens = &tokens[shared..];
         let chain = TreeTopology::chain(new_tokens.len());
         let step = SequenceStep::chain(entry.seq, new_tokens, &chain);
@@ -161,9 +187,16 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         count: usize,
     ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
         check_along(tokens, count)?;
+        // a model computing only the first ids' logits: q is zero past them
+        let computed = self.model.logit_rows();
+        let vocab = self.model.vocab_size();
         self.logits_along(tokens, count)?
             .iter()
-            .map(|logits| Ok(prepare_logits(logits, &self.params)?))
+            .map(|logits| {
+                let mut probs = prepare_logits(&logits[..computed], &self.params)?;
+                probs.resize(vocab, 0.0);
+                Ok(probs)
+            })
             .collect()
     }
 }

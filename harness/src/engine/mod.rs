@@ -42,7 +42,6 @@ use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome, StepTim
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
-use specdec_kernels::TreeTopology;
 use specdec_models::{LanguageModel, SeqId, SequenceStep};
 
 use crate::error::{HarnessError, Result};
@@ -270,15 +269,7 @@ impl<'a> Engine<'a> {
         let seq = self.target.new_sequence()?;
         let prefix = &prompt[..prompt.len() - 1];
         if !prefix.is_empty() {
-            let chain = TreeTopology::chain(prefix.len());
-            let prefill = self
-                .target
-                .forward(&[SequenceStep::chain(seq, prefix, &chain)])
-                .and_then(|_| {
-                    let path: Vec<usize> = (0..prefix.len()).collect();
-                    self.target.commit(seq, &path)
-                });
-            if let Err(err) = prefill {
+            if let Err(err) = self.target.prefill(seq, prefix) {
                 let _ = self.target.release(seq);
                 return Err(err.into());
             }

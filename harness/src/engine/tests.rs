@@ -128,6 +128,39 @@ fn greedy_speculation_equals_plain_decoding_for_every_drafter_and_batch() {
 }
 
 #[test]
+fn a_draft_limited_to_the_first_ids_keeps_greedy_output_and_proposes_only_them() {
+    let greedy = SamplingParams::greedy();
+    let rows = VOCAB / 2;
+    for seed in 0..4 {
+        let pair = pair(seed);
+        let reqs = requests(4, 12);
+        let expected = plain(&pair, options(greedy, 1), &reqs);
+        let mut lm = draft_lm(&pair, SamplingParams::default());
+        lm.limit_logits(rows).unwrap();
+        // q: a distribution over the first ids only
+        let q = lm.next_probs(&[1, 2]).unwrap();
+        assert_eq!(q.len(), VOCAB);
+        assert!(q[rows..].iter().all(|&p| p == 0.0), "{q:?}");
+        assert!((q.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{q:?}");
+        let mut limited = draft_lm(&pair, greedy);
+        limited.limit_logits(rows).unwrap();
+        let mut chain = ChainDrafter::new(limited, ChainMode::Argmax);
+        let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+        let policy = Box::new(FixedPolicy::chain(3));
+        let got = run(
+            &pair,
+            &mut chain,
+            verifier,
+            policy,
+            options(greedy, 2),
+            &reqs,
+        );
+        let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+        assert_eq!(got, expected, "seed {seed}");
+    }
+}
+
+#[test]
 fn sampled_chain_speculation_matches_the_target_distribution() {
     // T = 1: the first three generated tokens over many request ids (each id keys its own
     // decisions) against the target's exact distribution, with a G-test.

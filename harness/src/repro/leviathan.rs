@@ -164,11 +164,10 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
             .map(|(index, prompt)| RequestSpec { index, prompt })
             .collect();
         for gamma in 1..=p.gamma_max {
+            let fixed = Some(PolicyConfig::Fixed { k: gamma });
             let method = MethodConfig {
-                name: format!("chain-k{gamma}"),
-                drafter: DrafterConfig::Chain,
                 verifier: VerifierConfig::Rejection,
-                policy: Some(PolicyConfig::Fixed { k: gamma }),
+                ..MethodConfig::new(format!("chain-k{gamma}"), DrafterConfig::Chain, fixed)
             };
             let outcome = backend.run_method(&method, &specs, &mut |_| {})?;
             let taus: Vec<f64> = outcome

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::config::{
     BaselineRule, DrafterConfig, ExperimentConfig, LoadedConfig, MethodConfig, ModelsConfig,
-    PolicyConfig, PromptSet, SamplingConfig, VerifierConfig,
+    PolicyConfig, PromptSet, SamplingConfig,
 };
 use crate::error::{HarnessError, Result};
 use crate::metrics::MethodSummary;
@@ -41,22 +41,12 @@ pub fn fixed(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
 
 /// A method: `drafter` with `policy` (auto verifier).
 pub fn with_policy(name: &str, drafter: DrafterConfig, policy: PolicyConfig) -> MethodConfig {
-    MethodConfig {
-        name: name.into(),
-        drafter,
-        verifier: VerifierConfig::Auto,
-        policy: Some(policy),
-    }
+    MethodConfig::new(name, drafter, Some(policy))
 }
 
 /// The plain-decoding baseline.
 pub fn baseline() -> MethodConfig {
-    MethodConfig {
-        name: "baseline".into(),
-        drafter: DrafterConfig::None,
-        verifier: VerifierConfig::Auto,
-        policy: None,
-    }
+    MethodConfig::baseline()
 }
 
 /// A validated config for the Qwen pair on the first `size.prompts` HumanEval prompts.

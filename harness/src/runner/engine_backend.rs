@@ -425,6 +425,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         DrafterConfig::Chain => {
             let name = models.named_draft(method)?;
             let mut model = models.draft_model(&name)?;
+            limit_draft_vocab(&mut model, method)?;
             let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm(model);
             (
@@ -440,6 +441,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
                 _ => None,
             };
             let mut model = models.layer_skip(keep.as_deref().or(tuned.as_deref()))?;
+            limit_draft_vocab(&mut model, method)?;
             let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm(model);
             (
@@ -453,6 +455,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let name = models.named_draft(method)?;
             let shape = TreeShape::from_branching(branching);
             let mut model = models.draft_model(&name)?;
+            limit_draft_vocab(&mut model, method)?;
             let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm_ranked(model);
             (
@@ -466,6 +469,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             let name = models.named_draft(method)?;
             let shape = sequoia_tree(&SEQUOIA_ALPHAS, *nodes, SEQUOIA_MAX_DEPTH)?.shape;
             let mut model = models.draft_model(&name)?;
+            limit_draft_vocab(&mut model, method)?;
             let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm_ranked(model);
             (
@@ -478,6 +482,7 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         DrafterConfig::DynamicTree { nodes, top_k } => {
             let name = models.named_draft(method)?;
             let mut model = models.draft_model(&name)?;
+            limit_draft_vocab(&mut model, method)?;
             let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm_ranked(model);
             (
@@ -509,11 +514,24 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
             })?;
             let level0 = NgramDrafter::new(NgramConfig::default(), 16)?;
             let mut model = models.draft_model(&name)?;
+            limit_draft_vocab(&mut model, method)?;
             let ratio = models.draft_pass_s(model.as_mut(), needs_cost)?;
             let lm = models.lm(model);
             (Box::new(StagedDrafter::new(level0, lm)), true, None, ratio)
         }
     };
+    if method.draft_vocab.is_some()
+        && matches!(
+            method.drafter,
+            DrafterConfig::None | DrafterConfig::Ngram { .. }
+        )
+    {
+        return Err(HarnessError::InvalidEngine(format!(
+            "method `{}`: draft_vocab applies to drafters with a model, not to {}",
+            method.name,
+            method.drafter.kind()
+        )));
+    }
     let verifier = verifier_for(method, drafter.kind(), is_chain, temperature)?;
     let policy = build_policy(method, is_chain, shape.as_ref(), pass_cost)?;
     Ok(BuiltMethod {
@@ -521,6 +539,16 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         verifier,
         policy,
     })
+}
+
+/// Applies `method.draft_vocab` (if set) to its draft model.
+fn limit_draft_vocab(model: &mut DeviceModel, method: &MethodConfig) -> Result<()> {
+    match method.draft_vocab {
+        Some(rows) => model.limit_logits(rows).map_err(|err| {
+            HarnessError::InvalidEngine(format!("method `{}`: draft_vocab: {err}", method.name))
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The budget of `k` for a drafter: a chain of `k`, or up to `k` tree nodes (within `shape`).

@@ -172,6 +172,9 @@ pub struct LlamaModel {
     special: SpecialTokens,
     last_trees: HashMap<SeqId, TreeTopology>,
     matmul: MatmulPath,
+    /// The LM head's first rows when only the logits of token ids `0..rows` are computed
+    /// ([`LanguageModel::limit_logits`]).
+    limited_head: Option<WeightMatrix>,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -271,6 +274,7 @@ impl LlamaModel {
             special,
             last_trees: HashMap::new(),
             matmul: options.matmul,
+            limited_head: None,
         })
     }
 
@@ -347,7 +351,13 @@ impl LlamaModel {
         Ok(())
     }
 
-    fn forward_impl(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+    /// The forward pass; without `with_logits` it stops after the blocks (a prefill: the K/V
+    /// are written, no LM head is run) and returns no rows.
+    fn forward_impl(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        with_logits: bool,
+    ) -> Result<Vec<Logits>> {
         self.check_steps(steps)?;
         if steps.is_empty() {
             return Ok(Vec::new());
@@ -448,13 +458,24 @@ impl LlamaModel {
             self.comm.all_reduce_sum(&mut o)?;
             add(&mut x, &o);
         }
+        if !with_logits {
+            for step in steps {
+                self.last_trees.insert(step.seq, step.tree.clone());
+            }
+            return Ok(Vec::new());
+        }
         rms_norm(&x, &self.weights.output_norm, c.rms_eps, &mut h)?;
-        let mut logits = vec![0.0f32; n * self.plan.vocab.len()];
-        ProductInput::new(&h, n, path).product(&self.weights.output, &mut logits)?;
+        let head = self.limited_head.as_ref().unwrap_or(&self.weights.output);
+        let mut logits = vec![0.0f32; n * head.rows()];
+        ProductInput::new(&h, n, path).product(head, &mut logits)?;
         if self.plan.world > 1 {
             logits = interleave(&self.comm.all_gather(&logits)?, n);
         }
         let vocab = c.vocab_size;
+        if let Some(limited) = &self.limited_head {
+            // the ids past the limit were not computed: -inf, which no sampler takes
+            logits = widen_rows(&logits, limited.rows(), vocab, f32::NEG_INFINITY);
+        }
         let mut out = Vec::with_capacity(steps.len());
         let mut first = 0;
         for step in steps {
@@ -468,6 +489,16 @@ impl LlamaModel {
         }
         Ok(out)
     }
+}
+
+/// `[n, width]` rows widened to `[n, to]`, the new entries `fill`.
+fn widen_rows(rows: &[f32], width: usize, to: usize, fill: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows.len() / width * to);
+    for row in rows.chunks_exact(width) {
+        out.extend_from_slice(row);
+        out.resize(out.len() + (to - width), fill);
+    }
+    out
 }
 
 /// `x += y` element-wise.
@@ -491,9 +522,57 @@ fn interleave(parts: &[Vec<f32>], n: usize) -> Vec<f32> {
     out
 }
 
+impl LlamaModel {
+    /// [`LlamaModel::forward_impl`] on the thread pool. A single rank runs its whole forward on
+    /// a rayon worker (`rayon::scope` moves it into the pool once), so the ~7 parallel products
+    /// per layer start from a pool thread instead of handing off from, and waking, an outside
+    /// caller each time. Ranks of a tensor-parallel group stay on their own threads: they block
+    /// in collectives and must not hold pool threads the other ranks' products need.
+    fn forward_on_pool(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        with_logits: bool,
+    ) -> Result<Vec<Logits>> {
+        if self.comm.world_size() == 1 && rayon::current_thread_index().is_none() {
+            return rayon::scope(|_| self.forward_impl(steps, with_logits));
+        }
+        self.forward_impl(steps, with_logits)
+    }
+}
+
 impl LanguageModel for LlamaModel {
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
+    }
+
+    fn logit_rows(&self) -> usize {
+        self.limited_head
+            .as_ref()
+            .map_or(self.config.vocab_size, WeightMatrix::rows)
+    }
+
+    /// Slices the LM head to its first `rows` rows (repacked like the full head when the
+    /// 8-bit path reads a packed copy); the logits computed are bit-identical to the full
+    /// head's first `rows` (each output row is its own dot product).
+    fn limit_logits(&mut self, rows: usize) -> Result<()> {
+        let vocab = self.config.vocab_size;
+        if rows == 0 || rows > vocab {
+            return Err(ModelError::Config(format!(
+                "logit limit {rows}: must be in 1..={vocab} (the vocabulary)"
+            )));
+        }
+        if self.plan.world > 1 {
+            return Err(ModelError::Config(format!(
+                "logit limit {rows}: a sharded model ({} ranks) computes the whole vocabulary",
+                self.plan.world
+            )));
+        }
+        let mut head = self.weights.output.slice_rows(0..rows)?;
+        if self.weights.output.int8_packed().is_some() {
+            head.pack_for_int8()?;
+        }
+        self.limited_head = (rows < vocab).then_some(head);
+        Ok(())
     }
 
     fn bos_id(&self) -> Option<u32> {
@@ -527,15 +606,17 @@ impl LanguageModel for LlamaModel {
     }
 
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
-        // A single rank runs its whole forward on a rayon worker (`rayon::scope` moves it into
-        // the pool once), so the ~7 parallel products per layer start from a pool thread
-        // instead of handing off from, and waking, an outside caller each time. Ranks of a
-        // tensor-parallel group stay on their own threads: they block in collectives and must
-        // not hold pool threads the other ranks' products need.
-        if self.comm.world_size() == 1 && rayon::current_thread_index().is_none() {
-            return rayon::scope(|_| self.forward_impl(steps));
-        }
-        self.forward_impl(steps)
+        self.forward_on_pool(steps, true)
+    }
+
+    /// Runs the blocks only (no LM head: a prompt's logits are not needed) when this is a
+    /// single rank; a rank of a sharded group takes the default (its head's all-gather is a
+    /// collective every rank must join).
+    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<()> {
+        let chain = TreeTopology::chain(tokens.len());
+        let single = self.comm.world_size() == 1;
+        self.forward_on_pool(&[SequenceStep::chain(seq, tokens, &chain)], !single)?;
+        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())
     }
 
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {

@@ -30,6 +30,26 @@ pub trait LanguageModel: Send {
     /// Number of rows of the output logits (the vocabulary size, padding ids included).
     fn vocab_size(&self) -> usize;
 
+    /// How many logits per row are computed: the ids `0..logit_rows()`; the rest of each row is
+    /// `-inf`. The whole vocabulary unless [`LanguageModel::limit_logits`] was called.
+    fn logit_rows(&self) -> usize {
+        self.vocab_size()
+    }
+
+    /// From now on computes only the logits of token ids `0..rows` (the rest of each row is
+    /// `-inf`): for a draft model, whose distribution may be anything the verifier is told
+    /// (rejection sampling stays exact when `q` is zero outside a subset), a cheaper LM head.
+    /// With byte-level BPE vocabularies, whose ids follow merge order, low ids are the frequent
+    /// tokens (the idea of FR-Spec, Zhao et al. 2025). `rows = vocab_size()` lifts the limit.
+    ///
+    /// # Errors
+    /// `rows` outside `1..=vocab_size()`; a model that cannot limit its head (the default).
+    fn limit_logits(&mut self, rows: usize) -> Result<()> {
+        Err(crate::error::ModelError::Config(format!(
+            "this model computes the whole vocabulary (asked to limit it to {rows} logits)"
+        )))
+    }
+
     /// The beginning-of-sequence token id, if the model has one.
     fn bos_id(&self) -> Option<u32>;
 
@@ -77,6 +97,20 @@ pub trait LanguageModel: Send {
     /// (uncommitted speculative entries of the batch's sequences may have been discarded).
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>>;
 
+    /// Forwards `tokens` after the committed ones of `seq` as a chain and commits them all,
+    /// returning no logits: a prompt prefill, whose logits nobody reads, so a model may skip
+    /// its LM head (the default forwards and drops them). Later logits are the same either way
+    /// (the K/V written do not depend on the head).
+    ///
+    /// # Errors
+    /// As [`LanguageModel::forward`] and [`LanguageModel::commit`]; an empty `tokens` is an
+    /// error of `forward`'s.
+    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<()> {
+        let chain = specdec_kernels::TreeTopology::chain(tokens.len());
+        self.forward(&[SequenceStep::chain(seq, tokens, &chain)])?;
+        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())
+    }
+
     /// Keeps the new tokens on `path` of the last forward of `seq` as committed tokens, in path
     /// order, and discards its other speculative entries. `path` lists node indices of that
     /// forward's tree, starting at the root (node 0), each node the parent of the next — or is
@@ -98,6 +132,12 @@ pub trait LanguageModel: Send {
 impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     fn vocab_size(&self) -> usize {
         (**self).vocab_size()
+    }
+    fn logit_rows(&self) -> usize {
+        (**self).logit_rows()
+    }
+    fn limit_logits(&mut self, rows: usize) -> Result<()> {
+        (**self).limit_logits(rows)
     }
     fn bos_id(&self) -> Option<u32> {
         (**self).bos_id()
@@ -122,6 +162,9 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     }
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
         (**self).forward(steps)
+    }
+    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<()> {
+        (**self).prefill(seq, tokens)
     }
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         (**self).commit(seq, path)

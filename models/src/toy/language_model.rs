@@ -32,6 +32,8 @@ pub struct ToyLanguageModel {
     sequences: BTreeMap<SeqId, ToySequence>,
     next_id: u64,
     forwarded_tokens: u64,
+    /// Logits computed per row ([`LanguageModel::limit_logits`]); the rest are `-inf`.
+    logit_rows: Option<usize>,
 }
 
 impl ToyLanguageModel {
@@ -45,6 +47,7 @@ impl ToyLanguageModel {
             sequences: BTreeMap::new(),
             next_id: 0,
             forwarded_tokens: 0,
+            logit_rows: None,
         }
     }
 
@@ -75,15 +78,15 @@ impl ToyLanguageModel {
     }
 
     fn logits_after(&self, context: &[u32]) -> Vec<f32> {
+        let computed = self.logit_rows();
         self.table
             .next_probs_as::<f64>(context)
             .iter()
-            .map(|&p| {
-                if p > 0.0 {
-                    p.ln() as f32
-                } else {
-                    ZERO_PROB_LOGIT
-                }
+            .enumerate()
+            .map(|(id, &p)| match (id < computed, p > 0.0) {
+                (false, _) => f32::NEG_INFINITY,
+                (true, true) => p.ln() as f32,
+                (true, false) => ZERO_PROB_LOGIT,
             })
             .collect()
     }
@@ -99,6 +102,21 @@ fn unknown(seq: SeqId) -> ModelError {
 impl LanguageModel for ToyLanguageModel {
     fn vocab_size(&self) -> usize {
         self.table.vocab()
+    }
+
+    fn logit_rows(&self) -> usize {
+        self.logit_rows.unwrap_or(self.table.vocab())
+    }
+
+    fn limit_logits(&mut self, rows: usize) -> Result<()> {
+        let vocab = self.table.vocab();
+        if rows == 0 || rows > vocab {
+            return Err(ModelError::Config(format!(
+                "logit limit {rows}: must be in 1..={vocab} (the vocabulary)"
+            )));
+        }
+        self.logit_rows = (rows < vocab).then_some(rows);
+        Ok(())
     }
 
     fn bos_id(&self) -> Option<u32> {
