@@ -57,6 +57,9 @@ pub enum TreeSearch {
 ///   well-matched drafter) for the first sequence and one fork in `EXPLORE_EVERY_FORKS` (8)
 ///   after it (so that a change of workload is noticed); otherwise the smoothed per-position α̂
 ///   (censored positions handled by [`AcceptanceStats`]);
+/// - **start from what earlier sequences measured**: a fork's draft-pass (per-node for trees)
+///   time starts at the latest steady figure any earlier fork measured, not at the one-pass
+///   time timed at set-up;
 /// - **price the switch**: a model drafter that sat out plain steps must catch up on the tokens
 ///   it missed (the whole prompt before its first draft). Speculation is started only when the
 ///   predicted saving over the tokens left (`(1 − 1/rate)` plain steps per token, over the
@@ -107,6 +110,10 @@ struct Learned {
     alpha: Option<f64>,
     /// Forks made so far.
     forks: u64,
+    /// The latest steady draft-pass (or per-node) time any fork measured, in seconds: a new
+    /// fork's prior instead of the one-pass time timed at set-up, which for a tree drafter
+    /// misses what a node really costs.
+    draft_pass_s: Option<f64>,
 }
 
 /// The acceptances a plan is made under.
@@ -450,15 +457,29 @@ impl SpeculationPolicy for CostModelPolicy {
         if let Some(live) = self.live.as_mut() {
             live.costs.record(outcome, timing);
             live.generated += outcome.accepted + 1;
+            if let Some(seconds) = live.costs.measured_draft_pass_s() {
+                self.learned
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .draft_pass_s = Some(seconds);
+            }
         }
     }
 
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(self.forked())
+    }
+}
+
+impl CostModelPolicy {
+    /// [`SpeculationPolicy::fork`], typed: a fresh sequence's policy sharing what this one's
+    /// forks learned.
+    pub fn forked(&self) -> CostModelPolicy {
         let mut fresh = self.clone();
-        let forks = {
+        let (forks, draft_pass_s) = {
             let mut learned = self.learned();
             learned.forks += 1;
-            learned.forks
+            (learned.forks, learned.draft_pass_s)
         };
         fresh.explorer = (forks - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
         fresh.stats = self.fresh_stats.clone();
@@ -468,10 +489,13 @@ impl SpeculationPolicy for CostModelPolicy {
         fresh.since_plan = 0;
         fresh.prober.reset_interval();
         if let Some(live) = fresh.live.as_mut() {
-            live.costs = live.fresh.clone();
+            live.costs = match draft_pass_s {
+                Some(seconds) => live.fresh.clone().with_draft_pass_prior(seconds),
+                None => live.fresh.clone(),
+            };
             live.generated = 0;
         }
-        Box::new(fresh)
+        fresh
     }
 }
 
@@ -810,6 +834,14 @@ mod tests {
         assert_eq!(forked.next_budget(), Budget::Plain);
     }
 
+    /// The draft-pass time the forks of `policy` have shared so far.
+    fn first_costs_draft_pass(policy: &CostModelPolicy) -> f64 {
+        policy
+            .learned()
+            .draft_pass_s
+            .expect("a fork measured a draft pass")
+    }
+
     #[test]
     fn later_sequences_start_from_the_acceptance_earlier_ones_measured() {
         // Draft 0.1, CPU-like verify, no catch-up: exploring pays at the optimistic α = 0.8,
@@ -833,6 +865,11 @@ mod tests {
         let template = chain_policy(4, 0.1);
         let mut first = template.fork();
         Sim::new(0.1, 0.0, 0.95, cpu_verify).run(first.as_mut(), 40, 10_000);
+        // A new fork starts from the draft-pass time the earlier ones measured (0.1 · t1).
+        let measured = first_costs_draft_pass(&template);
+        assert!((measured - 0.001).abs() < 1e-12, "{measured}");
+        let prior = template.forked().live_costs().unwrap().draft_pass_s();
+        assert_eq!(prior, Some(measured));
         let mut second = template.fork();
         let budgets = Sim::new(0.1, 0.0, 0.95, cpu_verify).run(second.as_mut(), 3, 10_000);
         assert!(!budgets[1].is_plain(), "{budgets:?}");

@@ -120,6 +120,20 @@ impl LiveCosts {
         }
     }
 
+    /// The steady draft-pass time measured so far (the median of the window), if any: what a
+    /// later sequence of the same drafter can start from.
+    pub fn measured_draft_pass_s(&self) -> Option<f64> {
+        self.draft_pass.median()
+    }
+
+    /// Replaces the prior one-pass time (e.g. by what earlier sequences measured).
+    pub fn with_draft_pass_prior(mut self, seconds: f64) -> Self {
+        if seconds.is_finite() && seconds >= 0.0 {
+            self.draft_pass_prior_s = Some(seconds);
+        }
+        self
+    }
+
     /// Counts the draft cost per drafted node instead of per pass (tree drafters that forward
     /// each expanded node on its own); the "pass" figures then mean one node.
     pub fn per_node(mut self, per_node: bool) -> Self {
