@@ -142,7 +142,7 @@ impl Int8PackedMatrix {
                 for r in 0..TILE_ROWS.min(rows - tile * TILE_ROWS) {
                     let row = w.row(tile * TILE_ROWS + r);
                     match (ty, Format::of(ty)) {
-                        (_, Some(fmt)) => q32::pack_q32_row(fmt, row, b, r, dst),
+                        (_, Some(fmt)) => q32::pack_q32_row(fmt, bb, row, b, r, dst),
                         (QuantType::Q4_K, _) => pack_q4k_row(&row[b * bb..(b + 1) * bb], r, dst),
                         _ => pack_q6k_row(&row[b * bb..(b + 1) * bb], r, dst),
                     }

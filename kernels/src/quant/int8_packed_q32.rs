@@ -36,8 +36,7 @@
 use super::dequant::le_f16;
 use super::int8_packed::{Int8PackedMatrix, TILE_ROWS};
 use super::int8_q32::{
-    accumulate_block, block_bytes, decode_block, Format, Q8Blocks32, Q32_BLOCK, Q4_0, Q4_1, Q5_0,
-    Q8_0,
+    accumulate_block, decode_block, Format, Q8Blocks32, Q32_BLOCK, Q4_0, Q4_1, Q5_0, Q8_0,
 };
 use super::matmul::{check_len, for_token_groups, par_over_rows, SimdLevel};
 use crate::error::{KernelError, Result};
@@ -82,16 +81,17 @@ fn decode(fmt: Format, block: &[u8]) -> ([i8; Q32_BLOCK], f32, f32) {
 }
 
 /// Writes row `r` of tile-block `pair` (blocks `2·pair`, `2·pair + 1` of `row`, the raw GGUF
-/// row of format `fmt`) into `dst`.
-pub(super) fn pack_q32_row(fmt: Format, row: &[u8], pair: usize, r: usize, dst: &mut [u8]) {
+/// row of format `fmt`, blocks of `bb` bytes) into `dst`.
+pub(super) fn pack_q32_row(
+    fmt: Format,
+    bb: usize,
+    row: &[u8],
+    pair: usize,
+    r: usize,
+    dst: &mut [u8],
+) {
     let t = fmt as u8;
     let (header, quant_bytes) = layout(t);
-    let bb = match fmt {
-        Format::Q8_0 => block_bytes::<Q8_0>(),
-        Format::Q4_0 => block_bytes::<Q4_0>(),
-        Format::Q4_1 => block_bytes::<Q4_1>(),
-        Format::Q5_0 => block_bytes::<Q5_0>(),
-    };
     let blocks = row.len() / bb;
     for e in 0..Q32_TILE_BLOCKS {
         let b = Q32_TILE_BLOCKS * pair + e;
