@@ -83,9 +83,13 @@ const QWEN_05B_INT8_ABS_TOL: f32 = 0.85;
 
 /// The same on SmolLM2-135M (Q4_1 matrices and Q8_0 tied head, all on the 32-block path; 191
 /// positions, logits up to ~48). Measured 2.24 with eight f32 lanes per output, 2.09 with one
-/// accumulator (SmolLM2's activations have large outliers, so 8-bit blocks lose more); bound
-/// 3.0.
-const SMOLLM2_INT8_ABS_TOL: f32 = 3.0;
+/// accumulator (SmolLM2's activations have large outliers, so 8-bit blocks lose more), 3.02
+/// once SwiGLU took this crate's exponential (`exp_f32`, within 1 ulp of libm's): the maximum,
+/// at position 19, moved to 3.02, and the top-1 now agrees at 190 of 191 positions. A
+/// last-bit change of an activation can flip the rounding of an 8-bit quant in a block whose
+/// scale an outlier sets, so this figure moves with any change of the float arithmetic; bound
+/// 3.5.
+const SMOLLM2_INT8_ABS_TOL: f32 = 3.5;
 
 /// Exact-path top-2 margin above which the two paths must pick the same top-1 token. Measured
 /// on Qwen2.5-Coder-0.5B: the top-1 differs at 2 of 180 positions, both near-ties (margins

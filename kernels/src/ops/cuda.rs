@@ -2,7 +2,8 @@
 //! buffers, with the contracts of the CPU functions in this folder:
 //! [`rms_norm`](super::norm::rms_norm) (equal except when the f64 sum of squares rounds across an
 //! f32 boundary), [`apply_rope`](super::rope::apply_rope) (bit-identical, given the same angle
-//! tables), [`swiglu`](super::activation::swiglu) (within 2 ulp: `expf` vs the CPU's `exp`), and
+//! tables), [`swiglu`](super::activation::swiglu) (within 8 ulp: CUDA's `expf`, within 2 ulp, vs the
+//! CPU's [`exp_f32`](super::activation::exp_f32), within 1, and three roundings on each side), and
 //! the batch-invariant matrix product (each output one FMA chain over `k` in order).
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -426,7 +427,8 @@ mod tests {
             rope_cuda(&gpu, &mut xd, heads, hd, &cd, &sd, layout).unwrap();
             assert_eq!(st.clone_dtoh(&xd).unwrap(), want, "rope {layout:?}");
         }
-        // SwiGLU within 2 ulp.
+        // SwiGLU within 8 ulp: the two exponentials differ by at most 3 ulp (expf 2, exp_f32 1);
+        // `1 + e` passes that on damped by e / (1 + e) ≤ 1, and each side rounds three times.
         let (g, u) = (values(100_003, 4), values(100_003, 5));
         let mut want = vec![0.0; g.len()];
         swiglu(&g, &u, &mut want).unwrap();
@@ -435,7 +437,7 @@ mod tests {
         swiglu_cuda(&gpu, &gd, &ud, &mut od).unwrap();
         for (a, b) in st.clone_dtoh(&od).unwrap().iter().zip(&want) {
             assert!(
-                (a - b).abs() <= 2.0 * f32::EPSILON * b.abs().max(1e-30),
+                (a - b).abs() <= 8.0 * f32::EPSILON * b.abs().max(1e-30),
                 "swiglu {a} vs {b}"
             );
         }

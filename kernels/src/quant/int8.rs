@@ -99,7 +99,7 @@ impl Q8Activations {
             #[cfg(target_arch = "x86_64")]
             if simd {
                 // SAFETY: `detect()` found AVX-512 F/BW/VL on this CPU.
-                scales.push(unsafe { avx512::quantize_block(xb, qb, sb) });
+                scales.push(unsafe { avx512::quantize_groups::<GROUPS>(xb, qb, sb) });
                 continue;
             }
             scales.push(quantize_block(xb, qb, sb));
@@ -170,6 +170,11 @@ pub(crate) fn check_activations(
         });
     }
     check_len("activations [n_tokens x cols]", n_tokens * cols, x.len())?;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `detect()` found AVX-512 on this CPU.
+    if SimdLevel::detect() == SimdLevel::Avx512 && unsafe { avx512::all_finite(x) } {
+        return Ok(());
+    }
     if let Some(i) = x.iter().position(|v| !v.is_finite()) {
         return Err(KernelError::InvalidParameter {
             what: "activation",
@@ -230,12 +235,49 @@ fn simd_quantisation_equals_the_reference_including_ties() {
         let (mut q_simd, mut s_simd) = (vec![1i8; 256], vec![1i16; 16]);
         let d_ref = quantize_block(&x, &mut q_ref, &mut s_ref);
         // SAFETY: AVX-512 was detected above.
-        let d_simd = unsafe { avx512::quantize_block(&x, &mut q_simd, &mut s_simd) };
+        let d_simd = unsafe { avx512::quantize_groups::<GROUPS>(&x, &mut q_simd, &mut s_simd) };
         assert_eq!(
             (d_ref.to_bits(), &q_ref, &s_ref),
             (d_simd.to_bits(), &q_simd, &s_simd),
             "case {case}"
         );
+        // the same quantiser over the 32-element blocks of `int8_q32`
+        for (b, xb) in x.chunks_exact(32).enumerate() {
+            let (mut q_ref, mut q_simd, mut s_simd) = ([0i8; 32], [1i8; 32], [1i16; 2]);
+            let d_ref = quantize_to_i8(xb, &mut q_ref) / 127.0;
+            // SAFETY: AVX-512 was detected above.
+            let d_simd = unsafe { avx512::quantize_groups::<2>(xb, &mut q_simd, &mut s_simd) };
+            let sums = q_ref
+                .chunks_exact(16)
+                .map(|g| g.iter().map(|&q| i16::from(q)).sum());
+            assert_eq!(
+                (d_ref.to_bits(), q_ref, sums.collect::<Vec<i16>>()),
+                (d_simd.to_bits(), q_simd, s_simd.to_vec()),
+                "case {case}, 32-block {b}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn every_non_finite_activation_is_found_wherever_it_sits() {
+    // lengths with and without a tail past the last 16 values, the bad value in the SIMD
+    // part, in the tail, first and last
+    for len in [16, 37, 256, 263] {
+        for at in [0, 5, len / 2, len - 1] {
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                let mut x: Vec<f32> = (0..len).map(|i| i as f32 - 3.5).collect();
+                x[at] = bad;
+                let err = check_activations(&x, 1, len, 1, "test").unwrap_err();
+                assert!(
+                    err.to_string().contains(&format!("element {at} ")),
+                    "len {len}, at {at}: {err}"
+                );
+            }
+        }
+        let x: Vec<f32> = (0..len).map(|i| f32::MAX - i as f32).collect();
+        check_activations(&x, 1, len, 1, "test").unwrap();
     }
 }
 
@@ -692,24 +734,28 @@ mod avx2 {
 
 // The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
-    //! AVX-512 activation quantisation (the matrix kernels live in [`super::super::int8_packed`]).
+pub(super) mod avx512 {
+    //! AVX-512 activation quantisation (the matrix kernels live in [`super::super::int8_packed`]),
+    //! shared by both activation formats: a 256-element block is sixteen groups of sixteen, a
+    //! 32-element block ([`super::super::int8_q32`]) two.
 
     use std::arch::x86_64::*;
 
-    /// [`super::quantize_block`], sixteen values at a time: the same scale, quants and sums
-    /// (round half away from zero as truncation plus a ±1 step where the exact remainder is
-    /// at least one half).
+    /// [`super::quantize_block`] over a block of `16 · GROUPS` values, sixteen at a time: the
+    /// scale `amax / 127`, the quants (as [`super::quantize_to_i8`] makes them: round half away
+    /// from zero as truncation plus a ±1 step where the exact remainder is at least one half)
+    /// and the sum of each 16-element group.
     ///
     /// # Safety
-    /// The CPU must support AVX-512 F, BW and VL.
+    /// The CPU must support AVX-512 F, BW and VL; `x` and `quants` hold at least `16 · GROUPS`
+    /// elements and `group_sums` at least `GROUPS`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn quantize_block(
+    pub(in crate::quant) unsafe fn quantize_groups<const GROUPS: usize>(
         x: &[f32],
         quants: &mut [i8],
         group_sums: &mut [i16],
     ) -> f32 {
-        let xs: [__m512; 16] = std::array::from_fn(|i| {
+        let xs: [__m512; GROUPS] = std::array::from_fn(|i| {
             let v = &x[16 * i..16 * i + 16];
             // SAFETY: 16 readable f32; unaligned loads are allowed.
             unsafe { _mm512_loadu_ps(v.as_ptr()) }
@@ -744,9 +790,28 @@ mod avx512 {
                 group_sums[i] = _mm512_reduce_add_epi32(qi) as i16;
             }
         } else {
-            quants.fill(0);
-            group_sums.fill(0);
+            quants[..16 * GROUPS].fill(0);
+            group_sums[..GROUPS].fill(0);
         }
         amax / 127.0
+    }
+
+    /// Whether every element of `x` is finite, sixteen at a time (`x · 0` is NaN exactly for
+    /// NaN and ±inf).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn all_finite(x: &[f32]) -> bool {
+        let zero = _mm512_setzero_ps();
+        let mut acc = zero;
+        let chunks = x.chunks_exact(16);
+        let tail_finite = chunks.remainder().iter().all(|v| v.is_finite());
+        for c in chunks {
+            // SAFETY: 16 readable f32; unaligned loads are allowed.
+            let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(v, zero));
+        }
+        tail_finite && _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(acc, acc) == 0
     }
 }

@@ -45,7 +45,7 @@ use super::int8::{
 };
 use super::int8_packed_q32 as q32;
 use super::int8_q32::Format;
-use super::matmul::{for_token_groups, par_over_rows, QuantMatrix, SimdLevel, ROWS_PER_TASK};
+use super::matmul::{for_token_groups, par_over_tiles, QuantMatrix, SimdLevel, ROWS_PER_TASK};
 use super::types::QuantType;
 use crate::error::{KernelError, Result};
 
@@ -60,7 +60,7 @@ const Q4K_QUANTS: usize = 320;
 /// Where a Q6_K tile-block's quants start (after its header and padding).
 const Q6K_QUANTS: usize = 320;
 
-// A task of `par_over_rows` must be exactly one tile.
+// A task of `par_over_tiles` must be exactly one tile.
 const _: () = assert!(ROWS_PER_TASK == TILE_ROWS);
 
 /// One 64-byte-aligned line of packed bytes.
@@ -278,21 +278,63 @@ pub fn quant_matmul_int8_packed_with(
     out: &mut [f32],
     level: SimdLevel,
 ) -> Result<()> {
-    if !int8_supported(w.ty) {
-        return Err(KernelError::UnsupportedQuantType {
-            id: w.ty.ggml_id(),
-            name: w.ty.name(),
-        });
+    int8_packed_many_with(&mut [PackedProduct { w, out }], acts, level)
+}
+
+/// One product of a fused call ([`quant_matmul_int8_packed_many`],
+/// [`super::quant_matmul_q32_packed_many`]): `out = x · wᵀ`, `out` being `[n_tokens × w.rows()]`
+/// row-major.
+pub struct PackedProduct<'a> {
+    /// The packed weights.
+    pub w: &'a Int8PackedMatrix,
+    /// The product's output.
+    pub out: &'a mut [f32],
+}
+
+/// Several products of one input computed together, `p.out = x · p.wᵀ` for every `p` of
+/// `products` (e.g. the Q, K and V projections): the tiles of all the matrices are shared out
+/// among the threads as one pool, so one parallel region serves them all. Each output is
+/// bit-identical to [`quant_matmul_int8_packed`] of its matrix alone.
+///
+/// # Errors
+/// As [`quant_matmul_int8_packed`], for the first product that fails the checks (nothing is
+/// computed then).
+pub fn quant_matmul_int8_packed_many(
+    products: &mut [PackedProduct<'_>],
+    acts: &Q8Activations,
+) -> Result<()> {
+    int8_packed_many_with(products, acts, SimdLevel::detect())
+}
+
+/// [`quant_matmul_int8_packed_many`] on `level`.
+fn int8_packed_many_with(
+    products: &mut [PackedProduct<'_>],
+    acts: &Q8Activations,
+    level: SimdLevel,
+) -> Result<()> {
+    for p in products.iter() {
+        if !int8_supported(p.w.ty) {
+            return Err(KernelError::UnsupportedQuantType {
+                id: p.w.ty.ggml_id(),
+                name: p.w.ty.name(),
+            });
+        }
+        check_acts_shape(acts, p.w.cols, p.w.rows, p.out)?;
     }
-    check_acts_shape(acts, w.cols, w.rows, out)?;
     level.ensure_available()?;
     let n = acts.n_tokens();
-    if n == 0 || w.rows == 0 {
+    if n == 0 {
         return Ok(());
     }
-    // `par_over_rows` hands out 16 rows per task: one tile (asserted at compile time below).
-    par_over_rows(w.rows, n, out, |first_row, chunk| {
-        let tile = w.tile(first_row / TILE_ROWS);
+    let mats: Vec<&Int8PackedMatrix> = products.iter().map(|p| p.w).collect();
+    let mut outs: Vec<(usize, &mut [f32])> = products
+        .iter_mut()
+        .map(|p| (p.w.rows, &mut *p.out))
+        .collect();
+    // `par_over_tiles` hands out 16 rows per task: one tile (asserted at compile time below).
+    par_over_tiles(&mut outs, n, |p, tile_out| {
+        let w = mats[p];
+        let tile = w.tile(tile_out.first_row() / TILE_ROWS);
         for_token_groups!(n, [1, 2, 3, 4], t, G => {
             let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
             let sums: [[f32; TILE_ROWS]; G] = match (level, w.ty) {
@@ -305,10 +347,8 @@ pub fn quant_matmul_int8_packed_with(
                 (SimdLevel::Avx512, _) => unsafe { avx512::q6k_tile::<G>(tile, tokens) },
                 _ => portable_tile::<G>(w.ty, tile, tokens),
             };
-            for (r, out_row) in chunk.chunks_exact_mut(n).enumerate() {
-                for g in 0..G {
-                    out_row[t + g] = sums[g][r];
-                }
+            for (g, sums) in sums.iter().enumerate() {
+                tile_out.write(t + g, sums);
             }
         });
     });

@@ -34,11 +34,11 @@
 //! logic operation per group.
 
 use super::dequant::le_f16;
-use super::int8_packed::{Int8PackedMatrix, TILE_ROWS};
+use super::int8_packed::{Int8PackedMatrix, PackedProduct, TILE_ROWS};
 use super::int8_q32::{
     accumulate_block, decode_block, Format, Q8Blocks32, Q32_BLOCK, Q4_0, Q4_1, Q5_0, Q8_0,
 };
-use super::matmul::{check_len, for_token_groups, par_over_rows, SimdLevel};
+use super::matmul::{check_len, for_token_groups, par_over_tiles, SimdLevel};
 use crate::error::{KernelError, Result};
 
 /// Blocks of 32 elements per tile-block.
@@ -181,37 +181,64 @@ pub fn quant_matmul_q32_packed_with(
     out: &mut [f32],
     level: SimdLevel,
 ) -> Result<()> {
-    let ty = w.quant_type();
-    let Some(fmt) = Format::of(ty) else {
-        return Err(KernelError::UnsupportedQuantType {
-            id: ty.ggml_id(),
-            name: ty.name(),
-        });
-    };
-    check_len("activation columns", w.cols(), acts.cols())?;
-    check_len(
-        "output [n_tokens x rows]",
-        acts.n_tokens() * w.rows(),
-        out.len(),
-    )?;
-    level.ensure_available()?;
+    q32_packed_many_with(&mut [PackedProduct { w, out }], acts, level)
+}
+
+/// Several products of one input computed together, `p.out = x · p.wᵀ` for every `p` of
+/// `products` (e.g. the Q, K and V projections): the tiles of all the matrices are shared out
+/// among the threads as one pool, so one parallel region serves them all. Each output is
+/// bit-identical to [`quant_matmul_q32_packed`] of its matrix alone.
+///
+/// # Errors
+/// As [`quant_matmul_q32_packed`], for the first product that fails the checks (nothing is
+/// computed then).
+pub fn quant_matmul_q32_packed_many(
+    products: &mut [PackedProduct<'_>],
+    acts: &Q8Blocks32,
+) -> Result<()> {
+    q32_packed_many_with(products, acts, SimdLevel::detect())
+}
+
+/// [`quant_matmul_q32_packed_many`] on `level`.
+fn q32_packed_many_with(
+    products: &mut [PackedProduct<'_>],
+    acts: &Q8Blocks32,
+    level: SimdLevel,
+) -> Result<()> {
     let n = acts.n_tokens();
-    if n == 0 || w.rows() == 0 {
+    let mut formats = Vec::with_capacity(products.len());
+    for p in products.iter() {
+        let ty = p.w.quant_type();
+        let Some(fmt) = Format::of(ty) else {
+            return Err(KernelError::UnsupportedQuantType {
+                id: ty.ggml_id(),
+                name: ty.name(),
+            });
+        };
+        check_len("activation columns", p.w.cols(), acts.cols())?;
+        check_len("output [n_tokens x rows]", n * p.w.rows(), p.out.len())?;
+        formats.push(fmt);
+    }
+    level.ensure_available()?;
+    if n == 0 {
         return Ok(());
     }
-    par_over_rows(w.rows(), n, out, |first_row, chunk| {
-        let tile = w.tile(first_row / TILE_ROWS);
+    let mats: Vec<&Int8PackedMatrix> = products.iter().map(|p| p.w).collect();
+    let mut outs: Vec<(usize, &mut [f32])> = products
+        .iter_mut()
+        .map(|p| (p.w.rows(), &mut *p.out))
+        .collect();
+    par_over_tiles(&mut outs, n, |p, tile_out| {
+        let tile = mats[p].tile(tile_out.first_row() / TILE_ROWS);
         for_token_groups!(n, [1, 2, 3, 4], t, G => {
-            let sums = match fmt {
+            let sums = match formats[p] {
                 Format::Q8_0 => tile_sums::<Q8_0, G>(level, tile, acts, t),
                 Format::Q4_0 => tile_sums::<Q4_0, G>(level, tile, acts, t),
                 Format::Q4_1 => tile_sums::<Q4_1, G>(level, tile, acts, t),
                 Format::Q5_0 => tile_sums::<Q5_0, G>(level, tile, acts, t),
             };
-            for (r, out_row) in chunk.chunks_exact_mut(n).enumerate() {
-                for g in 0..G {
-                    out_row[t + g] = sums[g][r];
-                }
+            for (g, sums) in sums.iter().enumerate() {
+                tile_out.write(t + g, sums);
             }
         });
     });

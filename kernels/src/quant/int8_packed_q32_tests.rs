@@ -2,8 +2,10 @@
 //! every level (so batch-invariant as well), at odd row and block counts, with extreme quants,
 //! and clear errors for what the products cannot take.
 
-use super::int8_packed::Int8PackedMatrix;
-use super::int8_packed_q32::{quant_matmul_q32_packed, quant_matmul_q32_packed_with};
+use super::int8_packed::{Int8PackedMatrix, PackedProduct};
+use super::int8_packed_q32::{
+    quant_matmul_q32_packed, quant_matmul_q32_packed_many, quant_matmul_q32_packed_with,
+};
 use super::int8_q32::{quant_matmul_q32_with, Q8Blocks32};
 use super::matmul::{QuantMatrix, SimdLevel};
 use super::testutil::{
@@ -115,5 +117,65 @@ fn products_refuse_the_other_family_and_wrong_shapes() {
     assert!(matches!(err, KernelError::ShapeMismatch { .. }), "{err}");
     let acts = Q8Blocks32::quantize(&[0.0; 96], 1, 96).unwrap();
     let err = quant_matmul_q32_packed(&packed, &acts, &mut [0.0; 2]).unwrap_err();
+    assert!(matches!(err, KernelError::ShapeMismatch { .. }), "{err}");
+}
+
+/// A fused call ([`quant_matmul_q32_packed_many`]) of matrices of different types and row
+/// counts (a partial last tile included) gives each output bit for bit as its own call; an
+/// output of the wrong length anywhere in the list refuses the whole call.
+#[test]
+fn fused_products_equal_separate_products() {
+    let mut rng = TestRng(67);
+    let cols = 160;
+    let shapes = [
+        (QuantType::Q8_0, 37),
+        (QuantType::Q4_1, 16),
+        (QuantType::Q5_0, 5),
+    ];
+    let mats: Vec<Int8PackedMatrix> = shapes
+        .iter()
+        .map(|&(ty, rows)| {
+            let data: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(ty, cols, &mut rng))
+                .collect();
+            Int8PackedMatrix::pack(&QuantMatrix::new(ty, rows, cols, &data).unwrap()).unwrap()
+        })
+        .collect();
+    for n in [1, 4, 7] {
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.uniform(-3.0, 3.0)).collect();
+        let a = Q8Blocks32::quantize(&x, n, cols).unwrap();
+        let mut fused: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; n * w.rows()]).collect();
+        let mut products: Vec<PackedProduct<'_>> = mats
+            .iter()
+            .zip(fused.iter_mut())
+            .map(|(w, out)| PackedProduct { w, out })
+            .collect();
+        quant_matmul_q32_packed_many(&mut products, &a).unwrap();
+        for (w, got) in mats.iter().zip(&fused) {
+            let mut want = vec![0.0; n * w.rows()];
+            quant_matmul_q32_packed(w, &a, &mut want).unwrap();
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(same, "{} [{} rows], {n} tokens", w.quant_type(), w.rows());
+        }
+    }
+    let a = Q8Blocks32::quantize(&vec![1.0; cols], 1, cols).unwrap();
+    let (mut good, mut short) = (vec![0.0; mats[0].rows()], vec![0.0; mats[1].rows() - 1]);
+    let err = quant_matmul_q32_packed_many(
+        &mut [
+            PackedProduct {
+                w: &mats[0],
+                out: &mut good,
+            },
+            PackedProduct {
+                w: &mats[1],
+                out: &mut short,
+            },
+        ],
+        &a,
+    )
+    .unwrap_err();
     assert!(matches!(err, KernelError::ShapeMismatch { .. }), "{err}");
 }

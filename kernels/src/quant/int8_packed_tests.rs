@@ -4,7 +4,8 @@
 
 use super::int8::{quant_matmul_int8_with, Q8Activations};
 use super::int8_packed::{
-    quant_matmul_int8_packed, quant_matmul_int8_packed_with, Int8PackedMatrix,
+    quant_matmul_int8_packed, quant_matmul_int8_packed_many, quant_matmul_int8_packed_with,
+    Int8PackedMatrix, PackedProduct,
 };
 use super::matmul::{QuantMatrix, SimdLevel};
 use super::testutil::{
@@ -117,4 +118,70 @@ fn packing_refuses_other_types_and_products_check_shapes() {
     let wide = Q8Activations::quantize(&[0.0; 512], 1, 512).unwrap();
     let err = quant_matmul_int8_packed(&packed, &wide, &mut [0.0; 2]).unwrap_err();
     assert!(matches!(err, KernelError::ShapeMismatch { .. }), "{err}");
+}
+
+/// A fused call ([`quant_matmul_int8_packed_many`]) of both k-quant types at different row
+/// counts gives each output bit for bit as its own call; a 32-element type in the list refuses
+/// the whole call.
+#[test]
+fn fused_products_equal_separate_products() {
+    let mut rng = TestRng(71);
+    let cols = 512;
+    let shapes = [
+        (QuantType::Q4_K, 21),
+        (QuantType::Q6_K, 32),
+        (QuantType::Q4_K, 3),
+    ];
+    let mats: Vec<Int8PackedMatrix> = shapes
+        .iter()
+        .map(|&(ty, rows)| {
+            let data: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(ty, cols, &mut rng))
+                .collect();
+            Int8PackedMatrix::pack(&QuantMatrix::new(ty, rows, cols, &data).unwrap()).unwrap()
+        })
+        .collect();
+    for n in [1, 4, 6] {
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.uniform(-3.0, 3.0)).collect();
+        let a = Q8Activations::quantize(&x, n, cols).unwrap();
+        let mut fused: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; n * w.rows()]).collect();
+        let mut products: Vec<PackedProduct<'_>> = mats
+            .iter()
+            .zip(fused.iter_mut())
+            .map(|(w, out)| PackedProduct { w, out })
+            .collect();
+        quant_matmul_int8_packed_many(&mut products, &a).unwrap();
+        for (w, got) in mats.iter().zip(&fused) {
+            let mut want = vec![0.0; n * w.rows()];
+            quant_matmul_int8_packed(w, &a, &mut want).unwrap();
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(same, "{} [{} rows], {n} tokens", w.quant_type(), w.rows());
+        }
+    }
+    let data: Vec<u8> = random_row(QuantType::Q8_0, cols, &mut rng);
+    let q8 = Int8PackedMatrix::pack(&QuantMatrix::new(QuantType::Q8_0, 1, cols, &data).unwrap())
+        .unwrap();
+    let a = Q8Activations::quantize(&vec![1.0; cols], 1, cols).unwrap();
+    let (mut good, mut other) = (vec![0.0; mats[0].rows()], vec![0.0; 1]);
+    let err = quant_matmul_int8_packed_many(
+        &mut [
+            PackedProduct {
+                w: &mats[0],
+                out: &mut good,
+            },
+            PackedProduct {
+                w: &q8,
+                out: &mut other,
+            },
+        ],
+        &a,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, KernelError::UnsupportedQuantType { .. }),
+        "{err}"
+    );
 }

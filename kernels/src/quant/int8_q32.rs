@@ -31,6 +31,8 @@
 //! rows with one fused multiply-add per block.
 
 use super::dequant::le_f16;
+#[cfg(target_arch = "x86_64")]
+use super::int8::avx512::quantize_groups;
 use super::int8::{check_activations, quantize_to_i8};
 use super::matmul::{check_int8_product, for_token_groups, par_over_rows, QuantMatrix, SimdLevel};
 use super::types::QuantType;
@@ -89,18 +91,17 @@ impl Q8Blocks32 {
         let mut quants = vec![0i8; total * Q32_BLOCK];
         let mut sums = vec![0i32; total];
         let mut scaled_sums = vec![0.0f32; total];
+        let simd = SimdLevel::detect() == SimdLevel::Avx512;
         if cols > 0 {
             for (t, xt) in x.chunks_exact(cols).enumerate() {
                 for (b, xb) in xt.chunks_exact(Q32_BLOCK).enumerate() {
                     let i = t * stride + b;
                     let mut qb = [0i8; Q32_BLOCK];
-                    let amax = quantize_to_i8(xb, &mut qb);
+                    let (d, sum) = quantize_block(xb, &mut qb, simd);
                     for (s, part) in qb.chunks_exact(8).enumerate() {
                         let at = slab_offset(i, s);
                         quants[at..at + 8].copy_from_slice(part);
                     }
-                    let d = amax / 127.0;
-                    let sum: i32 = qb.iter().map(|&q| i32::from(q)).sum();
                     scales[i] = d;
                     sums[i] = sum;
                     scaled_sums[i] = d * sum as f32;
@@ -162,6 +163,23 @@ impl Q8Blocks32 {
 #[inline(always)]
 pub(super) fn slab_offset(i: usize, s: usize) -> usize {
     (i / LANES) * LANES * Q32_BLOCK + s * 64 + (i % LANES) * 8
+}
+
+/// One 32-element block of finite values quantised into `quants` (module docs): returns its
+/// scale `da` and quant sum `asum`. With `simd` (the caller found AVX-512) the AVX-512
+/// quantiser computes the same values sixteen at a time.
+fn quantize_block(x: &[f32], quants: &mut [i8; Q32_BLOCK], simd: bool) -> (f32, i32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        let mut group_sums = [0i16; 2];
+        // SAFETY: the caller found AVX-512 F/BW/VL on this CPU; `x` and `quants` hold
+        // 32 = 16 · 2 elements.
+        let d = unsafe { quantize_groups::<2>(x, quants, &mut group_sums) };
+        return (d, i32::from(group_sums[0]) + i32::from(group_sums[1]));
+    }
+    let _ = simd;
+    let d = quantize_to_i8(x, quants) / 127.0;
+    (d, quants.iter().map(|&q| i32::from(q)).sum())
 }
 
 /// `out = x · Wᵀ` with 8-bit activations: `acts` holds `[n_tokens × w.cols()]`, `out` is

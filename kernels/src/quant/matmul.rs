@@ -271,7 +271,88 @@ pub(crate) fn par_over_rows(
         });
 }
 
-/// The output of [`par_over_rows`], written through by tasks that own disjoint rows.
+/// Runs `task(product, tile_out)` in parallel over every 16-row tile ([`ROWS_PER_TASK`]) of
+/// several products that are computed together (e.g. the Q, K and V projections of one input):
+/// `outs[p]` is product `p`'s output, `[n_tokens × rows_p]` with `rows_p` the first element.
+/// The tiles of all products form one pool of tasks, so one parallel region serves them all.
+/// Each task writes its results straight into the output through [`TileOut`] (no scratch
+/// buffer, no transpose); each output element is written by one task only.
+///
+/// # Panics
+/// When an output's length is not `rows_p * n_tokens` (every caller checks the shapes first).
+pub(crate) fn par_over_tiles(
+    outs: &mut [(usize, &mut [f32])],
+    n_tokens: usize,
+    task: impl Fn(usize, &mut TileOut<'_>) + Sync,
+) {
+    let mut first_tile = Vec::with_capacity(outs.len() + 1);
+    first_tile.push(0);
+    let mut shared = Vec::with_capacity(outs.len());
+    for (rows, out) in outs.iter_mut() {
+        assert_eq!(out.len(), *rows * n_tokens, "par_over_tiles: output length");
+        first_tile.push(first_tile.last().copied().unwrap_or(0) + rows.div_ceil(ROWS_PER_TASK));
+        shared.push((*rows, SharedOut(out.as_mut_ptr())));
+    }
+    let tiles = first_tile.last().copied().unwrap_or(0);
+    (0..tiles).into_par_iter().for_each(|i| {
+        // the product whose tiles include `i` (few products: a linear scan)
+        let p = first_tile[1..].iter().position(|&end| i < end).unwrap_or(0);
+        let (rows, ref out) = shared[p];
+        let first = (i - first_tile[p]) * ROWS_PER_TASK;
+        let mut tile_out = TileOut {
+            out,
+            rows,
+            n_tokens,
+            first,
+            count: ROWS_PER_TASK.min(rows - first),
+        };
+        task(p, &mut tile_out);
+    });
+}
+
+/// The outputs one task of [`par_over_tiles`] owns: rows `first_row() ..` (up to
+/// [`ROWS_PER_TASK`] of them, fewer in a matrix's last tile) of every token.
+pub(crate) struct TileOut<'a> {
+    out: &'a SharedOut,
+    rows: usize,
+    n_tokens: usize,
+    first: usize,
+    count: usize,
+}
+
+impl TileOut<'_> {
+    /// The first output row of the tile.
+    pub(crate) fn first_row(&self) -> usize {
+        self.first
+    }
+
+    /// Writes token `t`'s outputs of the tile: `values[r]` becomes row `first_row() + r` (the
+    /// values past the matrix's last row are dropped).
+    ///
+    /// # Panics
+    /// When `t` is not a token of the call.
+    pub(crate) fn write(&mut self, t: usize, values: &[f32; ROWS_PER_TASK]) {
+        assert!(
+            t < self.n_tokens,
+            "TileOut::write: token {t} of {}",
+            self.n_tokens
+        );
+        // SAFETY: `t < n_tokens` and `first + count ≤ rows`, so the `count` elements from
+        // `t · rows + first` lie inside the output (length `rows · n_tokens`, asserted by
+        // `par_over_tiles`), which outlives the parallel loop; these rows belong to this task
+        // alone, so no other thread reads or writes them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                values.as_ptr(),
+                self.out.0.add(t * self.rows + self.first),
+                self.count,
+            )
+        };
+    }
+}
+
+/// The output of [`par_over_rows`] or [`par_over_tiles`], written through by tasks that own
+/// disjoint rows.
 struct SharedOut(*mut f32);
 
 impl SharedOut {
@@ -286,7 +367,7 @@ impl SharedOut {
 }
 
 // SAFETY: the pointer is only dereferenced for elements of rows a task owns (disjoint across
-// tasks) while the borrowed output is alive (see `par_over_rows`).
+// tasks) while the borrowed output is alive (see `par_over_rows` and `par_over_tiles`).
 unsafe impl Sync for SharedOut {}
 
 /// The shared preconditions of the 8-bit products: `supported` (else the type is named),

@@ -47,8 +47,13 @@ pub(crate) mod testutil;
 pub use dequant::{dequantize_row, dequantize_row_to_vec};
 pub use float16::{bf16_to_f32, f16_to_f32, f32_to_f16};
 pub use int8::{int8_supported, quant_matmul_int8, quant_matmul_int8_with, Q8Activations};
-pub use int8_packed::{quant_matmul_int8_packed, quant_matmul_int8_packed_with, Int8PackedMatrix};
-pub use int8_packed_q32::{quant_matmul_q32_packed, quant_matmul_q32_packed_with};
+pub use int8_packed::{
+    quant_matmul_int8_packed, quant_matmul_int8_packed_many, quant_matmul_int8_packed_with,
+    Int8PackedMatrix, PackedProduct,
+};
+pub use int8_packed_q32::{
+    quant_matmul_q32_packed, quant_matmul_q32_packed_many, quant_matmul_q32_packed_with,
+};
 pub use int8_q32::{q32_supported, quant_matmul_q32, quant_matmul_q32_with, Q8Blocks32};
 pub use matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
 pub use synthetic::synthetic_weights;

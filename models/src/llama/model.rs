@@ -9,8 +9,10 @@ use specdec_kernels::kv::{KvLayout, PagedKvCache};
 use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
 use specdec_kernels::quant::int8::Q8_BLOCK;
 use specdec_kernels::quant::{
-    int8_supported, q32_supported, quant_matmul_int8, quant_matmul_int8_packed, quant_matmul_q32,
-    quant_matmul_q32_packed, Q8Activations, Q8Blocks32, SimdLevel,
+    int8_supported, q32_supported, quant_matmul_int8, quant_matmul_int8_packed,
+    quant_matmul_int8_packed_many, quant_matmul_q32, quant_matmul_q32_packed,
+    quant_matmul_q32_packed_many, Int8PackedMatrix, PackedProduct, Q8Activations, Q8Blocks32,
+    QuantType, SimdLevel,
 };
 use specdec_kernels::TreeTopology;
 
@@ -141,6 +143,45 @@ impl<'a> ProductInput<'a> {
             }?);
         }
         w.matmul(self.x, self.n, out)
+    }
+
+    /// Several products of this input, `out = x · wᵀ` for each `(w, out)` pair, each output
+    /// exactly as [`Self::product`] makes it. When every matrix is packed for the 8-bit path
+    /// and of one activation format, they run as one fused call (one parallel region for all
+    /// their tiles); otherwise one after the other.
+    fn products(&mut self, pairs: &mut [(&WeightMatrix, &mut [f32])]) -> Result<()> {
+        let packed: Option<Vec<&Int8PackedMatrix>> =
+            pairs.iter().map(|(w, _)| w.int8_packed()).collect();
+        let fuse = self.path == MatmulPath::Int8 && pairs.len() > 1;
+        if let (true, Some(packed)) = (fuse, packed) {
+            let cols = packed[0].cols();
+            let all = |f: fn(QuantType) -> bool| {
+                packed.iter().all(|w| f(w.quant_type()) && w.cols() == cols)
+            };
+            let mut fused: Vec<PackedProduct<'_>> = packed
+                .iter()
+                .zip(pairs.iter_mut())
+                .map(|(&w, (_, out))| PackedProduct { w, out })
+                .collect();
+            if all(int8_supported) && cols.is_multiple_of(Q8_BLOCK) {
+                let acts = match &mut self.q8 {
+                    Some(acts) => acts,
+                    slot => slot.insert(Q8Activations::quantize(self.x, self.n, cols)?),
+                };
+                return Ok(quant_matmul_int8_packed_many(&mut fused, acts)?);
+            }
+            if all(q32_supported) {
+                let acts = match &mut self.q32 {
+                    Some(acts) => acts,
+                    slot => slot.insert(Q8Blocks32::quantize(self.x, self.n, cols)?),
+                };
+                return Ok(quant_matmul_q32_packed_many(&mut fused, acts)?);
+            }
+        }
+        for (w, out) in pairs.iter_mut() {
+            self.product(w, out)?;
+        }
+        Ok(())
     }
 }
 
@@ -394,10 +435,11 @@ impl LlamaModel {
         for (layer, &block) in self.layers.iter().enumerate() {
             let w = &self.weights.layers[block];
             rms_norm(&x, &w.attn_norm, c.rms_eps, &mut h)?;
-            let mut input = ProductInput::new(&h, n, path);
-            input.product(&w.wq, &mut q)?;
-            input.product(&w.wk, &mut k)?;
-            input.product(&w.wv, &mut v)?;
+            ProductInput::new(&h, n, path).products(&mut [
+                (&w.wq, &mut q),
+                (&w.wk, &mut k),
+                (&w.wv, &mut v),
+            ])?;
             for (buf, bias, width) in [
                 (&mut q, &w.bq, q_w),
                 (&mut k, &w.bk, kv_w),
@@ -450,9 +492,8 @@ impl LlamaModel {
             self.comm.all_reduce_sum(&mut o)?;
             add(&mut x, &o);
             rms_norm(&x, &w.ffn_norm, c.rms_eps, &mut h)?;
-            let mut input = ProductInput::new(&h, n, path);
-            input.product(&w.w_gate, &mut gate)?;
-            input.product(&w.w_up, &mut up)?;
+            ProductInput::new(&h, n, path)
+                .products(&mut [(&w.w_gate, &mut gate), (&w.w_up, &mut up)])?;
             swiglu(&gate, &up, &mut act)?;
             ProductInput::new(&act, n, path).product(&w.w_down, &mut o)?;
             self.comm.all_reduce_sum(&mut o)?;
@@ -480,10 +521,13 @@ impl LlamaModel {
         let mut first = 0;
         for step in steps {
             let rows = step.tokens.len();
-            out.push(Logits::new(
-                vocab,
-                logits[first * vocab..(first + rows) * vocab].to_vec(),
-            )?);
+            let own = if steps.len() == 1 {
+                // one sequence: its rows are the whole buffer, handed over without a copy
+                std::mem::take(&mut logits)
+            } else {
+                logits[first * vocab..(first + rows) * vocab].to_vec()
+            };
+            out.push(Logits::new(vocab, own)?);
             first += rows;
             self.last_trees.insert(step.seq, step.tree.clone());
         }
