@@ -114,6 +114,10 @@ struct Learned {
     /// fork's prior instead of the one-pass time timed at set-up, which for a tree drafter
     /// misses what a node really costs.
     draft_pass_s: Option<f64>,
+    /// The relative target-forward costs `t(n) / t(1)` forks measured (index `n - 1`, the
+    /// latest measurement of each size): a new fork's verify-cost prior, so that it does not
+    /// judge small budgets by the prefill chord alone.
+    verify_ratios: Vec<Option<f64>>,
 }
 
 /// The acceptances a plan is made under.
@@ -457,11 +461,22 @@ impl SpeculationPolicy for CostModelPolicy {
         if let Some(live) = self.live.as_mut() {
             live.costs.record(outcome, timing);
             live.generated += outcome.accepted + 1;
-            if let Some(seconds) = live.costs.measured_draft_pass_s() {
-                self.learned
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .draft_pass_s = Some(seconds);
+            let measured = live.costs.measured_draft_pass_s();
+            let ratios = live.costs.relative_target_costs();
+            let mut learned = self
+                .learned
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(seconds) = measured {
+                learned.draft_pass_s = Some(seconds);
+            }
+            if learned.verify_ratios.len() < ratios.len() {
+                learned.verify_ratios.resize(ratios.len(), None);
+            }
+            for (shared, ratio) in learned.verify_ratios.iter_mut().zip(ratios) {
+                if ratio.is_some() {
+                    *shared = ratio;
+                }
             }
         }
     }
@@ -476,10 +491,14 @@ impl CostModelPolicy {
     /// forks learned.
     pub fn forked(&self) -> CostModelPolicy {
         let mut fresh = self.clone();
-        let (forks, draft_pass_s) = {
+        let (forks, draft_pass_s, verify_ratios) = {
             let mut learned = self.learned();
             learned.forks += 1;
-            (learned.forks, learned.draft_pass_s)
+            (
+                learned.forks,
+                learned.draft_pass_s,
+                learned.verify_ratios.clone(),
+            )
         };
         fresh.explorer = (forks - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
         fresh.stats = self.fresh_stats.clone();
@@ -489,9 +508,10 @@ impl CostModelPolicy {
         fresh.since_plan = 0;
         fresh.prober.reset_interval();
         if let Some(live) = fresh.live.as_mut() {
+            let costs = live.fresh.clone().with_verify_prior(verify_ratios);
             live.costs = match draft_pass_s {
-                Some(seconds) => live.fresh.clone().with_draft_pass_prior(seconds),
-                None => live.fresh.clone(),
+                Some(seconds) => costs.with_draft_pass_prior(seconds),
+                None => costs,
             };
             live.generated = 0;
         }
@@ -750,6 +770,44 @@ mod tests {
 
     fn cpu_verify(n: usize) -> f64 {
         1.0 + 0.3 * (n as f64 - 1.0)
+    }
+
+    /// A CPU-like curve with a knee: nearly flat up to 4 tokens, then steep (the prefill chord
+    /// overstates the small sizes several times over).
+    fn knee_verify(n: usize) -> f64 {
+        let n = n as f64;
+        if n <= 4.0 {
+            1.0 + 0.05 * (n - 1.0)
+        } else {
+            1.15 + 0.5 * (n - 4.0)
+        }
+    }
+
+    #[test]
+    fn later_sequences_start_from_the_verify_costs_earlier_ones_measured() {
+        let sim = || Sim::new(0.1, 0.0, 0.6, knee_verify);
+        let template = chain_policy(3, 0.1);
+        let mut first = template.fork();
+        sim().run(first.as_mut(), 300, 10_000);
+        // What the first sequence measured is shared as t(n) / t(1) (the simulation's curve).
+        let ratios = template.learned().verify_ratios.clone();
+        assert!(ratios.len() >= 2 && ratios[0] == Some(1.0), "{ratios:?}");
+        for (i, ratio) in ratios.iter().enumerate() {
+            if let Some(r) = ratio {
+                assert!((r - knee_verify(i + 1)).abs() < 1e-12, "n = {}: {r}", i + 1);
+            }
+        }
+        assert!(ratios[1..].iter().any(Option::is_some), "{ratios:?}");
+        // A later sequence speculates right after its first plain step ...
+        let mut later = template.fork();
+        let budgets = sim().run(later.as_mut(), 2, 10_000);
+        assert!(!budgets[1].is_plain(), "{budgets:?}");
+        // ... which, with the same acceptance learned but only the prefill chord to judge the
+        // verify cost by (cost(2) ≈ 1.49 instead of 1.05), it would not.
+        template.learned().verify_ratios.clear();
+        let mut chord_only = template.fork();
+        let budgets = sim().run(chord_only.as_mut(), 2, 10_000);
+        assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
     }
 
     fn flat_verify(n: usize) -> f64 {

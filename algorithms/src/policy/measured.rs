@@ -10,7 +10,10 @@
 //!   included); `n = 1` comes from plain steps. Between measured sizes the curve is interpolated;
 //!   beyond the largest one it runs along the chord to the prompt-prefill point (`P` tokens in
 //!   `prefill_s`), which never overstates a concave cost curve, so unmeasured sizes look at least
-//!   as cheap as they are and get tried;
+//!   as cheap as they are and get tried. A size this sequence has not measured yet but earlier
+//!   sequences of the same method did comes from their relative cost (`t(n) / t(1)`, see
+//!   [`LiveCosts::with_verify_prior`]) times this sequence's `t(1)`: the real curve on a CPU is
+//!   flat for a few tokens, then steep, which the chord overstates at small `n`;
 //! - **draft pass**: `draft_s / passes` of *steady* speculative steps (the drafter was in sync:
 //!   at most two tokens arrived since it last drafted), else a prior given at construction (a
 //!   one-token forward the backend timed), else unknown;
@@ -100,6 +103,8 @@ pub struct LiveCosts {
     unsynced: usize,
     remaining: Option<usize>,
     per_node: bool,
+    /// `verify_prior[n - 1]`: an earlier sequence's `t(n) / t(1)`, for sizes not measured here.
+    verify_prior: Vec<Option<f64>>,
 }
 
 impl LiveCosts {
@@ -117,6 +122,7 @@ impl LiveCosts {
             unsynced: 0,
             remaining: None,
             per_node: false,
+            verify_prior: Vec::new(),
         }
     }
 
@@ -131,6 +137,28 @@ impl LiveCosts {
         if seconds.is_finite() && seconds >= 0.0 {
             self.draft_pass_prior_s = Some(seconds);
         }
+        self
+    }
+
+    /// The relative cost `t(n) / t(1)` of every target-forward size this sequence measured
+    /// (`None` where it did not), index `n - 1`: what a later sequence can start from.
+    pub fn relative_target_costs(&self) -> Vec<Option<f64>> {
+        let Some(t1) = self.target_s(1).filter(|t| *t > 0.0) else {
+            return Vec::new();
+        };
+        (1..=self.target.len())
+            .map(|n| self.target_s(n).map(|t| t / t1))
+            .collect()
+    }
+
+    /// Starts from earlier sequences' relative target-forward costs (`ratios[n - 1]` =
+    /// `t(n) / t(1)`, as [`Self::relative_target_costs`] gives them), used for the sizes this
+    /// sequence has not measured itself. Non-finite or non-positive ratios are ignored.
+    pub fn with_verify_prior(mut self, ratios: Vec<Option<f64>>) -> Self {
+        self.verify_prior = ratios
+            .into_iter()
+            .map(|r| r.filter(|r| r.is_finite() && *r > 0.0))
+            .collect();
         self
     }
 
@@ -235,8 +263,15 @@ impl LiveCosts {
     pub fn cost_model(&self) -> Option<CostModel> {
         let t1 = self.target_s(1).filter(|t| *t > 0.0)?;
         let mut points = vec![(1usize, t1)];
-        for n in 2..=self.target.len() {
-            if let Some(t) = self.target_s(n).filter(|t| *t > 0.0) {
+        for n in 2..=self.target.len().max(self.verify_prior.len()) {
+            let prior = || {
+                self.verify_prior
+                    .get(n - 1)
+                    .copied()
+                    .flatten()
+                    .map(|r| r * t1)
+            };
+            if let Some(t) = self.target_s(n).or_else(prior).filter(|t| *t > 0.0) {
                 points.push((n, t));
             }
         }
@@ -310,6 +345,52 @@ mod tests {
             model.verify.cost(5)
         );
         assert_eq!(model.draft_per_pass, 0.0);
+    }
+
+    #[test]
+    fn earlier_sequences_relative_costs_fill_the_sizes_not_measured_here() {
+        let mut first = LiveCosts::new(Some(0.0));
+        for (o, t) in [
+            plain(0.010),
+            chain(3, 3, 0.0, 0.012),
+            chain(1, 0, 0.0, 0.011),
+        ] {
+            first.record(&o, &t);
+        }
+        let ratios = first.relative_target_costs();
+        assert_eq!(ratios.len(), 4);
+        assert!((ratios[3].unwrap() - 1.2).abs() < 1e-12 && ratios[2].is_none());
+        // A new sequence at a longer context: t(1) = 20 ms; n = 4 from the prior (1.2 · 20 ms),
+        // n = 2 from its own measurement, and NaN ratios ignored.
+        let mut later = LiveCosts::new(Some(0.0)).with_verify_prior(vec![
+            Some(1.0),
+            ratios[1],
+            Some(f64::NAN),
+            ratios[3],
+        ]);
+        let (o, t) = plain(0.020);
+        later.record(&o, &t);
+        let model = later.cost_model().unwrap();
+        assert!(
+            (model.verify.cost(4) - 1.2).abs() < 1e-12,
+            "{}",
+            model.verify.cost(4)
+        );
+        let (o, t) = chain(1, 1, 0.0, 0.030);
+        later.record(&o, &t);
+        let model = later.cost_model().unwrap();
+        assert!((model.verify.cost(2) - 1.5).abs() < 1e-12);
+        assert!(
+            (model.verify.cost(4) - 1.2).abs() < 1e-12,
+            "own points win, prior fills"
+        );
+        // A sequence without a plain step has no t(1), so nothing to share.
+        let mut alone = LiveCosts::new(Some(0.0));
+        alone.record(&o, &t);
+        assert!(
+            alone.relative_target_costs().is_empty(),
+            "no plain step: no t(1)"
+        );
     }
 
     #[test]
