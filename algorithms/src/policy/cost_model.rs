@@ -1,5 +1,6 @@
 //! [`CostModelPolicy`]: pick the budget that maximises expected tokens per unit of cost.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{ensure_param, Result};
@@ -51,9 +52,11 @@ pub enum TreeSearch {
 ///   step is plain decoding (it measures the plain step; the prompt prefill gives the chord that
 ///   bounds the verify cost of unmeasured sizes from below);
 /// - **explore only when it can pay**: before any draft of this sequence was verified, α̂ is
-///   taken as the pooled acceptance the method's earlier sequences measured (shared by every
-///   fork of one policy: a workload whose drafts are rarely accepted stops paying a first
-///   exploration per request), or `explore_alpha` (default 0.8, the acceptance of a
+///   taken as the acceptance the method's recent sequences measured, pooled over the latest
+///   [`LEARNED_FORKS`] forks once they made [`LEARNED_MIN_TRIES`] tries together (shared by
+///   every fork of one policy: a workload whose drafts are rarely accepted stops paying a first
+///   exploration per request, and one unlucky request does not switch a drafter off), or
+///   `explore_alpha` (default 0.8, the acceptance of a
 ///   well-matched drafter) for the first sequence and one fork in `EXPLORE_EVERY_FORKS` (8)
 ///   after it (so that a change of workload is noticed); otherwise the smoothed per-position α̂
 ///   (censored positions handled by [`AcceptanceStats`]);
@@ -93,11 +96,17 @@ pub struct CostModelPolicy {
     learned: Arc<Mutex<Learned>>,
     /// This sequence ignores [`Learned::alpha`] and explores as the first one did.
     explorer: bool,
+    /// This sequence's number among the forks (0 for the template itself).
+    fork_id: u64,
 }
 
-/// Draft-position tries a sequence must have made before its pooled α̂ becomes the starting
-/// point of later sequences.
-pub const LEARNED_MIN_TRIES: f64 = 3.0;
+/// Draft-position tries the recent forks must have made together before their pooled α̂
+/// becomes the starting point of later sequences (a few rejected tries of one request say
+/// little: an n-gram drafter's drafts are either a long match or nothing).
+pub const LEARNED_MIN_TRIES: f64 = 16.0;
+
+/// How many of the latest forks' acceptance counts are pooled into the learned α̂.
+pub const LEARNED_FORKS: usize = 32;
 
 /// One fork in this many (the first, the `1 + n`-th, ...) ignores the learned acceptance and
 /// explores optimistically, so that a workload whose drafts became easier is noticed.
@@ -106,8 +115,9 @@ pub const EXPLORE_EVERY_FORKS: u64 = 8;
 /// The state the forks of one [`CostModelPolicy`] share.
 #[derive(Debug, Clone, Default)]
 struct Learned {
-    /// The latest pooled acceptance α̂ any fork measured (after [`LEARNED_MIN_TRIES`] tries).
-    alpha: Option<f64>,
+    /// `(fork, successes, tries)`: the pooled draft-position counts of each of the latest
+    /// [`LEARNED_FORKS`] forks that drafted, oldest first; see [`Learned::alpha`].
+    acceptance: VecDeque<(u64, f64, f64)>,
     /// Forks made so far.
     forks: u64,
     /// The latest steady draft-pass (or per-node) time any fork measured, in seconds: a new
@@ -118,6 +128,30 @@ struct Learned {
     /// latest measurement of each size): a new fork's verify-cost prior, so that it does not
     /// judge small budgets by the prefill chord alone.
     verify_ratios: Vec<Option<f64>>,
+}
+
+impl Learned {
+    /// The acceptance α̂ pooled over the recent forks (successes / tries of all of them), once
+    /// they made [`LEARNED_MIN_TRIES`] tries together.
+    fn alpha(&self) -> Option<f64> {
+        let (successes, tries) = self
+            .acceptance
+            .iter()
+            .fold((0.0, 0.0), |(s, t), &(_, fs, ft)| (s + fs, t + ft));
+        (tries >= LEARNED_MIN_TRIES).then(|| successes / tries)
+    }
+
+    /// Records fork `fork`'s current pooled counts (replacing its earlier entry).
+    fn record(&mut self, fork: u64, successes: f64, tries: f64) {
+        if let Some(entry) = self.acceptance.iter_mut().find(|(f, _, _)| *f == fork) {
+            *entry = (fork, successes, tries);
+            return;
+        }
+        self.acceptance.push_back((fork, successes, tries));
+        while self.acceptance.len() > LEARNED_FORKS {
+            self.acceptance.pop_front();
+        }
+    }
 }
 
 /// The acceptances a plan is made under.
@@ -173,6 +207,7 @@ impl CostModelPolicy {
             live: None,
             learned: Arc::new(Mutex::new(Learned::default())),
             explorer: true,
+            fork_id: 0,
         })
     }
 
@@ -353,7 +388,7 @@ impl CostModelPolicy {
         let explore = live.explore_alpha;
         let learned = match self.explorer {
             true => None,
-            false => self.learned().alpha,
+            false => self.learned().alpha(),
         };
         let switch = live.costs.switch_cost();
         let left = live
@@ -452,11 +487,9 @@ impl SpeculationPolicy for CostModelPolicy {
         }
         self.observe(outcome);
         if outcome.proposed > 0 {
-            let (_, tries) = self.stats.pooled();
-            if let (Some(alpha), true) = (self.stats.pooled_alpha_raw(), tries >= LEARNED_MIN_TRIES)
-            {
-                self.learned().alpha = Some(alpha);
-            }
+            let (successes, tries) = self.stats.pooled();
+            let fork = self.fork_id;
+            self.learned().record(fork, successes, tries);
         }
         if let Some(live) = self.live.as_mut() {
             live.costs.record(outcome, timing);
@@ -501,6 +534,7 @@ impl CostModelPolicy {
             )
         };
         fresh.explorer = (forks - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
+        fresh.fork_id = forks;
         fresh.stats = self.fresh_stats.clone();
         fresh.prober.restart();
         fresh.predicted_rate = 1.0;
@@ -901,16 +935,47 @@ mod tests {
     }
 
     #[test]
+    fn learned_acceptance_pools_the_latest_forks() {
+        let mut learned = Learned::default();
+        // Fork 1: 4 tries, all rejected: too few to learn from.
+        learned.record(1, 0.0, 4.0);
+        assert_eq!(learned.alpha(), None);
+        // Fork 2's counts grow as it drafts; its entry is replaced, not added again.
+        learned.record(2, 5.0, 8.0);
+        learned.record(2, 9.0, 12.0);
+        assert_eq!(learned.alpha(), Some(9.0 / 16.0));
+        // Only the latest LEARNED_FORKS forks count.
+        for fork in 3..3 + LEARNED_FORKS as u64 {
+            learned.record(fork, 1.0, 1.0);
+        }
+        assert_eq!(learned.acceptance.len(), LEARNED_FORKS);
+        assert_eq!(learned.alpha(), Some(1.0));
+    }
+
+    #[test]
     fn later_sequences_start_from_the_acceptance_earlier_ones_measured() {
         // Draft 0.1, CPU-like verify, no catch-up: exploring pays at the optimistic α = 0.8,
         // not at the α = 0.1 this workload has.
         let sim = || Sim::new(0.1, 0.0, 0.1, cpu_verify);
         let template = chain_policy(4, 0.1);
-        let mut first = template.fork();
-        let budgets = sim().run(first.as_mut(), 200, 10_000);
-        assert!(!budgets[1].is_plain(), "the first sequence explores");
-        // The next forks stay plain, probes included (they could not pay at α = 0.1) ...
-        for _ in 1..EXPLORE_EVERY_FORKS {
+        // The first sequences explore, each stepping aside after a few rejections, until
+        // together they made LEARNED_MIN_TRIES tries (one request's few tries say little) ...
+        let mut explored = 0;
+        while template.learned().alpha().is_none() {
+            let mut early = template.fork();
+            let budgets = sim().run(early.as_mut(), 200, 10_000);
+            assert!(!budgets[1].is_plain(), "fork {explored} explores");
+            explored += 1;
+            assert!(
+                explored < EXPLORE_EVERY_FORKS,
+                "{explored} forks did not learn α̂"
+            );
+        }
+        assert!(explored > 1, "one sequence's tries are not enough");
+        let learned = template.learned().alpha().unwrap();
+        assert!(learned < 0.5, "{learned}");
+        // ... then the next forks stay plain, probes included (they could not pay at α = 0.1) ...
+        for _ in explored..EXPLORE_EVERY_FORKS {
             let mut later = template.fork();
             let budgets = sim().run(later.as_mut(), 200, 10_000);
             assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
