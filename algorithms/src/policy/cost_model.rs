@@ -53,7 +53,7 @@ pub enum TreeSearch {
 ///   bounds the verify cost of unmeasured sizes from below);
 /// - **explore only when it can pay**: before any draft of this sequence was verified, α̂ is
 ///   taken as the acceptance the method's recent sequences measured, pooled over the latest
-///   [`LEARNED_FORKS`] forks once they made [`LEARNED_MIN_TRIES`] tries together (shared by
+///   `LEARNED_FORKS` (32) forks once they made `LEARNED_MIN_TRIES` (16) tries together (shared by
 ///   every fork of one policy: a workload whose drafts are rarely accepted stops paying a first
 ///   exploration per request, and one unlucky request does not switch a drafter off), or
 ///   `explore_alpha` (default 0.8, the acceptance of a
