@@ -45,7 +45,9 @@ use super::int8::{
 };
 use super::int8_packed_q32 as q32;
 use super::int8_q32::Format;
-use super::matmul::{for_token_groups, par_over_tiles, QuantMatrix, SimdLevel, ROWS_PER_TASK};
+use super::matmul::{
+    for_token_groups, par_over_tiles, QuantMatrix, SimdLevel, TileOut, ROWS_PER_TASK,
+};
 use super::types::QuantType;
 use crate::error::{KernelError, Result};
 
@@ -326,15 +328,7 @@ fn int8_packed_many_with(
     if n == 0 {
         return Ok(());
     }
-    let mats: Vec<&Int8PackedMatrix> = products.iter().map(|p| p.w).collect();
-    let mut outs: Vec<(usize, &mut [f32])> = products
-        .iter_mut()
-        .map(|p| (p.w.rows, &mut *p.out))
-        .collect();
-    // `par_over_tiles` hands out 16 rows per task: one tile (asserted at compile time below).
-    par_over_tiles(&mut outs, n, |p, tile_out| {
-        let w = mats[p];
-        let tile = w.tile(tile_out.first_row() / TILE_ROWS);
+    par_over_packed_tiles(products, n, |_, w, tile, tile_out| {
         for_token_groups!(n, [1, 2, 3, 4], t, G => {
             let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
             let sums: [[f32; TILE_ROWS]; G] = match (level, w.ty) {
@@ -353,6 +347,25 @@ fn int8_packed_many_with(
         });
     });
     Ok(())
+}
+
+/// Runs `task(p, w, tile, tile_out)` in parallel over every tile of every product's matrix
+/// (`w = products[p].w`, `tile` its packed bytes, `tile_out` its outputs), one pool of tasks
+/// for all of them ([`par_over_tiles`], whose 16-row tasks are exactly one tile).
+pub(super) fn par_over_packed_tiles(
+    products: &mut [PackedProduct<'_>],
+    n_tokens: usize,
+    task: impl Fn(usize, &Int8PackedMatrix, &[u8], &mut TileOut<'_>) + Sync,
+) {
+    let mats: Vec<&Int8PackedMatrix> = products.iter().map(|p| p.w).collect();
+    let mut outs: Vec<(usize, &mut [f32])> = products
+        .iter_mut()
+        .map(|p| (p.w.rows, &mut *p.out))
+        .collect();
+    par_over_tiles(&mut outs, n_tokens, |p, tile_out| {
+        let w = mats[p];
+        task(p, w, w.tile(tile_out.first_row() / TILE_ROWS), tile_out);
+    });
 }
 
 /// The portable reference over the packed layout: each row of the tile, block by block, through

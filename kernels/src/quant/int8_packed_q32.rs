@@ -34,11 +34,11 @@
 //! logic operation per group.
 
 use super::dequant::le_f16;
-use super::int8_packed::{Int8PackedMatrix, PackedProduct, TILE_ROWS};
+use super::int8_packed::{par_over_packed_tiles, Int8PackedMatrix, PackedProduct, TILE_ROWS};
 use super::int8_q32::{
     accumulate_block, decode_block, Format, Q8Blocks32, Q32_BLOCK, Q4_0, Q4_1, Q5_0, Q8_0,
 };
-use super::matmul::{check_len, for_token_groups, par_over_tiles, SimdLevel};
+use super::matmul::{check_len, for_token_groups, SimdLevel};
 use crate::error::{KernelError, Result};
 
 /// Blocks of 32 elements per tile-block.
@@ -223,13 +223,7 @@ fn q32_packed_many_with(
     if n == 0 {
         return Ok(());
     }
-    let mats: Vec<&Int8PackedMatrix> = products.iter().map(|p| p.w).collect();
-    let mut outs: Vec<(usize, &mut [f32])> = products
-        .iter_mut()
-        .map(|p| (p.w.rows(), &mut *p.out))
-        .collect();
-    par_over_tiles(&mut outs, n, |p, tile_out| {
-        let tile = mats[p].tile(tile_out.first_row() / TILE_ROWS);
+    par_over_packed_tiles(products, n, |p, _, tile, tile_out| {
         for_token_groups!(n, [1, 2, 3, 4], t, G => {
             let sums = match formats[p] {
                 Format::Q8_0 => tile_sums::<Q8_0, G>(level, tile, acts, t),
