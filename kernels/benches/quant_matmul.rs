@@ -12,15 +12,21 @@
 //! `[1536 x 576]` Q4_1 FFN and `[49152 x 576]` Q8_0 tied head, Qwen2.5-Coder-0.5B's
 //! `[4864 x 896]` Q5_0 FFN and `[151936 x 896]` Q8_0 head.
 //!
+//! Those matrices fit in the last-level cache (32 MB here), so repeated calls measure the
+//! arithmetic. The `dram_*` groups sweep 16 distinct packed matrices per iteration (124 MB of
+//! Q4_K, 166 MB of Q6_K) so that every byte comes from DRAM, as in a real forward: their
+//! 4-token time against their 1-token time is the verify-cost curve of one layer's product,
+//! and is what the kernels' prefetch hints are tuned on.
+//!
 //! Weights are synthetic ([`synthetic_weights`]): speed does not depend on values.
 //!
 //! `cargo bench -p specdec-kernels --bench quant_matmul` (set `RAYON_NUM_THREADS` to pin threads).
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use specdec_kernels::quant::{
-    quant_matmul_int8_packed_with, quant_matmul_int8_with, quant_matmul_q32_packed_with,
-    quant_matmul_q32_with, quant_matmul_with, synthetic_weights, Int8PackedMatrix, Q8Activations,
-    Q8Blocks32, QuantMatrix, QuantType, SimdLevel,
+    quant_matmul_int8_packed, quant_matmul_int8_packed_with, quant_matmul_int8_with,
+    quant_matmul_q32_packed_with, quant_matmul_q32_with, quant_matmul_with, synthetic_weights,
+    Int8PackedMatrix, Q8Activations, Q8Blocks32, QuantMatrix, QuantType, SimdLevel,
 };
 
 const ROWS: usize = 8960;
@@ -79,6 +85,42 @@ fn bench(c: &mut Criterion) {
         group.finish();
     }
     bench_q32(c, best);
+    bench_dram(c);
+}
+
+/// The packed k-quant products of `[8960 × 1536]` from DRAM: 16 distinct matrices per
+/// iteration, n_tokens 1, 2, 4.
+fn bench_dram(c: &mut Criterion) {
+    const MATRICES: usize = 16;
+    for ty in [QuantType::Q4_K, QuantType::Q6_K] {
+        let packed: Vec<Int8PackedMatrix> = (0..MATRICES as u64)
+            .map(|seed| {
+                let data = synthetic_weights(ty, ROWS, COLS, seed + 1).unwrap();
+                Int8PackedMatrix::pack(&QuantMatrix::new(ty, ROWS, COLS, &data).unwrap()).unwrap()
+            })
+            .collect();
+        let bytes: usize = packed.iter().map(Int8PackedMatrix::len_bytes).sum();
+        let mut group = c.benchmark_group(format!("dram_16x{ROWS}x{COLS}_{}", ty.name()));
+        group.throughput(Throughput::Bytes(bytes as u64));
+        group.sample_size(20);
+        for n_tokens in [1usize, 2, 4] {
+            let acts =
+                Q8Activations::quantize(&activations(n_tokens, COLS), n_tokens, COLS).unwrap();
+            let mut out = vec![0.0; n_tokens * ROWS];
+            group.bench_with_input(
+                BenchmarkId::new("int8-packed", n_tokens),
+                &n_tokens,
+                |b, _| {
+                    b.iter(|| {
+                        for w in &packed {
+                            quant_matmul_int8_packed(w, &acts, &mut out).unwrap();
+                        }
+                    })
+                },
+            );
+        }
+        group.finish();
+    }
 }
 
 /// Activations of `n_tokens × cols` in [-1, 1].

@@ -335,10 +335,10 @@ fn int8_packed_many_with(
                 // SAFETY: `level.ensure_available()` succeeded; the tile holds `cols / 256`
                 // tile-blocks and every token as many activation blocks (shapes checked).
                 #[cfg(target_arch = "x86_64")]
-                (SimdLevel::Avx512, QuantType::Q4_K) => unsafe { avx512::q4k_tile::<G>(tile, tokens) },
+                (SimdLevel::Avx512, QuantType::Q4_K) => unsafe { avx512::q4k_tile::<G>(tile, tokens, t == 0) },
                 // SAFETY: as above.
                 #[cfg(target_arch = "x86_64")]
-                (SimdLevel::Avx512, _) => unsafe { avx512::q6k_tile::<G>(tile, tokens) },
+                (SimdLevel::Avx512, _) => unsafe { avx512::q6k_tile::<G>(tile, tokens, t == 0) },
                 _ => portable_tile::<G>(w.ty, tile, tokens),
             };
             for (g, sums) in sums.iter().enumerate() {
@@ -454,23 +454,44 @@ pub(super) mod avx512 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
     }
 
-    /// For `G ≥ 3` tokens, hints the `bytes` from `ahead` (the lines of a tile-block further
-    /// on) into L2. Measured here at real sizes (2 threads, [151936 × 1536] Q6_K and
-    /// [143360 × 1536] Q4_K): up to two tokens the loop keeps up with memory and the hardware
-    /// prefetchers alone do best (the hints cost 10-25%); from three tokens on the arithmetic
-    /// holds the loads back and the hints pay (Q4_K, 4 tokens: 21 → 27 GB/s).
+    /// Tile-blocks of a k-quant tile that the kernels hint ahead of the one they read
+    /// ([`prefetch_part`]): 9.3 KB of Q4_K, 13.3 KB of Q6_K.
+    pub(super) const KQ_AHEAD: usize = 4;
+
+    /// Part `part` of `parts` of the tile-block of `bytes` at `ahead`, hinted into L2, when the
+    /// kernel sweeps its tile for the first time (`first_sweep`: the first group of tokens; the
+    /// later groups find the tile in cache) with `G ≥ 3` tokens: a kernel calls it once per
+    /// step of its inner loop, so the hints for a tile-block further on are spread over the
+    /// arithmetic of this one instead of issued in a burst. A prefetch never faults, whatever
+    /// the address (a safe intrinsic).
+    ///
+    /// Measured here (2 threads, 16 distinct [8960 × 1536] matrices so that every sweep comes
+    /// from DRAM, the hint variants interleaved in one process, medians of 15 rounds): up to
+    /// two tokens the hardware prefetchers alone keep up with the loop and hints only cost; from
+    /// three tokens on the arithmetic holds the loads back, and spreading the hints over the
+    /// loop four tile-blocks ahead took 4 tokens from 2.16× to 1.18× the one-token time on
+    /// Q6_K and from 1.49× to 1.28× on Q4_K, against one burst of hints two tile-blocks
+    /// ahead at the start of each tile-block (the previous scheme); hints into L1 (`T0`) did
+    /// worse than into L2 on Q6_K (1.79×) and no better on Q4_K.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(in crate::quant) fn prefetch_ahead<const G: usize>(ahead: *const u8, bytes: usize) {
-        if G >= 3 {
-            // A prefetch never faults, whatever the address (a safe intrinsic).
-            for line in 0..bytes / 64 {
+    pub(in crate::quant) fn prefetch_part<const G: usize>(
+        first_sweep: bool,
+        ahead: *const u8,
+        bytes: usize,
+        part: usize,
+        parts: usize,
+    ) {
+        if G >= 3 && first_sweep {
+            let lines = bytes / 64;
+            for line in part * lines / parts..(part + 1) * lines / parts {
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * line).cast());
             }
         }
     }
 
-    /// The sixteen outputs of one Q4_K tile against `G` tokens.
+    /// The sixteen outputs of one Q4_K tile against `G` tokens (`first_sweep`: these are the
+    /// first tokens the tile meets in this product, see [`prefetch_part`]).
     ///
     /// # Safety
     /// The CPU must support AVX-512 F, BW, VL and VNNI; `tile` holds `blocks` tile-blocks and
@@ -479,17 +500,16 @@ pub(super) mod avx512 {
     pub(super) unsafe fn q4k_tile<const G: usize>(
         tile: &[u8],
         tokens: [TokenBlocks<'_>; G],
+        first_sweep: bool,
     ) -> [[f32; TILE_ROWS]; G] {
         let mask = _mm512_set1_epi8(15);
         let mut acc = [_mm512_setzero_ps(); G];
         for (b, tb) in tile.chunks_exact(super::Q4K_TILE_BLOCK).enumerate() {
             let tb = tb.as_ptr();
-            prefetch_ahead::<G>(
-                tb.wrapping_add(2 * super::Q4K_TILE_BLOCK),
-                super::Q4K_TILE_BLOCK,
-            );
+            let ahead = tb.wrapping_add(KQ_AHEAD * super::Q4K_TILE_BLOCK);
             let mut isum = [_mm512_setzero_si512(); G];
             for j in 0..8 {
+                prefetch_part::<G>(first_sweep, ahead, super::Q4K_TILE_BLOCK, j, 8);
                 let mut dots = [[_mm512_setzero_si512(); 2]; G];
                 for p in 0..4 {
                     // SAFETY: `320 + 256j + 64p + 64 ≤ 2368` bytes of the tile-block.
@@ -501,21 +521,16 @@ pub(super) mod avx512 {
                         unsafe {
                             let a = tokens[g].quants.as_ptr().add(256 * b + 32 * j + 8 * p);
                             dots[g][0] = _mm512_dpbusd_epi32(dots[g][0], low, broadcast_word(a));
-                            // one token: two chains (latency); more: the tokens interleave
-                            let chain = if G == 1 { 1 } else { 0 };
-                            dots[g][chain] =
-                                _mm512_dpbusd_epi32(dots[g][chain], high, broadcast_word(a.add(4)));
+                            // two chains per token, low and high nibbles (latency)
+                            dots[g][1] =
+                                _mm512_dpbusd_epi32(dots[g][1], high, broadcast_word(a.add(4)));
                         }
                     }
                 }
                 // SAFETY: 16 bytes of scales at `16j`.
                 let sc = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(tb.add(16 * j).cast()) });
                 for g in 0..G {
-                    let dot = if G == 1 {
-                        _mm512_add_epi32(dots[g][0], dots[g][1])
-                    } else {
-                        dots[g][0]
-                    };
+                    let dot = _mm512_add_epi32(dots[g][0], dots[g][1]);
                     isum[g] = _mm512_add_epi32(isum[g], _mm512_mullo_epi32(dot, sc));
                 }
             }
@@ -545,7 +560,8 @@ pub(super) mod avx512 {
         store(acc)
     }
 
-    /// The sixteen outputs of one Q6_K tile against `G` tokens.
+    /// The sixteen outputs of one Q6_K tile against `G` tokens (`first_sweep` as in
+    /// [`q4k_tile`]).
     ///
     /// # Safety
     /// As [`q4k_tile`].
@@ -553,18 +569,17 @@ pub(super) mod avx512 {
     pub(super) unsafe fn q6k_tile<const G: usize>(
         tile: &[u8],
         tokens: [TokenBlocks<'_>; G],
+        first_sweep: bool,
     ) -> [[f32; TILE_ROWS]; G] {
         let m4 = _mm512_set1_epi8(15);
         let m30 = _mm512_set1_epi8(0x30);
         let mut acc = [_mm512_setzero_ps(); G];
         for (b, tb) in tile.chunks_exact(super::Q6K_TILE_BLOCK).enumerate() {
             let tb = tb.as_ptr();
-            prefetch_ahead::<G>(
-                tb.wrapping_add(2 * super::Q6K_TILE_BLOCK),
-                super::Q6K_TILE_BLOCK,
-            );
+            let ahead = tb.wrapping_add(KQ_AHEAD * super::Q6K_TILE_BLOCK);
             let mut isum = [_mm512_setzero_si512(); G];
             for k in 0..16 {
+                prefetch_part::<G>(first_sweep, ahead, super::Q6K_TILE_BLOCK, k, 16);
                 // SAFETY: the group's 192 bytes end at `320 + 192k + 192 ≤ 3392`.
                 let (nib0, nib1, high) = unsafe {
                     let group = tb.add(super::Q6K_QUANTS + 192 * k);
