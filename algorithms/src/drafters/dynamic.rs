@@ -25,6 +25,11 @@ pub struct DynamicTreeDrafter<M> {
 }
 
 impl<M> DynamicTreeDrafter<M> {
+    /// The draft model.
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
     /// A dynamic-tree drafter.
     ///
     /// # Errors
@@ -104,12 +109,12 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for DynamicTreeDrafter<M> {
                 .into_iter()
                 .take(self.expand_top)
                 .collect();
+            // the layer's distributions in one call (one pass of a tree-forwarding model)
+            let paths: Vec<Vec<u32>> = expand.iter().map(|&c| path_of(&cands, c)).collect();
+            let layer_q = self.model.next_probs_paths(request.context, &paths)?;
             let mut next = Vec::new();
-            for c in expand {
-                let mut tokens = request.context.to_vec();
-                tokens.extend(path_of(&cands, c));
-                let q = self.model.next_probs(&tokens)?;
-                for token in ranked_tokens(&q).into_iter().take(self.branch) {
+            for (c, q) in expand.into_iter().zip(layer_q) {
+                for token in ranked_tokens(&q, self.branch) {
                     let p = q[token as usize].clone();
                     if !p.is_positive() {
                         break;

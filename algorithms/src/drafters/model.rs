@@ -34,6 +34,26 @@ pub trait DraftModel<N> {
             .map(|end| self.next_probs(&tokens[..end]))
             .collect()
     }
+
+    /// The next-token distributions after `context` followed by each of `paths`: row `i` is
+    /// `next_probs(context ++ paths[i])` (an empty path: after the context itself). A drafter
+    /// growing a tree asks for a whole depth of it at once, and a model that forwards a token
+    /// tree in one pass answers with one pass instead of one per path (the rows must be the
+    /// ones `next_probs` gives, which batch-invariant models guarantee). The default calls
+    /// [`DraftModel::next_probs`] per path.
+    ///
+    /// # Errors
+    /// Whatever the model reports (e.g. an empty context, a context longer than it supports).
+    fn next_probs_paths(&mut self, context: &[u32], paths: &[Vec<u32>]) -> Result<Vec<Vec<N>>> {
+        paths
+            .iter()
+            .map(|path| {
+                let mut tokens = context.to_vec();
+                tokens.extend_from_slice(path);
+                self.next_probs(&tokens)
+            })
+            .collect()
+    }
 }
 
 /// The preconditions of [`DraftModel::next_probs_along`]: `1 ≤ count ≤ tokens.len()`.
@@ -88,19 +108,32 @@ impl<N, M: DraftModel<N> + ?Sized> DraftModel<N> for &mut M {
     fn next_probs_along(&mut self, tokens: &[u32], count: usize) -> Result<Vec<Vec<N>>> {
         (**self).next_probs_along(tokens, count)
     }
+
+    fn next_probs_paths(&mut self, context: &[u32], paths: &[Vec<u32>]) -> Result<Vec<Vec<N>>> {
+        (**self).next_probs_paths(context, paths)
+    }
 }
 
-/// Token ids by decreasing probability, ties to the lower id; zero-probability tokens last (still
-/// in id order), so the result lists the whole vocabulary.
-pub fn ranked_tokens<N: Prob>(q: &[N]) -> Vec<u32> {
-    let mut ids: Vec<u32> = (0..q.len() as u32).collect();
-    ids.sort_by(|&a, &b| {
-        q[b as usize]
-            .partial_cmp(&q[a as usize])
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.cmp(&b))
-    });
-    ids
+/// The first `count` token ids by decreasing probability, ties to the lower id, zero-probability
+/// tokens after the others (in id order); all of them when the vocabulary is smaller. One pass
+/// over `q` keeping the best `count` so far: a drafter expanding a node into a few children pays
+/// O(vocabulary), not a sort of the whole vocabulary, per node.
+pub fn ranked_tokens<N: Prob>(q: &[N], count: usize) -> Vec<u32> {
+    let above = |a: &N, b: &N| a.partial_cmp(b) == Some(std::cmp::Ordering::Greater);
+    let mut top: Vec<u32> = Vec::with_capacity(count + 1);
+    for (id, p) in q.iter().enumerate() {
+        // ids come in increasing order, so an equal probability never moves ahead
+        if top.len() == count && top.last().is_none_or(|&last| !above(p, &q[last as usize])) {
+            continue;
+        }
+        let at = top
+            .iter()
+            .position(|&t| above(p, &q[t as usize]))
+            .unwrap_or(top.len());
+        top.insert(at, id as u32);
+        top.truncate(count);
+    }
+    top
 }
 
 /// Bit position of the namespace in [`DrawKey::draw`].
@@ -152,7 +185,42 @@ mod tests {
 
     #[test]
     fn ranking_ties_and_zeros() {
-        assert_eq!(ranked_tokens(&[0.25, 0.0, 0.5, 0.25]), vec![2, 0, 3, 1]);
-        assert_eq!(ranked_tokens::<f64>(&[]), Vec::<u32>::new());
+        assert_eq!(ranked_tokens(&[0.25, 0.0, 0.5, 0.25], 4), vec![2, 0, 3, 1]);
+        assert_eq!(ranked_tokens(&[0.25, 0.0, 0.5, 0.25], 9), vec![2, 0, 3, 1]);
+        assert_eq!(ranked_tokens(&[0.25, 0.0, 0.5, 0.25], 2), vec![2, 0]);
+        assert_eq!(ranked_tokens(&[0.25, 0.0, 0.5, 0.25], 0), Vec::<u32>::new());
+        assert_eq!(ranked_tokens::<f64>(&[], 3), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn ranking_is_the_prefix_of_the_full_sort() {
+        // small integer weights: many ties, some zeros
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for len in [1usize, 5, 17, 64] {
+            for _ in 0..50 {
+                let q: Vec<f64> = (0..len)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        (state % 4) as f64 / 8.0
+                    })
+                    .collect();
+                let mut sorted: Vec<u32> = (0..len as u32).collect();
+                sorted.sort_by(|&a, &b| {
+                    q[b as usize]
+                        .partial_cmp(&q[a as usize])
+                        .unwrap()
+                        .then(a.cmp(&b))
+                });
+                for count in [0, 1, 2, 3, len, len + 2] {
+                    assert_eq!(
+                        ranked_tokens(&q, count),
+                        sorted[..count.min(len)].to_vec(),
+                        "{q:?}, count {count}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -24,8 +24,9 @@ pub enum TreeFill {
     WithoutReplacement,
 }
 
-/// Fills a [`TreeShape`] with tokens from a [`DraftModel`], one model call per expanded node
-/// (in node order), recording `q` there.
+/// Fills a [`TreeShape`] with tokens from a [`DraftModel`], recording `q` at every expanded
+/// node: one model call per depth ([`DraftModel::next_probs_paths`] for all the nodes of that
+/// depth that have children, so a model forwarding token trees drafts a depth in one pass).
 ///
 /// Budget: [`Budget::Tree`] gives the shape; [`Budget::TreeNodes`]`(n)` and
 /// [`Budget::Chain`]`(n)` use the drafter's default shape cut to its first `n` draft nodes (a
@@ -38,6 +39,11 @@ pub struct ShapeDrafter<M> {
 }
 
 impl<M> ShapeDrafter<M> {
+    /// The draft model.
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
     /// A drafter filling shapes with `fill`, using `default_shape` for node-count budgets
     /// (e.g. [`TreeShape::k_ary`] for top-k expansion, a Sequoia tree, or static choices).
     pub fn new(model: M, fill: TreeFill, default_shape: TreeShape) -> Self {
@@ -93,45 +99,55 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ShapeDrafter<M> {
         // Builder node of each shape node (None: dropped).
         let mut placed: Vec<Option<usize>> = vec![None; shape.len()];
         placed[0] = Some(0);
-        for node in 0..shape.len() {
-            let (Some(at), children) = (placed[node], topology.children(node)) else {
-                continue;
-            };
-            if children.is_empty() {
-                continue;
+        // One depth at a time: the placed nodes of this depth that have children, whose
+        // distributions the model gives in one call.
+        let mut depth_nodes = vec![0usize];
+        while !depth_nodes.is_empty() {
+            let expand: Vec<(usize, usize)> = depth_nodes
+                .iter()
+                .filter(|&&node| !topology.children(node).is_empty())
+                .filter_map(|&node| placed[node].map(|at| (node, at)))
+                .collect();
+            if expand.is_empty() {
+                break;
             }
-            let mut tokens = request.context.to_vec();
-            tokens.extend(tree.path_tokens(at));
-            let q = self.model.next_probs(&tokens)?;
-            match self.fill {
-                TreeFill::TopRanked => {
-                    let ranked = ranked_tokens(&q);
-                    let mut ordered: Vec<usize> = children.to_vec();
-                    ordered.sort_by_key(|&c| shape.rank(c));
-                    for child in ordered {
-                        if let Some(&token) = ranked.get(shape.rank(child)) {
-                            if q[token as usize].is_positive() {
-                                placed[child] = Some(tree.push(at, token));
+            let paths: Vec<Vec<u32>> = expand.iter().map(|&(_, at)| tree.path_tokens(at)).collect();
+            let level_q = self.model.next_probs_paths(request.context, &paths)?;
+            depth_nodes.clear();
+            for ((node, at), q) in expand.into_iter().zip(level_q) {
+                let children = topology.children(node);
+                depth_nodes.extend_from_slice(children);
+                match self.fill {
+                    TreeFill::TopRanked => {
+                        let highest_rank = children.iter().map(|&c| shape.rank(c)).max();
+                        let ranked = ranked_tokens(&q, highest_rank.map_or(0, |r| r + 1));
+                        let mut ordered: Vec<usize> = children.to_vec();
+                        ordered.sort_by_key(|&c| shape.rank(c));
+                        for child in ordered {
+                            if let Some(&token) = ranked.get(shape.rank(child)) {
+                                if q[token as usize].is_positive() {
+                                    placed[child] = Some(tree.push(at, token));
+                                }
                             }
                         }
                     }
-                }
-                TreeFill::Iid | TreeFill::WithoutReplacement => {
-                    let mut weights = q.clone();
-                    for &child in children {
-                        let key =
-                            DrawKey::new(request.sequence, request.step, child, Purpose::Draft);
-                        let Some(token) = decisions.categorical(key, &weights) else {
-                            break;
-                        };
-                        if self.fill == TreeFill::WithoutReplacement {
-                            weights[token] = N::zero();
+                    TreeFill::Iid | TreeFill::WithoutReplacement => {
+                        let mut weights = q.clone();
+                        for &child in children {
+                            let key =
+                                DrawKey::new(request.sequence, request.step, child, Purpose::Draft);
+                            let Some(token) = decisions.categorical(key, &weights) else {
+                                break;
+                            };
+                            if self.fill == TreeFill::WithoutReplacement {
+                                weights[token] = N::zero();
+                            }
+                            placed[child] = Some(tree.push(at, token as u32));
                         }
-                        placed[child] = Some(tree.push(at, token as u32));
                     }
                 }
+                tree.set_draft_probs(at, q);
             }
-            tree.set_draft_probs(at, q);
         }
         tree.finish(self.kind())
     }

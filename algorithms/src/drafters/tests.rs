@@ -250,3 +250,69 @@ fn staged_keeps_checked_tokens_and_extends_from_q1() {
         .unwrap();
     assert_eq!(plain.len(), 1);
 }
+
+/// The table model, counting its calls: `(next_probs calls, next_probs_paths calls)`.
+struct CountingModel {
+    single: usize,
+    levels: usize,
+}
+
+impl DraftModel<f64> for CountingModel {
+    fn vocab(&self) -> usize {
+        4
+    }
+
+    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<f64>> {
+        self.single += 1;
+        Ok(TABLE[*tokens.last().unwrap() as usize].to_vec())
+    }
+
+    fn next_probs_paths(&mut self, context: &[u32], paths: &[Vec<u32>]) -> Result<Vec<Vec<f64>>> {
+        self.levels += 1;
+        Ok(paths
+            .iter()
+            .map(|path| TABLE[*path.last().or(context.last()).unwrap() as usize].to_vec())
+            .collect())
+    }
+}
+
+#[test]
+fn tree_drafters_ask_for_one_depth_per_call() {
+    // a 2 x 2 x 2 shape: three depths expanded, 1 + 2 + 4 nodes
+    let mut shaped = ShapeDrafter::new(
+        CountingModel {
+            single: 0,
+            levels: 0,
+        },
+        TreeFill::TopRanked,
+        TreeShape::from_branching(&[2, 2, 2]),
+    );
+    let tree: DraftTree<f64> = shaped
+        .propose(&request(&[0], &Budget::Chain(14)), &mut production())
+        .unwrap();
+    let per_call = ShapeDrafter::new(
+        table_model(),
+        TreeFill::TopRanked,
+        TreeShape::from_branching(&[2, 2, 2]),
+    )
+    .propose(&request(&[0], &Budget::Chain(14)), &mut production())
+    .unwrap();
+    assert_eq!(tree.tokens(), per_call.tokens(), "the same tree either way");
+    assert_eq!(tree.draft_count(), per_call.draft_count());
+    assert_eq!((shaped.model().single, shaped.model().levels), (0, 3));
+
+    let mut dynamic = DynamicTreeDrafter::new(
+        CountingModel {
+            single: 0,
+            levels: 0,
+        },
+        3,
+        2,
+        2,
+    )
+    .unwrap();
+    let _: DraftTree<f64> = dynamic
+        .propose(&request(&[0], &Budget::Chain(6)), &mut production())
+        .unwrap();
+    assert_eq!((dynamic.model().single, dynamic.model().levels), (0, 3));
+}

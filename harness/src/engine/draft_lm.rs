@@ -11,11 +11,15 @@
 //! staged drafter's level 1 checks a level-0 chain) come from one forward over the path's
 //! uncached part, not one forward per row; the uncached tokens before the rows asked for (a
 //! catch-up on a prompt or on plain steps) go through [`LanguageModel::prefill`] first, which
-//! skips the LM head.
+//! skips the LM head. The distributions after several paths below one context
+//! ([`DraftModel::next_probs_paths`], how tree drafters ask for a whole depth) come from one
+//! forward of the paths' token tree.
 //!
 //! Distributions are the model's logits prepared with the drafter's [`SamplingParams`]
 //! (temperature, top-k, top-p), in f32; over the ids the model computes
 //! ([`LanguageModel::logit_rows`], a limited draft vocabulary), zero elsewhere.
+
+use std::collections::HashMap;
 
 use specdec_algorithms::drafters::{check_along, DraftModel};
 use specdec_algorithms::AlgorithmError;
@@ -81,15 +85,10 @@ impl<M: LanguageModel> LmDraftModel<M> {
         self.forwarded_tokens
     }
 
-    /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`),
-    /// reusing the pooled sequence with the longest common prefix: it is rewound to at most
-    /// `tokens.len() - rows` tokens, the uncached tokens before the last `rows` are prefilled
-    /// (no LM head), and the last `rows` forwarded as one chain.
-    fn logits_along(
-        &mut self,
-        tokens: &[u32],
-        rows: usize,
-    ) -> specdec_models::Result<Vec<Vec<f32>>> {
+    /// The pooled sequence that serves `tokens`: the one sharing the longest common prefix with
+    /// them, else a new one while the pool has room, else the least recently used; marked used
+    /// now.
+    fn entry_for(&mut self, tokens: &[u32]) -> specdec_models::Result<usize> {
         self.clock += 1;
         let best = self
             .pool
@@ -117,33 +116,58 @@ impl<M: LanguageModel> LmDraftModel<M> {
                 .min_by_key(|(_, c)| c.last_used)
                 .map_or(0, |(i, _)| i),
         };
-        let clock = self.clock;
+        self.pool[index].last_used = self.clock;
+        Ok(index)
+    }
+
+    /// Makes pooled sequence `index` hold exactly `tokens[..keep]`: rewound to its common
+    /// prefix with them (at most `keep` tokens), then the rest up to `keep` prefilled (K/V only,
+    /// no LM head: a catch-up after plain steps is mostly this).
+    fn hold_prefix(
+        &mut self,
+        index: usize,
+        tokens: &[u32],
+        keep: usize,
+    ) -> specdec_models::Result<()> {
         let entry = &mut self.pool[index];
-        entry.last_used = clock;
-        let mut shared = common_prefix(&entry.tokens, tokens);
-        if rows == 1 && shared == tokens.len() && shared == entry.tokens.len() {
+        let shared = common_prefix(&entry.tokens, tokens).min(keep);
+        let drop = entry.tokens.len() - shared;
+        if drop > 0 {
+            self.model.rewind(entry.seq, drop)?;
+            entry.tokens.truncate(shared);
+            entry.last_logits = None;
+        }
+        if keep > shared {
+            self.model.prefill(entry.seq, &tokens[shared..keep])?;
+            self.forwarded_tokens += (keep - shared) as u64;
+            entry.tokens.extend_from_slice(&tokens[shared..keep]);
+            entry.last_logits = None;
+        }
+        Ok(())
+    }
+
+    /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`),
+    /// reusing the pooled sequence with the longest common prefix: it is made to hold
+    /// `tokens.len() - rows` tokens ([`LmDraftModel::hold_prefix`]) and the last `rows` are
+    /// forwarded as one chain (their rows are the same as from one pass, by batch invariance).
+    fn logits_along(
+        &mut self,
+        tokens: &[u32],
+        rows: usize,
+    ) -> specdec_models::Result<Vec<Vec<f32>>> {
+        let index = self.entry_for(tokens)?;
+        let entry = &self.pool[index];
+        if rows == 1 && entry.tokens == tokens {
             if let Some(logits) = &entry.last_logits {
                 return Ok(vec![logits.clone()]);
             }
         }
         // Forward at least the last `rows` tokens: the logits after a prefix come from its last
         // token.
-        shared = shared.min(tokens.len() - rows);
-        let drop = entry.tokens.len() - shared;
-        if drop > 0 {
-            self.model.rewind(entry.seq, drop)?;
-            entry.tokens.truncate(shared);
-        }
-        // the tokens before the last `rows`: K/V only, no LM head (a catch-up after plain steps
-        // is mostly these; the rows' logits are the same as from one pass, by batch invariance)
         let head_from = tokens.len() - rows;
-        if head_from > shared {
-            self.model.prefill(entry.seq, &tokens[shared..head_from])?;
-            self.forwarded_tokens += (head_from - shared) as u64;
-            entry.tokens.extend_from_slice(&tokens[shared..head_from]);
-            shared = head_from;
-        }
-        let new_tokens = &tokens[shared..];
+        self.hold_prefix(index, tokens, head_from)?;
+        let entry = &mut self.pool[index];
+        let new_tokens = &tokens[head_from..];
         let chain = TreeTopology::chain(new_tokens.len());
         let step = SequenceStep::chain(entry.seq, new_tokens, &chain);
         let logits = self.model.forward(&[step])?;
@@ -151,11 +175,63 @@ impl<M: LanguageModel> LmDraftModel<M> {
         self.model.commit(entry.seq, &path)?;
         self.forwarded_tokens += new_tokens.len() as u64;
         entry.tokens.extend_from_slice(new_tokens);
-        let along: Vec<Vec<f32>> = (new_tokens.len() - rows..new_tokens.len())
-            .map(|r| logits[0].row(r).to_vec())
-            .collect();
+        let along: Vec<Vec<f32>> = (0..rows).map(|r| logits[0].row(r).to_vec()).collect();
         entry.last_logits = along.last().cloned();
         Ok(along)
+    }
+
+    /// Logits after `context ++ path` for each of `paths` (`context` non-empty), from one
+    /// forward of the token tree whose root is the context's last token and whose other nodes
+    /// are the trie of the paths (shared prefixes forwarded once). The pooled sequence holds the
+    /// context before it ([`LmDraftModel::hold_prefix`]) and after it (the root committed, the
+    /// branches discarded), with the logits after the context cached.
+    fn logits_tree(
+        &mut self,
+        context: &[u32],
+        paths: &[Vec<u32>],
+    ) -> specdec_models::Result<Vec<Vec<f32>>> {
+        let index = self.entry_for(context)?;
+        let root_at = context.len() - 1;
+        self.hold_prefix(index, context, root_at)?;
+        let mut tokens = vec![context[root_at]];
+        let mut parents = vec![None];
+        let mut child_of: HashMap<(usize, u32), usize> = HashMap::new();
+        let ends: Vec<usize> = paths
+            .iter()
+            .map(|path| {
+                path.iter().fold(0, |parent, &token| {
+                    *child_of.entry((parent, token)).or_insert_with(|| {
+                        tokens.push(token);
+                        parents.push(Some(parent));
+                        tokens.len() - 1
+                    })
+                })
+            })
+            .collect();
+        let tree = TreeTopology::from_parents(&parents)?;
+        let entry = &mut self.pool[index];
+        let step = SequenceStep {
+            seq: entry.seq,
+            tokens: &tokens,
+            tree: &tree,
+        };
+        let logits = self.model.forward(&[step])?;
+        self.model.commit(entry.seq, &[0])?;
+        self.forwarded_tokens += tokens.len() as u64;
+        entry.tokens.push(context[root_at]);
+        entry.last_logits = Some(logits[0].row(0).to_vec());
+        Ok(ends
+            .iter()
+            .map(|&node| logits[0].row(node).to_vec())
+            .collect())
+    }
+
+    /// `q` from logits: prepared with the sampling parameters over the ids the model computes,
+    /// zero elsewhere.
+    fn probs(&self, logits: &[f32]) -> specdec_algorithms::Result<Vec<f32>> {
+        let mut probs = prepare_logits(&logits[..self.model.logit_rows()], &self.params)?;
+        probs.resize(self.model.vocab_size(), 0.0);
+        Ok(probs)
     }
 }
 
@@ -170,10 +246,7 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
 
     fn next_probs(&mut self, tokens: &[u32]) -> specdec_algorithms::Result<Vec<f32>> {
         if tokens.is_empty() {
-            return Err(AlgorithmError::InvalidParameter {
-                name: "tokens",
-                reason: "a draft model needs at least one context token".into(),
-            });
+            return Err(empty_context());
         }
         let mut rows = self.next_probs_along(tokens, 1)?;
         Ok(rows.pop().expect("one row asked for"))
@@ -187,16 +260,38 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         count: usize,
     ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
         check_along(tokens, count)?;
-        // a model computing only the first ids' logits: q is zero past them
-        let computed = self.model.logit_rows();
-        let vocab = self.model.vocab_size();
         self.logits_along(tokens, count)?
             .iter()
-            .map(|logits| {
-                let mut probs = prepare_logits(&logits[..computed], &self.params)?;
-                probs.resize(vocab, 0.0);
-                Ok(probs)
-            })
+            .map(|logits| self.probs(logits))
             .collect()
+    }
+
+    /// One forward of the paths' token tree below the context's last token (see
+    /// [`DraftModel::next_probs_paths`]); only the context's own row, when every path is
+    /// empty, is served like [`DraftModel::next_probs`] (from the cache when it can).
+    fn next_probs_paths(
+        &mut self,
+        context: &[u32],
+        paths: &[Vec<u32>],
+    ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
+        if context.is_empty() {
+            return Err(empty_context());
+        }
+        if paths.iter().all(Vec::is_empty) {
+            let probs = self.next_probs(context)?;
+            return Ok(vec![probs; paths.len()]);
+        }
+        self.logits_tree(context, paths)?
+            .iter()
+            .map(|logits| self.probs(logits))
+            .collect()
+    }
+}
+
+/// The error of a query with no context token.
+fn empty_context() -> AlgorithmError {
+    AlgorithmError::InvalidParameter {
+        name: "tokens",
+        reason: "a draft model needs at least one context token".into(),
     }
 }

@@ -470,3 +470,42 @@ fn rows_along_a_path_come_from_one_pass_and_equal_the_rows_one_by_one() {
     assert!(model.next_probs_along(&path, 0).is_err());
     assert!(model.next_probs_along(&path, path.len() + 1).is_err());
 }
+
+#[test]
+fn rows_after_several_paths_come_from_one_tree_pass_and_equal_the_rows_one_by_one() {
+    let pair = pair(6);
+    let params = SamplingParams {
+        temperature: 0.8,
+        ..SamplingParams::greedy()
+    };
+    let context: Vec<u32> = vec![3, 1, 4, 0];
+    let paths: Vec<Vec<u32>> = vec![vec![2], vec![5, 1], vec![], vec![2, 2, 3], vec![5, 1, 0]];
+    let mut one_by_one = draft_lm(&pair, params);
+    let want: Vec<Vec<f32>> = paths
+        .iter()
+        .map(|path| {
+            let mut tokens = context.clone();
+            tokens.extend(path);
+            one_by_one.next_probs(&tokens).unwrap()
+        })
+        .collect();
+    let mut tree = draft_lm(&pair, params);
+    // a cached prefix that diverges from the context is rewound first
+    tree.next_probs(&[3, 1, 5]).unwrap();
+    let before = tree.forwarded_tokens();
+    let got = tree.next_probs_paths(&context, &paths).unwrap();
+    let bits = |rows: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        rows.iter()
+            .map(|r| r.iter().map(|p| p.to_bits()).collect())
+            .collect()
+    };
+    assert_eq!(bits(&got), bits(&want));
+    // the context's third token, then one tree: its last token and the six trie nodes
+    // [2], [5], [5 1], [2 2], [2 2 3], [5 1 0]
+    assert_eq!(tree.forwarded_tokens() - before, 1 + 1 + 6);
+    // the context's own row is cached after it
+    let again = tree.forwarded_tokens();
+    assert_eq!(tree.next_probs(&context).unwrap(), want[2]);
+    assert_eq!(tree.forwarded_tokens(), again);
+    assert!(tree.next_probs_paths(&[], &paths).is_err());
+}
