@@ -237,6 +237,35 @@ impl CostModelPolicy {
         Ok(policy)
     }
 
+    /// Measured mode: the target's relative forward costs `ratios[n - 1] = t(n) / t(1)` taken up
+    /// front (e.g. by timing forwards of `n` tokens at set-up): every sequence starts from them
+    /// for the sizes it has not timed itself, instead of the chord between one token and the
+    /// prompt's prefill. On a CPU the first few extra tokens cost little and the chord prices
+    /// them several times too high, so small budgets would never be tried and never measured.
+    /// What the sequences time replaces the curve size by size.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] unless every ratio is finite and positive,
+    /// or if the policy is not in measured mode.
+    pub fn with_verify_curve(mut self, ratios: &[f64]) -> Result<Self> {
+        ensure_param(
+            ratios.iter().all(|r| r.is_finite() && *r > 0.0),
+            "verify_curve",
+            "every t(n) / t(1) must be finite and positive",
+        )?;
+        let prior: Vec<Option<f64>> = ratios.iter().map(|&r| Some(r)).collect();
+        let Some(live) = self.live.as_mut() else {
+            return Err(crate::AlgorithmError::InvalidParameter {
+                name: "verify_curve",
+                reason: "only a policy in measured mode takes a verify-cost curve".into(),
+            });
+        };
+        live.costs = live.costs.clone().with_verify_prior(prior.clone());
+        live.fresh = live.fresh.clone().with_verify_prior(prior.clone());
+        self.learned().verify_ratios = prior;
+        Ok(self)
+    }
+
     /// Measured mode: the acceptance assumed before any draft was verified (and as the
     /// optimistic bound when deciding whether a probe could pay), and the token horizon used
     /// when the engine does not report the tokens left.
@@ -842,6 +871,32 @@ mod tests {
         let mut chord_only = template.fork();
         let budgets = sim().run(chord_only.as_mut(), 2, 10_000);
         assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
+    }
+
+    #[test]
+    fn a_verify_curve_taken_up_front_is_the_first_sequences_prior() {
+        let curve: Vec<f64> = (1..=9).map(knee_verify).collect();
+        // Well-matched drafter, cheap drafts: the first sequence explores at once with the curve
+        // (a chain of up to 3, cost(4) ≈ 1.15) ...
+        let template = chain_policy(3, 0.1).with_verify_curve(&curve).unwrap();
+        let mut first = template.fork();
+        let budgets = Sim::new(0.1, 0.0, 0.9, knee_verify).run(first.as_mut(), 2, 10_000);
+        assert_eq!(budgets[1], Budget::chain(3), "{budgets:?}");
+        // ... and, judging the sizes by the prefill chord alone, would stop at a shorter chain.
+        let mut chord_only = chain_policy(3, 0.1).fork();
+        let budgets = Sim::new(0.1, 0.0, 0.9, knee_verify).run(chord_only.as_mut(), 2, 10_000);
+        assert!(budgets[1].max_drafts() < 3, "{budgets:?}");
+        // Bad curves and a policy that is not measured are refused.
+        assert!(chain_policy(3, 0.1)
+            .with_verify_curve(&[1.0, f64::NAN])
+            .is_err());
+        assert!(chain_policy(3, 0.1).with_verify_curve(&[1.0, 0.0]).is_err());
+        let modelled = CostModelPolicy::new(
+            CostModel::new(CostCurve::linear(1.0).unwrap(), 1.0, 0.0).unwrap(),
+            TreeSearch::Chain { max_k: 3 },
+        )
+        .unwrap();
+        assert!(modelled.with_verify_curve(&curve).is_err());
     }
 
     fn flat_verify(n: usize) -> f64 {

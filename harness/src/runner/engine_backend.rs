@@ -243,9 +243,35 @@ pub struct ModelSet<'m> {
     pub device: Device,
     /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
     pub calibration: Option<&'m [u32]>,
+    /// The target's relative forward costs `t(n) / t(1)` (index `n - 1`) timed so far, shared by
+    /// the run's cost-model policies ([`ModelSet::verify_curve`]).
+    pub verify_curve: &'m mut Vec<f64>,
 }
 
 impl ModelSet<'_> {
+    /// The target's relative forward costs `t(n) / t(1)` for `n = 1..=tokens` (the cost-model
+    /// policy's verify-cost prior, [`CostModelPolicy::with_verify_curve`]), timed with
+    /// [`time_forward`] the first time a size is asked for and kept for the run.
+    ///
+    /// # Errors
+    /// The target's errors.
+    fn verify_curve(&mut self, tokens: usize) -> Result<Vec<f64>> {
+        if self.verify_curve.len() < tokens {
+            let model = self.target.model();
+            let t1 = time_forward(model, 1)?;
+            *self.verify_curve = (1..=tokens)
+                .map(|n| {
+                    Ok(if n == 1 {
+                        1.0
+                    } else {
+                        time_forward(model, n)? / t1
+                    })
+                })
+                .collect::<Result<_>>()?;
+        }
+        Ok(self.verify_curve[..tokens].to_vec())
+    }
+
     fn draft_model(&mut self, name: &str) -> Result<DeviceModel> {
         if name == "layer_skip" {
             return self.layer_skip(None);
@@ -533,7 +559,18 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         )));
     }
     let verifier = verifier_for(method, drafter.kind(), is_chain, temperature)?;
-    let policy = build_policy(method, is_chain, shape.as_ref(), pass_cost)?;
+    let verify_curve = match method.policy {
+        // a pass verifies at most k_max drafts and the root
+        Some(PolicyConfig::CostOptimal { k_max, .. }) => Some(models.verify_curve(k_max + 1)?),
+        _ => None,
+    };
+    let policy = build_policy(
+        method,
+        is_chain,
+        shape.as_ref(),
+        pass_cost,
+        verify_curve.as_deref(),
+    )?;
     Ok(BuiltMethod {
         drafter,
         verifier,
@@ -566,6 +603,7 @@ fn build_policy(
     is_chain: bool,
     shape: Option<&TreeShape>,
     draft_pass_s: Option<f64>,
+    verify_curve: Option<&[f64]>,
 ) -> Result<Box<dyn SpeculationPolicy>> {
     let Some(policy) = &method.policy else {
         return Ok(Box::new(FixedPolicy::new(Budget::Plain)));
@@ -586,9 +624,12 @@ fn build_policy(
                     max_ranks: 4,
                 }
             };
-            let policy = CostModelPolicy::measured(search, draft_pass_s)?
+            let mut policy = CostModelPolicy::measured(search, draft_pass_s)?
                 .with_min_gain(*min_gain, *probe_every)?
                 .with_probe_back_off(*probe_every, 16 * *probe_every)?;
+            if let Some(curve) = verify_curve {
+                policy = policy.with_verify_curve(curve)?;
+            }
             Box::new(policy)
         }
         _ if is_chain => policy_for(policy, None)?,
@@ -631,6 +672,8 @@ pub struct EngineBackend {
     max_tokens: usize,
     batch_size: usize,
     calibration: Option<Vec<u32>>,
+    /// The target's verify-cost curve timed so far ([`ModelSet::verify_curve`]).
+    verify_curve: Vec<f64>,
     /// Methods built by [`Backend::run_method`], by name: an interleaved schedule calls it once
     /// per prompt group, and the drafters (with their draft-model KV pools) are built once.
     built: HashMap<String, BuiltMethod>,
@@ -692,6 +735,7 @@ impl EngineBackend {
             max_tokens,
             batch_size: batch_size.max(1),
             calibration: None,
+            verify_curve: Vec::new(),
             built: HashMap::new(),
             device: Device::Cpu,
         })
@@ -711,6 +755,7 @@ impl EngineBackend {
         self.target = Target::Device(target);
         self.device = device;
         self.built.clear();
+        self.verify_curve.clear();
         Ok(self)
     }
 
@@ -743,6 +788,7 @@ impl EngineBackend {
             batch_size: self.batch_size,
             device: self.device,
             calibration: self.calibration.as_deref(),
+            verify_curve: &mut self.verify_curve,
         };
         build_method(method, &mut models)
     }
