@@ -244,7 +244,7 @@ pub struct ModelSet<'m> {
     /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
     pub calibration: Option<&'m [u32]>,
     /// The target's relative forward costs `t(n) / t(1)` (index `n - 1`) timed so far, shared by
-    /// the run's cost-model policies ([`ModelSet::verify_curve`]).
+    /// the run's cost-model policies (timed on first use, `ModelSet::verify_curve`).
     pub verify_curve: &'m mut Vec<f64>,
 }
 
@@ -672,7 +672,7 @@ pub struct EngineBackend {
     max_tokens: usize,
     batch_size: usize,
     calibration: Option<Vec<u32>>,
-    /// The target's verify-cost curve timed so far ([`ModelSet::verify_curve`]).
+    /// The target's verify-cost curve timed so far (`ModelSet::verify_curve`).
     verify_curve: Vec<f64>,
     /// Methods built by [`Backend::run_method`], by name: an interleaved schedule calls it once
     /// per prompt group, and the drafters (with their draft-model KV pools) are built once.
