@@ -119,10 +119,10 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ShapeDrafter<M> {
                 depth_nodes.extend_from_slice(children);
                 match self.fill {
                     TreeFill::TopRanked => {
-                        let highest_rank = children.iter().map(|&c| shape.rank(c)).max();
-                        let ranked = ranked_tokens(&q, highest_rank.map_or(0, |r| r + 1));
                         let mut ordered: Vec<usize> = children.to_vec();
                         ordered.sort_by_key(|&c| shape.rank(c));
+                        let ranks = ordered.last().map_or(0, |&c| shape.rank(c) + 1);
+                        let ranked = ranked_tokens(&q, ranks);
                         for child in ordered {
                             if let Some(&token) = ranked.get(shape.rank(child)) {
                                 if q[token as usize].is_positive() {

@@ -260,8 +260,8 @@ impl CostModelPolicy {
                 reason: "only a policy in measured mode takes a verify-cost curve".into(),
             });
         };
+        // forks take it from the shared state (`forked`); the template itself from its costs
         live.costs = live.costs.clone().with_verify_prior(prior.clone());
-        live.fresh = live.fresh.clone().with_verify_prior(prior.clone());
         self.learned().verify_ratios = prior;
         Ok(self)
     }
@@ -520,25 +520,23 @@ impl SpeculationPolicy for CostModelPolicy {
             let fork = self.fork_id;
             self.learned().record(fork, successes, tries);
         }
-        if let Some(live) = self.live.as_mut() {
-            live.costs.record(outcome, timing);
-            live.generated += outcome.accepted + 1;
-            let measured = live.costs.measured_draft_pass_s();
-            let ratios = live.costs.relative_target_costs();
-            let mut learned = self
-                .learned
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(seconds) = measured {
-                learned.draft_pass_s = Some(seconds);
-            }
-            if learned.verify_ratios.len() < ratios.len() {
-                learned.verify_ratios.resize(ratios.len(), None);
-            }
-            for (shared, ratio) in learned.verify_ratios.iter_mut().zip(ratios) {
-                if ratio.is_some() {
-                    *shared = ratio;
-                }
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        live.costs.record(outcome, timing);
+        live.generated += outcome.accepted + 1;
+        let measured = live.costs.measured_draft_pass_s();
+        let ratios = live.costs.relative_target_costs();
+        let mut learned = self.learned();
+        if let Some(seconds) = measured {
+            learned.draft_pass_s = Some(seconds);
+        }
+        if learned.verify_ratios.len() < ratios.len() {
+            learned.verify_ratios.resize(ratios.len(), None);
+        }
+        for (shared, ratio) in learned.verify_ratios.iter_mut().zip(ratios) {
+            if ratio.is_some() {
+                *shared = ratio;
             }
         }
     }

@@ -259,15 +259,11 @@ impl ModelSet<'_> {
         if self.verify_curve.len() < tokens {
             let model = self.target.model();
             let t1 = time_forward(model, 1)?;
-            *self.verify_curve = (1..=tokens)
-                .map(|n| {
-                    Ok(if n == 1 {
-                        1.0
-                    } else {
-                        time_forward(model, n)? / t1
-                    })
-                })
-                .collect::<Result<_>>()?;
+            let mut curve = vec![1.0];
+            for n in 2..=tokens {
+                curve.push(time_forward(model, n)? / t1);
+            }
+            *self.verify_curve = curve;
         }
         Ok(self.verify_curve[..tokens].to_vec())
     }
