@@ -429,6 +429,13 @@ fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
     );
 }
 
+/// Distributions as their bit patterns, for exact comparison.
+fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    rows.iter()
+        .map(|r| r.iter().map(|p| p.to_bits()).collect())
+        .collect()
+}
+
 #[test]
 fn rows_along_a_path_come_from_one_pass_and_equal_the_rows_one_by_one() {
     let pair = pair(5);
@@ -448,11 +455,6 @@ fn rows_along_a_path_come_from_one_pass_and_equal_the_rows_one_by_one() {
         along.next_probs(&[3, 1, 5, 5]).unwrap();
         let before = along.forwarded_tokens();
         let got = along.next_probs_along(&path, count).unwrap();
-        let bits = |rows: &[Vec<f32>]| -> Vec<Vec<u32>> {
-            rows.iter()
-                .map(|r| r.iter().map(|p| p.to_bits()).collect())
-                .collect()
-        };
         assert_eq!(bits(&got), bits(&want), "count {count}");
         // one pass over what the pool did not share: the path from its third token
         let forwarded = along.forwarded_tokens() - before;
@@ -494,11 +496,6 @@ fn rows_after_several_paths_come_from_one_tree_pass_and_equal_the_rows_one_by_on
     tree.next_probs(&[3, 1, 5]).unwrap();
     let before = tree.forwarded_tokens();
     let got = tree.next_probs_paths(&context, &paths).unwrap();
-    let bits = |rows: &[Vec<f32>]| -> Vec<Vec<u32>> {
-        rows.iter()
-            .map(|r| r.iter().map(|p| p.to_bits()).collect())
-            .collect()
-    };
     assert_eq!(bits(&got), bits(&want));
     // the context's third token, then one tree: its last token and the six trie nodes
     // [2], [5], [5 1], [2 2], [2 2 3], [5 1 0]
