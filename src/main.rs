@@ -29,7 +29,8 @@ enum Command {
     /// Methods: plain (no drafts), linear (draft model chain of K; needs --draft), tree (draft
     /// model tree; needs --draft), ngram (prompt lookup), layer-skip (the target with some blocks
     /// skipped drafts), staged (n-gram checked and extended by the draft model, or by layer-skip
-    /// without --draft), auto (cost-model policy; chains of the draft model, or n-gram).
+    /// without --draft), auto (cost-model policy; chains of the draft model with n-gram lookup
+    /// where they step aside, or n-gram alone).
     ///
     /// Example: specdec generate --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
     /// --method linear --k 4 --prompt "def quicksort(xs):"

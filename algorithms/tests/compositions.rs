@@ -3,8 +3,10 @@
 //! For each composition, every random branch of every round is enumerated with exact rational
 //! probabilities (core's [`enumerate`]), the policy is updated from each branch's outcome (so
 //! dynamic K changes the drafts along the way), and the resulting distribution of the first
-//! `N` generated tokens must equal the target's own exactly. A negative control (a staged drafter
-//! whose level 1 forwards an unchecked level-0 token) must be caught.
+//! `N` generated tokens must equal the target's own exactly. Every composition runs under a
+//! [`FallbackPolicy`], alone or with a second drafter that drafts where the first one's policy
+//! steps aside. A negative control (a staged drafter whose level 1 forwards an unchecked
+//! level-0 token) must be caught.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -16,8 +18,8 @@ use specdec_algorithms::drafters::{
     FnModel, NgramConfig, NgramDrafter, ShapeDrafter, StagedDrafter, TreeBuilder, TreeFill,
 };
 use specdec_algorithms::policy::{
-    AimdPolicy, Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, FixedPolicy, PidPolicy,
-    SpeculationPolicy, StepOutcome, TreeSearch,
+    AimdPolicy, Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, DrafterChoice,
+    FallbackPolicy, FixedPolicy, PidPolicy, SpeculationPolicy, StepOutcome, StepTiming, TreeSearch,
 };
 use specdec_algorithms::proof::{enumerate, target_distribution, Distribution};
 use specdec_algorithms::trees::{sequoia_tree, TreeShape};
@@ -41,6 +43,8 @@ fn model(toy: &ToyModel, params: SamplingParams) -> impl DraftModel<Q> {
 struct Setup {
     target: ToyModel,
     verifier: PairedVerifier<Q>,
+    /// The fallback drafter's verifier, for compositions with one.
+    fallback_verifier: Option<PairedVerifier<Q>>,
     params: SamplingParams,
     prompt: Vec<u32>,
     n_tokens: usize,
@@ -63,6 +67,7 @@ impl Setup {
         Self {
             target: target.clone(),
             verifier: PairedVerifier::new(Arc::new(method), kind).expect("lossless pairing"),
+            fallback_verifier: None,
             params: SamplingParams::default(),
             prompt: prompt.to_vec(),
             n_tokens: n,
@@ -72,6 +77,7 @@ impl Setup {
 
     fn round(
         &self,
+        verifier: &PairedVerifier<Q>,
         drafter: &mut dyn Drafter<Q>,
         budget: &Budget,
         generated: &[u32],
@@ -108,7 +114,7 @@ impl Setup {
             tree: &tree,
             target_probs: &rows,
         };
-        let verdict = self.verifier.verify(&input, decisions)?;
+        let verdict = verifier.verify(&input, decisions)?;
         Ok((
             verdict.emitted_tokens(&tree),
             tree.topology().parents().to_vec(),
@@ -122,9 +128,25 @@ impl Setup {
         drafter: &mut dyn Drafter<Q>,
         policy: P,
     ) -> Distribution<Vec<u32>, Q> {
+        self.exact_with_fallback(
+            drafter,
+            None,
+            FallbackPolicy::<P, FixedPolicy>::new(policy, None),
+        )
+    }
+
+    /// [`Setup::exact`] for a primary drafter and an optional fallback one (verified by
+    /// `fallback_verifier`) under their [`FallbackPolicy`].
+    fn exact_with_fallback<P: SpeculationPolicy + Clone, F: SpeculationPolicy + Clone>(
+        &self,
+        primary: &mut dyn Drafter<Q>,
+        mut fallback: Option<&mut dyn Drafter<Q>>,
+        policy: FallbackPolicy<P, F>,
+    ) -> Distribution<Vec<u32>, Q> {
         let mut out = Distribution::new();
         self.explore(
-            drafter,
+            primary,
+            &mut fallback,
             policy,
             Vec::new(),
             num_traits::One::one(),
@@ -134,23 +156,38 @@ impl Setup {
         out
     }
 
-    fn explore<P: SpeculationPolicy + Clone>(
+    #[allow(clippy::too_many_arguments)]
+    fn explore<P: SpeculationPolicy + Clone, F: SpeculationPolicy + Clone>(
         &self,
-        drafter: &mut dyn Drafter<Q>,
-        mut policy: P,
+        primary: &mut dyn Drafter<Q>,
+        fallback: &mut Option<&mut dyn Drafter<Q>>,
+        mut policy: FallbackPolicy<P, F>,
         generated: Vec<u32>,
         prob: Q,
         step: u64,
         out: &mut Distribution<Vec<u32>, Q>,
     ) {
-        let budget = policy.next_budget();
+        let (choice, budget) = policy.next_budget();
         let label = match &budget {
             Budget::Tree(shape) => format!("Tree({} nodes)", shape.drafts()),
             other => format!("{other:?}"),
         };
+        let label = match choice {
+            DrafterChoice::Primary => label,
+            DrafterChoice::Fallback => format!("fallback {label}"),
+        };
         self.budgets_seen.borrow_mut().insert(label);
-        let branches = enumerate(|e| self.round(drafter, &budget, &generated, step, e))
-            .expect("enumerable round");
+        let branches = enumerate(|e| match (choice, fallback.as_deref_mut()) {
+            (DrafterChoice::Fallback, Some(drafter)) => {
+                let verifier = self
+                    .fallback_verifier
+                    .as_ref()
+                    .expect("a fallback verifier");
+                self.round(verifier, drafter, &budget, &generated, step, e)
+            }
+            _ => self.round(&self.verifier, primary, &budget, &generated, step, e),
+        })
+        .expect("enumerable round");
         for ((emitted, parents, path), p) in branches.iter() {
             let mut next = generated.clone();
             next.extend(emitted);
@@ -162,8 +199,9 @@ impl Setup {
             }
             let topology = specdec_kernels::TreeTopology::from_parents(parents).unwrap();
             let mut after = policy.clone();
-            after.observe(&StepOutcome::from_verdict(&topology, path).unwrap());
-            self.explore(drafter, after, next, mass, step + 1, out);
+            let outcome = StepOutcome::from_verdict(&topology, path).unwrap();
+            after.observe_measured(&outcome, &StepTiming::default());
+            self.explore(primary, fallback, after, next, mass, step + 1, out);
         }
     }
 
@@ -174,8 +212,24 @@ impl Setup {
         drafter: &mut dyn Drafter<Q>,
         policy: P,
     ) -> BTreeSet<String> {
+        self.assert_lossless_with_fallback(
+            what,
+            drafter,
+            None,
+            FallbackPolicy::<P, FixedPolicy>::new(policy, None),
+        )
+    }
+
+    /// [`Setup::assert_lossless`] for [`Setup::exact_with_fallback`].
+    fn assert_lossless_with_fallback<P: SpeculationPolicy + Clone, F: SpeculationPolicy + Clone>(
+        &self,
+        what: &str,
+        primary: &mut dyn Drafter<Q>,
+        fallback: Option<&mut dyn Drafter<Q>>,
+        policy: FallbackPolicy<P, F>,
+    ) -> BTreeSet<String> {
         self.budgets_seen.borrow_mut().clear();
-        let got = self.exact(drafter, policy);
+        let got = self.exact_with_fallback(primary, fallback, policy);
         let want: Distribution<Vec<u32>, Q> =
             target_distribution(&self.target, &self.params, &self.prompt, self.n_tokens).unwrap();
         let tv = got.total_variation(&want);
@@ -370,6 +424,81 @@ fn staged_multi_level_is_lossless() {
         "staged model → model, K=2",
         &mut staged,
         FixedPolicy::chain(2),
+    );
+}
+
+#[test]
+fn a_fallback_drafter_where_the_first_steps_aside_is_lossless() {
+    // A sampled chain (rejection sampling) under a gate that toggles it off and on, with n-gram
+    // lookup (deterministic drafts, target-only verification) drafting where it is off; and a
+    // staged drafter as the fallback of a sampled tree.
+    let pair = pair(13);
+    let params = SamplingParams::default();
+    let mut setup = Setup::new(
+        &pair.target,
+        VerifyMethod::ChainRejection,
+        DraftKind::Iid,
+        &[0, 1, 2, 0, 1],
+        4,
+    );
+    setup.fallback_verifier = Some(
+        PairedVerifier::new(Arc::new(VerifyMethod::TargetOnly), DraftKind::Deterministic).unwrap(),
+    );
+    let mut chain = ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample);
+    let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
+    let policy = FallbackPolicy::new(twitchy_gate(aimd()), Some(FixedPolicy::chain(2)));
+    let seen = setup.assert_lossless_with_fallback(
+        "gated chain, else n-gram K=2",
+        &mut chain,
+        Some(&mut ngram),
+        policy,
+    );
+    assert!(
+        seen.contains("Chain(1)") && seen.contains("fallback Chain(2)"),
+        "both drafters drafted: {seen:?}"
+    );
+    let policy = FallbackPolicy::new(twitchy_gate(aimd()), Some(aimd()));
+    setup.assert_lossless_with_fallback(
+        "gated chain, else n-gram AIMD",
+        &mut chain,
+        Some(&mut ngram),
+        policy,
+    );
+
+    let mut tree_setup = Setup::new(
+        &pair.target,
+        VerifyMethod::MultiRoundIid,
+        DraftKind::Iid,
+        &[0, 1, 2, 0, 1],
+        3,
+    );
+    tree_setup.fallback_verifier =
+        Some(PairedVerifier::new(Arc::new(VerifyMethod::ChainRejection), DraftKind::Iid).unwrap());
+    let mut tree = ShapeDrafter::new(
+        model(&pair.draft, params),
+        TreeFill::Iid,
+        TreeShape::k_ary(2, 2),
+    );
+    let mut staged = StagedDrafter::new(
+        NgramDrafter::new(NgramConfig::default(), 3).unwrap(),
+        model(&pair.draft, params),
+    );
+    let gate = DisableGate::new(FixedPolicy::new(Budget::TreeNodes(3)))
+        .with_threshold(0.5)
+        .unwrap()
+        .with_evidence(1.0, 1.0)
+        .unwrap()
+        .with_probe(1, Budget::TreeNodes(1))
+        .unwrap();
+    let seen = tree_setup.assert_lossless_with_fallback(
+        "gated tree, else staged K=2",
+        &mut tree,
+        Some(&mut staged),
+        FallbackPolicy::new(gate, Some(FixedPolicy::chain(2))),
+    );
+    assert!(
+        seen.iter().any(|b| b.starts_with("fallback")),
+        "the fallback drafted: {seen:?}"
     );
 }
 

@@ -7,7 +7,7 @@ use specdec_kernels::sampling::SamplingParams;
 
 use specdec_models::llama::parse_device;
 
-use crate::config::{DrafterConfig, MethodConfig, PolicyConfig};
+use crate::config::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
 use crate::engine::{Generation, Request};
 use crate::error::{HarnessError, Result};
 use crate::runner::EngineBackend;
@@ -37,7 +37,8 @@ pub const GENERATE_METHODS: &[(&str, &str)] = &[
     ),
     (
         "auto",
-        "cost-model policy over the draft model's chains (n-gram without --draft)",
+        "cost-model policy over the draft model's chains, n-gram lookup where they step aside \
+         (n-gram alone without --draft)",
     ),
 ];
 
@@ -125,6 +126,11 @@ impl GenerateSummary {
 /// drafting method.
 pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodConfig> {
     let fixed = Some(PolicyConfig::Fixed { k });
+    let auto = PolicyConfig::CostOptimal {
+        k_max: k.max(1),
+        min_gain: 0.02,
+        probe_every: 16,
+    };
     let (drafter, policy) = match name {
         "plain" | "baseline" => (DrafterConfig::None, None),
         "linear" | "chain" => (DrafterConfig::Chain, fixed),
@@ -154,11 +160,7 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
             } else {
                 DrafterConfig::Ngram { n: 3 }
             },
-            Some(PolicyConfig::CostOptimal {
-                k_max: k.max(1),
-                min_gain: 0.02,
-                probe_every: 16,
-            }),
+            Some(auto.clone()),
         ),
         other => {
             let known: Vec<&str> = GENERATE_METHODS.iter().map(|(n, _)| *n).collect();
@@ -173,7 +175,16 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
             "method `{name}` drafts: --k must be at least 1 (or use --method plain)"
         )));
     }
-    Ok(MethodConfig::new(name, drafter, policy))
+    let mut method = MethodConfig::new(name, drafter, policy);
+    if name == "auto" && draft.is_some() {
+        // where the draft model's chains do not pay, free n-gram lookup may
+        method.fallback = Some(FallbackConfig {
+            drafter: DrafterConfig::Ngram { n: 3 },
+            verifier: VerifierConfig::Auto,
+            policy: auto,
+        });
+    }
+    Ok(method)
 }
 
 /// Runs one prompt, writing the text to `out` as it is generated, and returns the summary (the

@@ -186,6 +186,55 @@ fn a_drafting_method_needs_a_policy_and_the_baseline_none() {
 }
 
 #[test]
+fn a_fallback_drafter_parses_and_is_checked() {
+    let fallback = "fallback = { drafter = { kind = \"ngram\", n = 3 }, policy = { kind = \"cost_optimal\", k_max = 8 } }\n";
+    let with = GOOD.replace(
+        "policy = { kind = \"fixed\", k = 4 }\n",
+        &format!("policy = {{ kind = \"fixed\", k = 4 }}\n{fallback}"),
+    );
+    let c = parse(&with).unwrap();
+    let method = &c.methods[1];
+    let own = method.fallback_method().unwrap();
+    assert_eq!(own.name, "linear-k4/fallback");
+    assert_eq!(own.drafter, DrafterConfig::Ngram { n: 3 });
+    assert_eq!(own.verifier, VerifierConfig::Auto);
+    assert!(matches!(
+        own.policy,
+        Some(PolicyConfig::CostOptimal { k_max: 8, .. })
+    ));
+    assert!(method
+        .describe()
+        .ends_with("else ngram / auto / cost_optimal k<=8"));
+    assert!(c.methods[2].fallback_method().is_none());
+
+    let cases = [
+        (
+            with.replace("kind = \"ngram\", n = 3", "kind = \"none\""),
+            "methods[1].fallback",
+        ),
+        (
+            with.replace("k_max = 8", "k_max = 0"),
+            "methods[1].fallback.policy",
+        ),
+        (
+            with.replace("n = 3 }, policy", "n = 3, m = 2 }, policy"),
+            "m",
+        ),
+        (
+            GOOD.replace(
+                "drafter = { kind = \"none\" }\n",
+                &format!("drafter = {{ kind = \"none\" }}\n{fallback}"),
+            ),
+            "methods[0].fallback",
+        ),
+    ];
+    for (text, field) in cases {
+        let e = error_of(&text);
+        assert!(e.contains(field), "error does not name `{field}`: {e}");
+    }
+}
+
+#[test]
 fn the_baseline_is_added_or_required() {
     let without = GOOD.replace(
         "[[methods]]\nname = \"plain\"\ndrafter = { kind = \"none\" }\n",

@@ -541,6 +541,13 @@ impl SpeculationPolicy for CostModelPolicy {
         }
     }
 
+    fn observe_skipped(&mut self, emitted: usize, remaining_tokens: Option<usize>) {
+        if let Some(live) = self.live.as_mut() {
+            live.costs.skip(emitted, remaining_tokens);
+            live.generated += emitted;
+        }
+    }
+
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         Box::new(self.forked())
     }
@@ -977,6 +984,39 @@ mod tests {
         // Forks start over (plain first), with the same configuration.
         let mut forked = long.fork();
         assert_eq!(forked.next_budget(), Budget::Plain);
+    }
+
+    #[test]
+    fn tokens_another_drafter_added_count_as_catch_up_and_tokens_left() {
+        let mut policy = chain_policy(4, 0.003);
+        let _ = policy.next_budget();
+        let plain = StepTiming {
+            target_s: 0.01,
+            prefill_tokens: 9,
+            prefill_s: 0.03,
+            remaining_tokens: Some(50),
+            ..StepTiming::default()
+        };
+        policy.observe_measured(&StepOutcome::chain(0, 0).unwrap(), &plain);
+        let before = policy.live_costs().unwrap().unsynced_tokens();
+        let switch = policy.live_costs().unwrap().switch_cost();
+        policy.observe_skipped(4, Some(45));
+        let live = policy.live_costs().unwrap();
+        assert_eq!(live.unsynced_tokens(), before + 4);
+        assert_eq!(live.remaining_tokens(), Some(45));
+        assert!(
+            live.switch_cost() > switch,
+            "{} vs {switch}",
+            live.switch_cost()
+        );
+        // a policy without measured costs ignores it
+        let mut fixed = CostModelPolicy::new(
+            CostModel::new(CostCurve::linear(0.1).unwrap(), 0.1, 0.0).unwrap(),
+            TreeSearch::Chain { max_k: 2 },
+        )
+        .unwrap();
+        fixed.observe_skipped(4, None);
+        assert!(fixed.live_costs().is_none());
     }
 
     /// The draft-pass time the forks of `policy` have shared so far.

@@ -203,6 +203,10 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
         self.gate(outcome);
     }
 
+    fn observe_skipped(&mut self, emitted: usize, remaining_tokens: Option<usize>) {
+        self.inner.observe_skipped(emitted, remaining_tokens);
+    }
+
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         Box::new(DisableGate {
             inner: self.inner.fork(),

@@ -206,6 +206,15 @@ impl LiveCosts {
         self.unsynced = 1;
     }
 
+    /// Records that `emitted` tokens arrived in a step another drafter drove: this drafter has
+    /// not seen them (they add to its catch-up), and `remaining_tokens` may still be generated.
+    pub fn skip(&mut self, emitted: usize, remaining_tokens: Option<usize>) {
+        self.unsynced += emitted;
+        if remaining_tokens.is_some() {
+            self.remaining = remaining_tokens;
+        }
+    }
+
     /// Median seconds of a plain step, `None` before the first one.
     pub fn plain_s(&self) -> Option<f64> {
         self.plain.median()

@@ -13,7 +13,8 @@
 //!
 //! Policies here: [`FixedPolicy`], [`AimdPolicy`], [`PidPolicy`], [`CostModelPolicy`], and the
 //! [`DisableGate`] wrapper that turns speculation off when α̂ falls below a threshold and probes
-//! again periodically.
+//! again periodically. [`FallbackPolicy`] pairs the policies of two drafters: a second (cheap)
+//! drafter drafts whenever the first one's policy steps aside.
 //!
 //! # Adding a policy
 //!
@@ -52,6 +53,7 @@
 mod aimd;
 mod cost;
 mod cost_model;
+mod fallback;
 mod fixed;
 mod gate;
 mod measured;
@@ -64,6 +66,7 @@ pub(crate) mod test_rng;
 pub use aimd::AimdPolicy;
 pub use cost::{expected_tokens, expected_tokens_constant, CostCurve, CostModel};
 pub use cost_model::{CostModelPolicy, TreeSearch};
+pub use fallback::{DrafterChoice, FallbackPolicy};
 pub use fixed::FixedPolicy;
 pub use gate::{DisableGate, Prober};
 pub use measured::{LiveCosts, StepTiming};
@@ -90,6 +93,14 @@ pub trait SpeculationPolicy: Send {
         let _ = timing;
         self.observe(outcome);
     }
+    /// Records that the sequence advanced by `emitted` tokens in a step this policy did not
+    /// choose (another drafter's, under a [`FallbackPolicy`]): its drafter has not seen them, and
+    /// `remaining_tokens` may still be generated. There is no outcome of this policy's drafter
+    /// to learn from; policies that price a drafter's catch-up override it, the default ignores
+    /// it.
+    fn observe_skipped(&mut self, emitted: usize, remaining_tokens: Option<usize>) {
+        let _ = (emitted, remaining_tokens);
+    }
     /// A fresh instance with the same configuration and no statistics, for a new sequence.
     fn fork(&self) -> Box<dyn SpeculationPolicy>;
 }
@@ -106,6 +117,9 @@ impl SpeculationPolicy for Box<dyn SpeculationPolicy> {
     }
     fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
         (**self).observe_measured(outcome, timing)
+    }
+    fn observe_skipped(&mut self, emitted: usize, remaining_tokens: Option<usize>) {
+        (**self).observe_skipped(emitted, remaining_tokens)
     }
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         (**self).fork()

@@ -283,6 +283,23 @@ impl ExperimentConfig {
                 ));
             }
             validate_drafter(&m.drafter).map_err(|p| invalid(&at(".drafter"), p))?;
+            if let Some(fallback) = &m.fallback {
+                if matches!(fallback.drafter, DrafterConfig::None) || m.is_baseline() {
+                    return Err(invalid(
+                        &at(".fallback"),
+                        format!(
+                            "method `{}`: a fallback drafter drafts where the method's own drafter \
+                             steps aside; it must draft (not kind \"none\") and the method must \
+                             have a drafter",
+                            m.name
+                        ),
+                    ));
+                }
+                validate_drafter(&fallback.drafter)
+                    .map_err(|p| invalid(&at(".fallback.drafter"), p))?;
+                validate_policy(&fallback.drafter, &fallback.policy)
+                    .map_err(|e| invalid(&at(".fallback.policy"), e))?;
+            }
             match (&m.drafter, &m.policy) {
                 (DrafterConfig::None, Some(_)) => {
                     return Err(invalid(
@@ -305,13 +322,17 @@ impl ExperimentConfig {
                 }
                 (d, Some(p)) => validate_policy(d, p).map_err(|e| invalid(&at(".policy"), e))?,
             }
-            let needs_draft_model = matches!(
-                m.drafter,
-                DrafterConfig::Chain
-                    | DrafterConfig::Tree { .. }
-                    | DrafterConfig::DynamicTree { .. }
-                    | DrafterConfig::Sequoia { .. }
-            );
+            let needs_draft_model = std::iter::once(&m.drafter)
+                .chain(m.fallback.as_ref().map(|f| &f.drafter))
+                .any(|d| {
+                    matches!(
+                        d,
+                        DrafterConfig::Chain
+                            | DrafterConfig::Tree { .. }
+                            | DrafterConfig::DynamicTree { .. }
+                            | DrafterConfig::Sequoia { .. }
+                    )
+                });
             if needs_draft_model && self.models.draft.is_none() && self.simulation.is_none() {
                 return Err(invalid(
                     "models.draft",

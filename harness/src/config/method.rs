@@ -24,6 +24,27 @@ pub struct MethodConfig {
     /// a fifth. Absent: the whole vocabulary.
     #[serde(default)]
     pub draft_vocab: Option<usize>,
+    /// A second drafter that drafts on the steps where `policy` chooses plain decoding and its
+    /// own policy does not, e.g. free n-gram lookup behind a model drafter under the cost-model
+    /// policy. Each step is verified with the verifier paired with the drafter that drafted it,
+    /// so the method stays lossless. Absent: none.
+    #[serde(default)]
+    pub fallback: Option<FallbackConfig>,
+}
+
+/// A method's fallback drafter (`fallback = { drafter = { kind = "ngram", n = 3 }, policy = {
+/// kind = "cost_optimal", k_max = 8 } }`): its drafter, verifier (default `auto`) and policy,
+/// as for a method. The fallback of a fallback is not supported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackConfig {
+    /// How the fallback drafts (not `none`).
+    pub drafter: DrafterConfig,
+    /// How its drafts are verified.
+    #[serde(default)]
+    pub verifier: VerifierConfig,
+    /// How its budget is chosen.
+    pub policy: PolicyConfig,
 }
 
 impl MethodConfig {
@@ -40,7 +61,21 @@ impl MethodConfig {
             verifier: VerifierConfig::Auto,
             policy,
             draft_vocab: None,
+            fallback: None,
         }
+    }
+
+    /// The method its fallback drafter forms on its own (named `<name>/fallback`), if any.
+    pub fn fallback_method(&self) -> Option<MethodConfig> {
+        let fallback = self.fallback.as_ref()?;
+        Some(MethodConfig {
+            verifier: fallback.verifier.clone(),
+            ..MethodConfig::new(
+                format!("{}/fallback", self.name),
+                fallback.drafter.clone(),
+                Some(fallback.policy.clone()),
+            )
+        })
     }
 
     /// The plain-decoding baseline method, named `baseline`.
@@ -53,18 +88,23 @@ impl MethodConfig {
         matches!(self.drafter, DrafterConfig::None)
     }
 
-    /// A short human description, e.g. `chain / auto / fixed k=4`.
+    /// A short human description, e.g. `chain / auto / fixed k=4`, with ` else ngram / auto /
+    /// cost_optimal k<=8` for a fallback drafter.
     pub fn describe(&self) -> String {
         let policy = match &self.policy {
             None => "-".to_string(),
             Some(p) => p.describe(),
         };
-        format!(
+        let own = format!(
             "{} / {} / {}",
             self.drafter.kind(),
             self.verifier.kind(),
             policy
-        )
+        );
+        match self.fallback_method() {
+            Some(fallback) => format!("{own} else {}", fallback.describe()),
+            None => own,
+        }
     }
 }
 

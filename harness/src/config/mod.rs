@@ -34,6 +34,6 @@ mod prompts;
 pub use experiment::{
     BaselineRule, ExperimentConfig, LoadedConfig, SamplingConfig, Schedule, ToyConfig,
 };
-pub use method::{DrafterConfig, MethodConfig, PolicyConfig, VerifierConfig};
+pub use method::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
 pub use models::{KnownModel, ModelSource, ModelsConfig};
 pub use prompts::{Prompt, PromptSet};

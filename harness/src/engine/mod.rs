@@ -3,13 +3,15 @@
 //! Each step, for every active request of the batch:
 //!
 //! 1. **policy** — its [`SpeculationPolicy`] picks a [`Budget`] (0 = plain decoding this step);
-//! 2. **draft** — the [`Drafter`] proposes a [`DraftTree`] whose root is the request's last token
-//!    (sampled last step, not yet in the target's KV cache);
+//!    with a fallback drafter ([`Engine::with_fallback`]), the fallback's own policy picks one
+//!    whenever the first chose plain decoding ([`FallbackPolicy`]);
+//! 2. **draft** — the chosen [`Drafter`] proposes a [`DraftTree`] whose root is the request's
+//!    last token (sampled last step, not yet in the target's KV cache);
 //! 3. **target** — one [`LanguageModel::forward`] over all requests' trees at once (ragged batch,
 //!    tree attention), logits at every node;
 //! 4. **verify** — each node's logits go through the path-dependent [`Penalties`] (with the
 //!    node's own history) and [`prepare_logits`] (temperature, top-k, top-p); the
-//!    [`PairedVerifier`] accepts a path and draws the next token;
+//!    drafter's [`PairedVerifier`] accepts a path and draws the next token;
 //! 5. **commit** — the accepted path (root + accepted drafts) is committed to the target's KV,
 //!    the rest of the tree is dropped; stop conditions are checked token by token and KV past a
 //!    stop is rewound;
@@ -38,7 +40,9 @@ pub use stop::{Detokenizer, FinishReason, StopRule};
 use std::time::Instant;
 
 use specdec_algorithms::drafters::{DraftRequest, Drafter};
-use specdec_algorithms::policy::{Budget, SpeculationPolicy, StepOutcome, StepTiming};
+use specdec_algorithms::policy::{
+    Budget, DrafterChoice, FallbackPolicy, SpeculationPolicy, StepOutcome, StepTiming,
+};
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
@@ -122,7 +126,7 @@ struct Active<'r> {
     seq: SeqId,
     /// Prompt + output; the target's KV holds all but the last token.
     context: Vec<u32>,
-    policy: Box<dyn SpeculationPolicy>,
+    policy: FallbackPolicy,
     step: u64,
     steps: Vec<StepRecord>,
     started: Instant,
@@ -140,12 +144,13 @@ impl Active<'_> {
 pub type TokenCallback<'c> = dyn FnMut(u64, &[u32]) + 'c;
 
 /// The engine (see the module docs): a target model, a drafter, a paired verifier and a policy
-/// prototype (forked per request).
+/// prototype (forked per request), optionally a fallback drafter with its own verifier and policy.
 pub struct Engine<'a> {
     target: &'a mut dyn LanguageModel,
     drafter: &'a mut dyn Drafter<f32>,
     verifier: PairedVerifier<f32>,
-    policy: Box<dyn SpeculationPolicy>,
+    fallback: Option<(&'a mut dyn Drafter<f32>, PairedVerifier<f32>)>,
+    policy: FallbackPolicy,
     options: EngineOptions,
     on_tokens: Option<&'a mut TokenCallback<'a>>,
 }
@@ -183,10 +188,30 @@ impl<'a> Engine<'a> {
             target,
             drafter,
             verifier,
-            policy,
+            fallback: None,
+            policy: FallbackPolicy::new(policy, None),
             options,
             on_tokens: None,
         })
+    }
+
+    /// Adds a fallback drafter, verified by `verifier` and steered by `policy`: it drafts on the
+    /// steps where the main policy chooses plain decoding and its own does not (see
+    /// [`FallbackPolicy`]).
+    ///
+    /// # Errors
+    /// [`HarnessError::Algorithm`] with [`specdec_algorithms::AlgorithmError::DraftKindMismatch`]
+    /// when the fallback's trees are not of the kind its verifier is paired with.
+    pub fn with_fallback(
+        mut self,
+        drafter: &'a mut dyn Drafter<f32>,
+        verifier: PairedVerifier<f32>,
+        policy: Box<dyn SpeculationPolicy>,
+    ) -> Result<Self> {
+        verifier.check_kind(drafter.kind())?;
+        self.policy = FallbackPolicy::new(self.policy.primary().fork(), Some(policy));
+        self.fallback = Some((drafter, verifier));
+        Ok(self)
     }
 
     /// Runs every request to completion, at most `batch_size` at once, calling `on_done(index)`
@@ -299,9 +324,14 @@ impl<'a> Engine<'a> {
         // 1–2: budgets and drafts.
         let mut trees = Vec::with_capacity(active.len());
         let mut draft_s = Vec::with_capacity(active.len());
+        let mut choices = Vec::with_capacity(active.len());
         for seq in active.iter_mut() {
             let t0 = Instant::now();
-            let mut budget = seq.policy.next_budget();
+            let (choice, mut budget) = seq.policy.next_budget();
+            let drafter: &mut dyn Drafter<f32> = match (choice, self.fallback.as_mut()) {
+                (DrafterChoice::Fallback, Some((fallback, _))) => &mut **fallback,
+                _ => &mut *self.drafter,
+            };
             // Room left in the context for this step's tree depth (root included).
             let room = max_context.saturating_sub(seq.context.len());
             if budget.max_drafts() + 1 > room {
@@ -313,15 +343,16 @@ impl<'a> Engine<'a> {
                 context: &seq.context,
                 budget: &budget,
             };
-            let tree = self.drafter.propose(&request, decisions)?;
+            let tree = drafter.propose(&request, decisions)?;
             if seq.context.len() + tree.topology().max_depth() > max_context {
                 return Err(HarnessError::InvalidEngine(format!(
                     "drafter {} proposed a tree of depth {} beyond the budget {budget:?}",
-                    self.drafter.name(),
+                    drafter.name(),
                     tree.topology().max_depth()
                 )));
             }
             trees.push(tree);
+            choices.push(choice);
             draft_s.push(t0.elapsed().as_secs_f64());
         }
         // 3: one target pass over every tree.
@@ -367,7 +398,11 @@ impl<'a> Engine<'a> {
                 tree,
                 target_probs: &target_probs,
             };
-            let verdict = self.verifier.verify(&input, decisions)?;
+            let verifier = match (choices[position], &self.fallback) {
+                (DrafterChoice::Fallback, Some((_, verifier))) => verifier,
+                _ => &self.verifier,
+            };
+            let verdict = verifier.verify(&input, decisions)?;
             let verify_s = t0.elapsed().as_secs_f64();
 
             let t0 = Instant::now();

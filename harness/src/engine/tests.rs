@@ -405,6 +405,163 @@ fn the_measured_cost_policy_keeps_greedy_output_equal_to_plain() {
     }
 }
 
+/// Chooses plain decoding on even steps and a chain of 2 on odd ones.
+#[derive(Clone, Default)]
+struct EveryOtherStep {
+    step: usize,
+}
+
+impl SpeculationPolicy for EveryOtherStep {
+    fn name(&self) -> String {
+        "every-other-step".into()
+    }
+    fn next_budget(&mut self) -> Budget {
+        self.step += 1;
+        Budget::chain(if self.step.is_multiple_of(2) { 0 } else { 2 })
+    }
+    fn observe(&mut self, _outcome: &StepOutcome) {}
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(Self::default())
+    }
+}
+
+/// Counts the trees a drafter proposed that hold drafts.
+struct Counting<D> {
+    inner: D,
+    drafted: usize,
+}
+
+impl<D: Drafter<f32>> Drafter<f32> for Counting<D> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn kind(&self) -> DraftKind {
+        self.inner.kind()
+    }
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn specdec_kernels::sampling::Decisions<f32>,
+    ) -> specdec_algorithms::Result<DraftTree<f32>> {
+        let tree = self.inner.propose(request, decisions)?;
+        self.drafted += usize::from(tree.len() > 1);
+        Ok(tree)
+    }
+}
+
+/// Runs `reqs` with a chain drafter under [`EveryOtherStep`] and, where it steps aside, n-gram
+/// lookup under a fixed chain of 2; returns the generations and how many steps each drafted.
+fn run_with_fallback(
+    pair: &ToyPair,
+    sampling: SamplingParams,
+    reqs: &[Request],
+) -> (Vec<Generation>, usize, usize) {
+    let (mode, method, kind) = if sampling.is_greedy() {
+        (
+            ChainMode::Argmax,
+            VerifyMethod::Greedy,
+            DraftKind::Deterministic,
+        )
+    } else {
+        (
+            ChainMode::Sample,
+            VerifyMethod::ChainRejection,
+            DraftKind::Iid,
+        )
+    };
+    let fallback_method = if sampling.is_greedy() {
+        VerifyMethod::Greedy
+    } else {
+        VerifyMethod::TargetOnly
+    };
+    let mut chain = Counting {
+        inner: ChainDrafter::new(draft_lm(pair, sampling), mode),
+        drafted: 0,
+    };
+    let mut ngram = Counting {
+        inner: NgramDrafter::new(NgramConfig::default(), 3).unwrap(),
+        drafted: 0,
+    };
+    let mut target = ToyLanguageModel::new(pair.target.clone(), 256, vec![]);
+    let mut engine = Engine::new(
+        &mut target,
+        &mut chain,
+        paired(method, kind),
+        Box::new(EveryOtherStep::default()),
+        options(sampling, 3),
+    )
+    .unwrap()
+    .with_fallback(
+        &mut ngram,
+        paired(fallback_method, DraftKind::Deterministic),
+        Box::new(FixedPolicy::chain(2)),
+    )
+    .unwrap();
+    let generations = engine.run(reqs, &mut |_| {}).unwrap();
+    (generations, chain.drafted, ngram.drafted)
+}
+
+#[test]
+fn a_fallback_drafter_drafts_where_the_first_steps_aside_and_keeps_greedy_output() {
+    let greedy = SamplingParams::greedy();
+    for seed in 0..3 {
+        let pair = pair(seed);
+        // prompts that repeat, so that n-gram lookup finds matches
+        let reqs: Vec<Request> = (0..4)
+            .map(|i| Request {
+                id: i,
+                prompt: vec![1, 2, 3, 1, 2, 3, 1, 2, (i % 3) as u32],
+                stop: StopRule::new(16, &[]),
+            })
+            .collect();
+        let expected = plain(&pair, options(greedy, 1), &reqs);
+        let (generations, chain_steps, ngram_steps) = run_with_fallback(&pair, greedy, &reqs);
+        let steps: usize = generations.iter().map(|g| g.steps.len()).sum();
+        let drafted = generations
+            .iter()
+            .flat_map(|g| &g.steps)
+            .filter(|s| s.proposed > 0)
+            .count();
+        let got: Vec<Vec<u32>> = generations.into_iter().map(|g| g.tokens).collect();
+        assert_eq!(got, expected, "seed {seed}");
+        assert!(
+            chain_steps > 0 && ngram_steps > 0,
+            "{chain_steps} {ngram_steps}"
+        );
+        // the chain drafts on odd steps only, n-gram lookup on some even ones
+        assert!(
+            chain_steps <= steps.div_ceil(2) + reqs.len(),
+            "{chain_steps} of {steps}"
+        );
+        assert_eq!(chain_steps + ngram_steps, drafted, "seed {seed}");
+    }
+}
+
+#[test]
+fn sampled_speculation_with_a_fallback_matches_the_target_distribution() {
+    // T = 1, as `sampled_chain_speculation_matches_the_target_distribution`: the chain drafts on
+    // odd steps (rejection sampling), n-gram lookup on even ones (target-only verification).
+    let pair = pair(11);
+    let sampling = SamplingParams::with_temperature(1.0);
+    let prompt = vec![1, 2, 1, 2];
+    let reqs: Vec<Request> = (0..3000)
+        .map(|id| Request {
+            id,
+            prompt: prompt.clone(),
+            stop: StopRule::new(3, &[]),
+        })
+        .collect();
+    let (generations, chain_steps, ngram_steps) = run_with_fallback(&pair, sampling, &reqs);
+    assert!(
+        chain_steps > 0 && ngram_steps > 0,
+        "{chain_steps} {ngram_steps}"
+    );
+    let samples: Vec<Vec<u32>> = generations.into_iter().map(|g| g.tokens).collect();
+    let expected = target_distribution::<f64>(&pair.target, &sampling, &prompt, 3).unwrap();
+    let test = g_test_samples(&samples, &expected, 1e-3);
+    assert!(test.passed(), "{test}");
+}
+
 #[test]
 fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
     let reqs = requests(3, 12);

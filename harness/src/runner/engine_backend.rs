@@ -222,6 +222,8 @@ pub struct BuiltMethod {
     pub verifier: PairedVerifier<f32>,
     /// Chooses each step's budget (forked per request).
     pub policy: Box<dyn SpeculationPolicy>,
+    /// The method's fallback drafter, verifier and policy (`MethodConfig::fallback`), if any.
+    pub fallback: Option<Box<BuiltMethod>>,
 }
 
 /// Everything [`build_method`] may need: the target (for layer skip), the models it may load as
@@ -567,10 +569,15 @@ pub fn build_method(method: &MethodConfig, models: &mut ModelSet<'_>) -> Result<
         pass_cost,
         verify_curve.as_deref(),
     )?;
+    let fallback = match method.fallback_method() {
+        Some(fallback) => Some(Box::new(build_method(&fallback, models)?)),
+        None => None,
+    };
     Ok(BuiltMethod {
         drafter,
         verifier,
         policy,
+        fallback,
     })
 }
 
@@ -870,6 +877,13 @@ fn run_built(
         options,
     )?
     .on_tokens(on_tokens);
+    if let Some(fallback) = built.fallback.as_mut() {
+        engine = engine.with_fallback(
+            fallback.drafter.as_mut(),
+            fallback.verifier.clone(),
+            fallback.policy.fork(),
+        )?;
+    }
     engine.run(requests, on_done)
 }
 
