@@ -97,9 +97,16 @@ pub fn next_chain_len(policy: &mut dyn SpeculationPolicy, who: &str) -> Result<u
     }
 }
 
-/// Refuses a method whose drafter is not plain decoding or a chain
-/// ([`HarnessError::NotYetAvailable`], naming `who`).
+/// Refuses a method whose drafter is not plain decoding or a chain, or that has a fallback
+/// drafter ([`HarnessError::NotYetAvailable`], naming `who`).
 pub fn require_chain_method(method: &MethodConfig, who: &str) -> Result<()> {
+    if method.fallback.is_some() {
+        return Err(HarnessError::NotYetAvailable(format!(
+            "{who} runs one drafter per method; method `{}` has a fallback drafter (the engine \
+             backend, on real models, runs it)",
+            method.name
+        )));
+    }
     if matches!(method.drafter, DrafterConfig::None | DrafterConfig::Chain) {
         Ok(())
     } else {
@@ -108,5 +115,41 @@ pub fn require_chain_method(method: &MethodConfig, who: &str) -> Result<()> {
             method.name,
             method.drafter.kind()
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FallbackConfig, VerifierConfig};
+
+    #[test]
+    fn one_drafter_backends_refuse_trees_and_fallbacks_by_name() {
+        let fixed = Some(PolicyConfig::Fixed { k: 2 });
+        let chain = MethodConfig::new("k2", DrafterConfig::Chain, fixed.clone());
+        assert!(require_chain_method(&chain, "the simulation").is_ok());
+        let tree = MethodConfig::new(
+            "small-tree",
+            DrafterConfig::Tree { branching: vec![2] },
+            fixed.clone(),
+        );
+        let err = require_chain_method(&tree, "the simulation").unwrap_err();
+        let err = err.to_string();
+        assert!(
+            err.contains("chains only") && err.contains("`small-tree`"),
+            "{err}"
+        );
+        let mut with_fallback = chain.clone();
+        with_fallback.fallback = Some(FallbackConfig {
+            drafter: DrafterConfig::Ngram { n: 3 },
+            verifier: VerifierConfig::Auto,
+            policy: PolicyConfig::Fixed { k: 2 },
+        });
+        let err = require_chain_method(&with_fallback, "the toy backend").unwrap_err();
+        let err = err.to_string();
+        assert!(
+            err.contains("fallback") && err.contains("`k2`") && err.contains("the toy backend"),
+            "{err}"
+        );
     }
 }
