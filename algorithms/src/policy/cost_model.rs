@@ -77,8 +77,10 @@ pub enum TreeSearch {
 ///   token since its last draft, which a workload with low acceptance never earns back. Such a
 ///   sequence then decodes plainly throughout; the exploring forks re-measure.
 ///
-/// The policy is per drafter: it chooses K (or the tree) for the drafter it is built with; the
-/// choice among drafters is the caller's (measure each with its own policy).
+/// The policy is per drafter: it chooses K (or the tree) for the drafter it is built with. To let
+/// a second drafter draft where this one steps aside, pair two policies in a
+/// [`crate::policy::FallbackPolicy`]: tokens the other drafter adds reach this policy through
+/// [`SpeculationPolicy::observe_skipped`] and count in its drafter's catch-up.
 #[derive(Debug, Clone)]
 pub struct CostModelPolicy {
     costs: CostModel,
