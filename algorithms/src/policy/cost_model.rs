@@ -57,8 +57,10 @@ pub enum TreeSearch {
 ///   every fork of one policy: a workload whose drafts are rarely accepted stops paying a first
 ///   exploration per request, and one unlucky request does not switch a drafter off), or
 ///   `explore_alpha` (default 0.8, the acceptance of a
-///   well-matched drafter) for the first sequence and one fork in `EXPLORE_EVERY_FORKS` (8)
-///   after it (so that a change of workload is noticed); otherwise the smoothed per-position α̂
+///   well-matched drafter) for the first sequence and one in `EXPLORE_EVERY_FORKS` (8) after
+///   it (so that a change of workload is noticed; sequences are counted when they first ask for
+///   a budget, so a fork made only to be forked again, as an engine's prototype, does not take
+///   an explorer's turn); otherwise the smoothed per-position α̂
 ///   (censored positions handled by [`AcceptanceStats`]);
 /// - **start from what earlier sequences measured**: a fork's draft-pass (per-node for trees)
 ///   time starts at the latest steady figure any earlier fork measured, not at the one-pass
@@ -96,8 +98,11 @@ pub struct CostModelPolicy {
     live: Option<Live>,
     /// What the forks of this policy measured, shared by all of them.
     learned: Arc<Mutex<Learned>>,
-    /// This sequence ignores [`Learned::alpha`] and explores as the first one did.
+    /// This sequence ignores [`Learned::alpha`] and explores as the first one did (decided when
+    /// it first asks for a budget, see `counted`).
     explorer: bool,
+    /// This sequence has taken its number among the sequences that asked for a budget.
+    counted: bool,
     /// This sequence's number among the forks (0 for the template itself).
     fork_id: u64,
 }
@@ -110,8 +115,9 @@ pub const LEARNED_MIN_TRIES: f64 = 16.0;
 /// How many of the latest forks' acceptance counts are pooled into the learned α̂.
 pub const LEARNED_FORKS: usize = 32;
 
-/// One fork in this many (the first, the `1 + n`-th, ...) ignores the learned acceptance and
-/// explores optimistically, so that a workload whose drafts became easier is noticed.
+/// One sequence in this many (the first, the `1 + n`-th, ... to ask a fork of one policy for a
+/// budget) ignores the learned acceptance and explores optimistically, so that a workload whose
+/// drafts became easier is noticed.
 pub const EXPLORE_EVERY_FORKS: u64 = 8;
 
 /// The state the forks of one [`CostModelPolicy`] share.
@@ -122,6 +128,8 @@ struct Learned {
     acceptance: VecDeque<(u64, f64, f64)>,
     /// Forks made so far.
     forks: u64,
+    /// Sequences (forks or the template itself) that asked for a budget so far.
+    sequences: u64,
     /// The latest steady draft-pass (or per-node) time any fork measured, in seconds: a new
     /// fork's prior instead of the one-pass time timed at set-up, which for a tree drafter
     /// misses what a node really costs.
@@ -209,6 +217,7 @@ impl CostModelPolicy {
             live: None,
             learned: Arc::new(Mutex::new(Learned::default())),
             explorer: true,
+            counted: false,
             fork_id: 0,
         })
     }
@@ -410,6 +419,15 @@ impl CostModelPolicy {
 
     /// The measured mode's decision (see the type docs).
     fn next_measured(&mut self) -> Budget {
+        if !self.counted {
+            self.counted = true;
+            let sequence = {
+                let mut learned = self.learned();
+                learned.sequences += 1;
+                learned.sequences
+            };
+            self.explorer = (sequence - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
+        }
         let live = self.live.as_ref().expect("measured mode");
         let Some(model) = live.costs.cost_model() else {
             // Nothing timed yet (or the draft cost is unknown): decode plainly, which measures.
@@ -569,7 +587,7 @@ impl CostModelPolicy {
                 learned.verify_ratios.clone(),
             )
         };
-        fresh.explorer = (forks - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
+        fresh.counted = false;
         fresh.fork_id = forks;
         fresh.stats = self.fresh_stats.clone();
         fresh.prober.restart();
@@ -1045,6 +1063,23 @@ mod tests {
         }
         assert_eq!(learned.acceptance.len(), LEARNED_FORKS);
         assert_eq!(learned.alpha(), Some(1.0));
+    }
+
+    #[test]
+    fn one_sequence_in_eight_explores_however_many_prototypes_were_forked_between() {
+        // As an engine does: the template forked into a prototype per run, the prototype forked
+        // per request; only the requests ask for budgets, and every eighth of them explores.
+        let template = chain_policy(4, 0.1);
+        let mut explorers = Vec::new();
+        for request in 0..24 {
+            let prototype = template.forked();
+            let mut sequence = prototype.forked();
+            sequence.next_budget();
+            if sequence.explorer {
+                explorers.push(request);
+            }
+        }
+        assert_eq!(explorers, vec![0, 8, 16]);
     }
 
     #[test]
