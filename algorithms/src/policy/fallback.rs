@@ -47,6 +47,11 @@ impl<P: SpeculationPolicy, F: SpeculationPolicy> FallbackPolicy<P, F> {
         }
     }
 
+    /// The same primary policy, with `fallback` as the fallback drafter's.
+    pub fn with_fallback(self, fallback: F) -> Self {
+        Self::new(self.primary, Some(fallback))
+    }
+
     /// `"primary, else fallback"` (or the primary's name alone), for reports.
     pub fn name(&self) -> String {
         match &self.fallback {
@@ -166,6 +171,11 @@ mod tests {
         }
     }
 
+    /// A primary policy always choosing `primary`, a fallback one always choosing `fallback`.
+    fn scripted(primary: Budget, fallback: Budget) -> FallbackPolicy<Scripted, Scripted> {
+        FallbackPolicy::new(Scripted::new(primary), Some(Scripted::new(fallback)))
+    }
+
     fn step(
         policy: &mut FallbackPolicy<Scripted, Scripted>,
         proposed: usize,
@@ -179,26 +189,17 @@ mod tests {
 
     #[test]
     fn the_fallback_drafts_only_when_the_primary_steps_aside() {
-        let mut speculating = FallbackPolicy::new(
-            Scripted::new(Budget::Chain(3)),
-            Some(Scripted::new(Budget::Chain(2))),
-        );
+        let mut speculating = scripted(Budget::Chain(3), Budget::Chain(2));
         assert_eq!(
             speculating.next_budget(),
             (DrafterChoice::Primary, Budget::Chain(3))
         );
-        let mut aside = FallbackPolicy::new(
-            Scripted::new(Budget::Plain),
-            Some(Scripted::new(Budget::Chain(2))),
-        );
+        let mut aside = scripted(Budget::Plain, Budget::Chain(2));
         assert_eq!(
             aside.next_budget(),
             (DrafterChoice::Fallback, Budget::Chain(2))
         );
-        let mut both_aside = FallbackPolicy::new(
-            Scripted::new(Budget::Plain),
-            Some(Scripted::new(Budget::Plain)),
-        );
+        let mut both_aside = scripted(Budget::Plain, Budget::Plain);
         assert_eq!(
             both_aside.next_budget(),
             (DrafterChoice::Primary, Budget::Plain)
@@ -211,10 +212,7 @@ mod tests {
     #[test]
     fn each_policy_sees_its_own_steps_and_hears_of_the_others_tokens() {
         // The primary speculates: the fallback (not asked) hears of 2 + 1 tokens.
-        let mut policy = FallbackPolicy::new(
-            Scripted::new(Budget::Chain(3)),
-            Some(Scripted::new(Budget::Chain(2))),
-        );
+        let mut policy = scripted(Budget::Chain(3), Budget::Chain(2));
         assert_eq!(step(&mut policy, 3, 2), DrafterChoice::Primary);
         assert_eq!(policy.primary().measured, vec![3]);
         assert_eq!(policy.fallback().unwrap().skipped, vec![3]);
@@ -222,10 +220,7 @@ mod tests {
 
         // The primary steps aside, the fallback drafts 2 and 1 is accepted: the primary's drafter
         // missed 2 tokens; then the fallback finds nothing to propose: a plain step both see.
-        let mut policy = FallbackPolicy::new(
-            Scripted::new(Budget::Plain),
-            Some(Scripted::new(Budget::Chain(2))),
-        );
+        let mut policy = scripted(Budget::Plain, Budget::Chain(2));
         assert_eq!(step(&mut policy, 2, 1), DrafterChoice::Fallback);
         assert_eq!(step(&mut policy, 0, 0), DrafterChoice::Fallback);
         assert_eq!(policy.primary().skipped, vec![2]);
@@ -234,10 +229,7 @@ mod tests {
         assert!(policy.fallback().unwrap().skipped.is_empty());
 
         // Both step aside: a plain step both see.
-        let mut policy = FallbackPolicy::new(
-            Scripted::new(Budget::Plain),
-            Some(Scripted::new(Budget::Plain)),
-        );
+        let mut policy = scripted(Budget::Plain, Budget::Plain);
         assert_eq!(step(&mut policy, 0, 0), DrafterChoice::Primary);
         assert_eq!(policy.primary().measured, vec![0]);
         assert_eq!(policy.fallback().unwrap().measured, vec![0]);

@@ -209,7 +209,7 @@ impl<'a> Engine<'a> {
         policy: Box<dyn SpeculationPolicy>,
     ) -> Result<Self> {
         verifier.check_kind(drafter.kind())?;
-        self.policy = FallbackPolicy::new(self.policy.primary().fork(), Some(policy));
+        self.policy = self.policy.with_fallback(policy);
         self.fallback = Some((drafter, verifier));
         Ok(self)
     }
