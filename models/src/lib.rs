@@ -1,11 +1,12 @@
 //! # specdec-models
 //!
 //! The models speculative decoding runs: the `LanguageModel` abstraction, toy conditional
-//! probability tables for exact tests, GGUF loading, tokenizers, and the Llama/Qwen2 runner with
-//! tensor-parallel sharding.
+//! probability tables for exact tests, GGUF loading, tokenizers, the Llama/Qwen2 runner with
+//! tensor-parallel sharding, and trained draft heads.
 
 pub mod error;
 pub mod gguf;
+pub mod heads;
 pub mod llama;
 pub mod model;
 pub mod registry;
@@ -14,4 +15,4 @@ pub mod tokenizer;
 pub mod toy;
 
 pub use error::{ModelError, Result};
-pub use model::{LanguageModel, Logits, SeqId, SequenceStep};
+pub use model::{Features, LanguageModel, Logits, SeqId, SequenceStep};

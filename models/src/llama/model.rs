@@ -22,7 +22,7 @@ use super::step_checks::{check_commit_path, check_steps};
 use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
+use crate::model::{Features, LanguageModel, Logits, SeqId, SequenceStep};
 use crate::shard::{Communicator, ShardPlan, SingleRank};
 
 /// How the forward pass multiplies activations by the quantised weight matrices. Both choices
@@ -216,6 +216,9 @@ pub struct LlamaModel {
     /// The LM head's first rows when only the logits of token ids `0..rows` are computed
     /// ([`LanguageModel::limit_logits`]).
     limited_head: Option<WeightMatrix>,
+    /// Blocks (indices into `weights.layers`) whose outputs a forward hands back
+    /// ([`LanguageModel::tap_features`]).
+    taps: Vec<usize>,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -316,6 +319,7 @@ impl LlamaModel {
             last_trees: HashMap::new(),
             matmul: options.matmul,
             limited_head: None,
+            taps: Vec::new(),
         })
     }
 
@@ -392,16 +396,18 @@ impl LlamaModel {
         Ok(())
     }
 
-    /// The forward pass; without `with_logits` it stops after the blocks (a prefill: the K/V
-    /// are written, no LM head is run) and returns no rows.
+    /// The forward pass: each step's logits (with its tapped features attached), and each
+    /// step's tapped features (`None` without taps; moved into the logits when there are
+    /// logits). Without `with_logits` it stops after the blocks (a prefill: the K/V are written,
+    /// no LM head is run) and returns no logits.
     fn forward_impl(
         &mut self,
         steps: &[SequenceStep<'_>],
         with_logits: bool,
-    ) -> Result<Vec<Logits>> {
+    ) -> Result<(Vec<Logits>, Vec<Option<Features>>)> {
         self.check_steps(steps)?;
         if steps.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         self.reserve(steps)?;
         let c = &self.config;
@@ -432,6 +438,8 @@ impl LlamaModel {
         let mut act = vec![0.0f32; n * f];
         let scale = 1.0 / (hd as f32).sqrt();
         let path = self.matmul;
+        let tap_dim = self.taps.len() * hidden;
+        let mut tapped = vec![0.0f32; n * tap_dim];
         for (layer, &block) in self.layers.iter().enumerate() {
             let w = &self.weights.layers[block];
             rms_norm(&x, &w.attn_norm, c.rms_eps, &mut h)?;
@@ -498,12 +506,30 @@ impl LlamaModel {
             ProductInput::new(&act, n, path).product(&w.w_down, &mut o)?;
             self.comm.all_reduce_sum(&mut o)?;
             add(&mut x, &o);
+            for (slot, _) in self.taps.iter().enumerate().filter(|(_, &t)| t == block) {
+                for (row, out) in x.chunks(hidden).zip(tapped.chunks_mut(tap_dim)) {
+                    out[slot * hidden..(slot + 1) * hidden].copy_from_slice(row);
+                }
+            }
+        }
+        // Each step's rows of the tapped features.
+        let mut features = Vec::with_capacity(steps.len());
+        let mut first = 0;
+        for step in steps {
+            let rows = step.tokens.len();
+            let own = &tapped[first * tap_dim..(first + rows) * tap_dim];
+            features.push(if tap_dim > 0 {
+                Some(Features::new(tap_dim, own.to_vec())?)
+            } else {
+                None
+            });
+            first += rows;
         }
         if !with_logits {
             for step in steps {
                 self.last_trees.insert(step.seq, step.tree.clone());
             }
-            return Ok(Vec::new());
+            return Ok((Vec::new(), features));
         }
         rms_norm(&x, &self.weights.output_norm, c.rms_eps, &mut h)?;
         let head = self.limited_head.as_ref().unwrap_or(&self.weights.output);
@@ -527,11 +553,15 @@ impl LlamaModel {
             } else {
                 logits[first * vocab..(first + rows) * vocab].to_vec()
             };
-            out.push(Logits::new(vocab, own)?);
+            let mut step_logits = Logits::new(vocab, own)?;
+            if let Some(f) = features[out.len()].take() {
+                step_logits = step_logits.with_features(f)?;
+            }
+            out.push(step_logits);
             first += rows;
             self.last_trees.insert(step.seq, step.tree.clone());
         }
-        Ok(out)
+        Ok((out, features))
     }
 }
 
@@ -576,7 +606,7 @@ impl LlamaModel {
         &mut self,
         steps: &[SequenceStep<'_>],
         with_logits: bool,
-    ) -> Result<Vec<Logits>> {
+    ) -> Result<(Vec<Logits>, Vec<Option<Features>>)> {
         if self.comm.world_size() == 1 && rayon::current_thread_index().is_none() {
             return rayon::scope(|_| self.forward_impl(steps, with_logits));
         }
@@ -619,6 +649,23 @@ impl LanguageModel for LlamaModel {
         Ok(())
     }
 
+    /// Taps block outputs (indices of the full model's blocks; a layer-skip view taps only
+    /// blocks it runs).
+    fn tap_features(&mut self, blocks: &[usize]) -> Result<()> {
+        if let Some(&bad) = blocks.iter().find(|b| !self.layers.contains(b)) {
+            return Err(ModelError::Config(format!(
+                "feature tap: block {bad} is not one of the {} blocks this model runs",
+                self.layers.len()
+            )));
+        }
+        self.taps = blocks.to_vec();
+        Ok(())
+    }
+
+    fn tapped_features(&self) -> &[usize] {
+        &self.taps
+    }
+
     fn bos_id(&self) -> Option<u32> {
         self.special.bos
     }
@@ -650,17 +697,22 @@ impl LanguageModel for LlamaModel {
     }
 
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
-        self.forward_on_pool(steps, true)
+        Ok(self.forward_on_pool(steps, true)?.0)
     }
 
     /// Runs the blocks only (no LM head: a prompt's logits are not needed) when this is a
-    /// single rank; a rank of a sharded group takes the default (its head's all-gather is a
+    /// single rank; a rank of a sharded group runs its head too (its all-gather is a
     /// collective every rank must join).
-    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<()> {
+    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
         let chain = TreeTopology::chain(tokens.len());
         let single = self.comm.world_size() == 1;
-        self.forward_on_pool(&[SequenceStep::chain(seq, tokens, &chain)], !single)?;
-        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())
+        let (mut logits, mut features) =
+            self.forward_on_pool(&[SequenceStep::chain(seq, tokens, &chain)], !single)?;
+        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())?;
+        Ok(match logits.pop() {
+            Some(mut l) => l.take_features(),
+            None => features.pop().flatten(),
+        })
     }
 
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {

@@ -16,7 +16,7 @@
 
 mod step;
 
-pub use step::{Logits, SeqId, SequenceStep};
+pub use step::{Features, Logits, SeqId, SequenceStep};
 
 use crate::error::Result;
 
@@ -48,6 +48,29 @@ pub trait LanguageModel: Send {
         Err(crate::error::ModelError::Config(format!(
             "this model computes the whole vocabulary (asked to limit it to {rows} logits)"
         )))
+    }
+
+    /// From now on every forward also hands back, next to the logits, the hidden states of the
+    /// new tokens after each of `blocks` (indices into the model's decoder blocks; the last
+    /// block's output is the state before the final norm, what EAGLE-style heads draft from),
+    /// side by side in this order ([`Logits::features`]); [`LanguageModel::prefill`] returns
+    /// them too. An empty list stops tapping. Tapping changes no logits, and features are
+    /// batch-invariant like the logits; a forward without taps pays nothing.
+    ///
+    /// # Errors
+    /// A block index out of range, or a model that cannot tap features (the default).
+    fn tap_features(&mut self, blocks: &[usize]) -> Result<()> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        Err(crate::error::ModelError::Config(format!(
+            "this model cannot hand back hidden features (asked for blocks {blocks:?})"
+        )))
+    }
+
+    /// The blocks tapped by [`LanguageModel::tap_features`] (empty: none).
+    fn tapped_features(&self) -> &[usize] {
+        &[]
     }
 
     /// The beginning-of-sequence token id, if the model has one.
@@ -100,15 +123,17 @@ pub trait LanguageModel: Send {
     /// Forwards `tokens` after the committed ones of `seq` as a chain and commits them all,
     /// returning no logits: a prompt prefill, whose logits nobody reads, so a model may skip
     /// its LM head (the default forwards and drops them). Later logits are the same either way
-    /// (the K/V written do not depend on the head).
+    /// (the K/V written do not depend on the head). Returns the tokens' tapped features when
+    /// the model taps any ([`LanguageModel::tap_features`]), the same rows a forward gives.
     ///
     /// # Errors
     /// As [`LanguageModel::forward`] and [`LanguageModel::commit`]; an empty `tokens` is an
     /// error of `forward`'s.
-    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<()> {
+    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
         let chain = specdec_kernels::TreeTopology::chain(tokens.len());
-        self.forward(&[SequenceStep::chain(seq, tokens, &chain)])?;
-        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())
+        let mut logits = self.forward(&[SequenceStep::chain(seq, tokens, &chain)])?;
+        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())?;
+        Ok(logits.pop().and_then(|mut l| l.take_features()))
     }
 
     /// Keeps the new tokens on `path` of the last forward of `seq` as committed tokens, in path
@@ -139,6 +164,12 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     fn limit_logits(&mut self, rows: usize) -> Result<()> {
         (**self).limit_logits(rows)
     }
+    fn tap_features(&mut self, blocks: &[usize]) -> Result<()> {
+        (**self).tap_features(blocks)
+    }
+    fn tapped_features(&self) -> &[usize] {
+        (**self).tapped_features()
+    }
     fn bos_id(&self) -> Option<u32> {
         (**self).bos_id()
     }
@@ -163,7 +194,7 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
         (**self).forward(steps)
     }
-    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<()> {
+    fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
         (**self).prefill(seq, tokens)
     }
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {

@@ -60,11 +60,64 @@ impl<'a> SequenceStep<'a> {
     }
 }
 
-/// Row-major f32 logits `[rows, vocab]`: row `i` belongs to new token (tree node) `i`.
+/// Row-major f32 logits `[rows, vocab]`: row `i` belongs to new token (tree node) `i`. When the
+/// model taps features ([`crate::LanguageModel::tap_features`]) they come along, one row per new
+/// token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Logits {
     vocab: usize,
     data: Vec<f32>,
+    features: Option<Features>,
+}
+
+/// Row-major f32 hidden states `[rows, dim]` of the new tokens of one forward: for each token,
+/// the outputs of the tapped blocks ([`crate::LanguageModel::tap_features`]) side by side, in
+/// tap order (`dim` = taps × hidden size). The residual stream after a block, before any norm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Features {
+    dim: usize,
+    data: Vec<f32>,
+}
+
+impl Features {
+    /// Wraps `data` of `rows * dim` values.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when `dim` is zero or does not divide `data.len()`.
+    pub fn new(dim: usize, data: Vec<f32>) -> Result<Self> {
+        if dim == 0 || !data.len().is_multiple_of(dim) {
+            return Err(ModelError::Shape {
+                what: "features".to_string(),
+                reason: format!("{} values do not form rows of {dim}", data.len()),
+            });
+        }
+        Ok(Self { dim, data })
+    }
+
+    /// Number of rows (new tokens).
+    pub fn rows(&self) -> usize {
+        self.data.len() / self.dim
+    }
+
+    /// Row length: taps × hidden size.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The features of new token `i`. Panics if `i >= rows()`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// All values, row-major.
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+
+    /// Consumes the features, returning the row-major values.
+    pub fn into_vec(self) -> Vec<f32> {
+        self.data
+    }
 }
 
 impl Logits {
@@ -80,7 +133,40 @@ impl Logits {
                 reason: format!("{} values do not form rows of {vocab}", data.len()),
             });
         }
-        Ok(Self { vocab, data })
+        Ok(Self {
+            vocab,
+            data,
+            features: None,
+        })
+    }
+
+    /// These logits with `features` attached (one row per logits row).
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when the row counts differ.
+    pub fn with_features(mut self, features: Features) -> Result<Self> {
+        if features.rows() != self.rows() {
+            return Err(ModelError::Shape {
+                what: "features".to_string(),
+                reason: format!(
+                    "{} rows of features for {} rows of logits",
+                    features.rows(),
+                    self.rows()
+                ),
+            });
+        }
+        self.features = Some(features);
+        Ok(self)
+    }
+
+    /// The tapped features of the new tokens, when the model taps any.
+    pub fn features(&self) -> Option<&Features> {
+        self.features.as_ref()
+    }
+
+    /// Takes the features out (leaving none).
+    pub fn take_features(&mut self) -> Option<Features> {
+        self.features.take()
     }
 
     /// Number of rows (new tokens).

@@ -1,0 +1,605 @@
+//! The head file: one safetensors file holding a trained head's tensors, its draft vocabulary
+//! and metadata ([`HeadMeta`], JSON under the key `specdec.head`) naming the target it was
+//! trained for, so that a head is never run against another model.
+//!
+//! Tensors are `[rows, cols]` row-major with `y = W · x` (rows = outputs), stored in BF16 (or
+//! F32); the draft vocabulary `d2t` is an I32 vector of target token ids. The tensors each kind
+//! holds, with their shapes, are [`HeadMeta::tensor_shapes`] (one list serves the trainer that
+//! writes them and the loader that checks them).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use half::bf16;
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ModelError, Result};
+
+/// The version of the layout [`HeadFile`] writes; a file of another version is refused.
+pub const HEAD_FORMAT_VERSION: u32 = 1;
+
+/// The metadata key holding [`HeadMeta`] as JSON.
+const META_KEY: &str = "specdec.head";
+
+/// The tensor holding the draft vocabulary.
+const D2T: &str = "d2t";
+
+/// Which family a head belongs to (see the module docs of [`crate::heads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadKind {
+    /// Feature-level autoregression with one decoder layer (EAGLE).
+    Eagle,
+    /// K independent residual heads over the last feature (Medusa).
+    Medusa,
+}
+
+impl HeadKind {
+    /// The name used in file names, configs and the command line: `eagle`, `medusa`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeadKind::Eagle => "eagle",
+            HeadKind::Medusa => "medusa",
+        }
+    }
+}
+
+/// The target a head was trained for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadTarget {
+    /// The target's file name (for messages).
+    pub name: String,
+    /// SHA-256 of the target's GGUF file, lower-case hex: the identity the loader checks.
+    pub sha256: String,
+    /// `general.architecture` of the target (`llama`, `qwen2`).
+    pub architecture: String,
+    /// The target's residual width.
+    pub hidden: usize,
+    /// The target's vocabulary size.
+    pub vocab_size: usize,
+}
+
+/// The decoder layer of an EAGLE head: the target's attention geometry, its own FFN width.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EagleShape {
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads (divides `n_heads`).
+    pub n_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// SwiGLU inner width.
+    pub ffn: usize,
+    /// Whether Q, K and V carry a bias (as the target's do, for qwen2).
+    pub qkv_bias: bool,
+    /// RMSNorm epsilon (the target's).
+    pub rms_eps: f32,
+    /// RoPE base frequency (the target's).
+    pub rope_base: f32,
+    /// RoPE pairing: `interleaved` (llama) or `half_split` (qwen2), the target's.
+    pub rope_layout: String,
+}
+
+/// How a head was trained (for provenance; the loader checks none of it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainingInfo {
+    /// SHA-256 of the training data file.
+    pub data_sha256: String,
+    /// Optimiser steps taken.
+    pub steps: u64,
+    /// Training positions seen (tokens × unroll steps).
+    pub tokens_seen: u64,
+    /// Seed of initialisation and data order.
+    pub seed: u64,
+    /// Anything else worth keeping (learning rate, final loss, sequence length...).
+    #[serde(default)]
+    pub extra: BTreeMap<String, String>,
+}
+
+/// Everything a head file says about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeadMeta {
+    /// [`HEAD_FORMAT_VERSION`] when written.
+    pub format_version: u32,
+    /// The family.
+    pub kind: HeadKind,
+    /// The target it drafts for.
+    pub target: HeadTarget,
+    /// The target blocks whose outputs, side by side, form the head's input feature (EAGLE and
+    /// Medusa: the last block).
+    pub feature_blocks: Vec<usize>,
+    /// Draft vocabulary size (`d2t` length, ≤ the target's vocabulary).
+    pub draft_vocab: usize,
+    /// The EAGLE layer's shape (`kind = eagle` only).
+    pub eagle: Option<EagleShape>,
+    /// Number of Medusa heads K (`kind = medusa` only): head k predicts k + 2 tokens ahead.
+    pub medusa_heads: usize,
+    /// How it was trained.
+    pub training: TrainingInfo,
+}
+
+impl HeadMeta {
+    /// The width of the input feature: feature blocks × the target's hidden size.
+    pub fn feature_dim(&self) -> usize {
+        self.feature_blocks.len() * self.target.hidden
+    }
+
+    /// Every tensor a head of this metadata holds (besides `d2t`), with its shape, in a fixed
+    /// order. EAGLE: `fc [H, F + H]` (F = the feature width; input `[embed; feature]`),
+    /// `attn_norm [H]`, `wq [nh·hd, H]`, `wk`/`wv [nkv·hd, H]`, `bq`/`bk`/`bv` when
+    /// `qkv_bias`, `wo [H, nh·hd]`, `ffn_norm [H]`, `w_gate`/`w_up [ffn, H]`,
+    /// `w_down [H, ffn]`, `lm_head [V_d, H]`. Medusa: `medusa.{k}.weight [H, H]`,
+    /// `medusa.{k}.bias [H]` for each head, `lm_head [V_d, H]`.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] for an EAGLE head without its [`EagleShape`].
+    pub fn tensor_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
+        let h = self.target.hidden;
+        let mut shapes: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut add = |name: &str, shape: &[usize]| shapes.push((name.to_string(), shape.to_vec()));
+        match self.kind {
+            HeadKind::Eagle => {
+                let e = self.eagle.as_ref().ok_or_else(|| {
+                    ModelError::Config("an EAGLE head's metadata needs its `eagle` shape".into())
+                })?;
+                let (q, kv) = (e.n_heads * e.head_dim, e.n_kv_heads * e.head_dim);
+                add("fc", &[h, self.feature_dim() + h]);
+                add("attn_norm", &[h]);
+                add("wq", &[q, h]);
+                add("wk", &[kv, h]);
+                add("wv", &[kv, h]);
+                if e.qkv_bias {
+                    add("bq", &[q]);
+                    add("bk", &[kv]);
+                    add("bv", &[kv]);
+                }
+                add("wo", &[h, q]);
+                add("ffn_norm", &[h]);
+                add("w_gate", &[e.ffn, h]);
+                add("w_up", &[e.ffn, h]);
+                add("w_down", &[h, e.ffn]);
+            }
+            HeadKind::Medusa => {
+                for k in 0..self.medusa_heads {
+                    add(&format!("medusa.{k}.weight"), &[h, h]);
+                    add(&format!("medusa.{k}.bias"), &[h]);
+                }
+            }
+        }
+        add("lm_head", &[self.draft_vocab, h]);
+        Ok(shapes)
+    }
+}
+
+/// One f32 tensor in memory (stored as [`StoredDtype`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadTensor {
+    /// Dimensions, outermost first.
+    pub shape: Vec<usize>,
+    /// Row-major values, `shape.iter().product()` of them.
+    pub data: Vec<f32>,
+}
+
+impl HeadTensor {
+    /// A tensor of `shape` holding `data`.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when the lengths disagree.
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Self> {
+        let expected: usize = shape.iter().product();
+        if expected != data.len() {
+            return Err(ModelError::Shape {
+                what: "head tensor".into(),
+                reason: format!(
+                    "shape {shape:?} holds {expected} values, got {}",
+                    data.len()
+                ),
+            });
+        }
+        Ok(Self { shape, data })
+    }
+}
+
+/// How [`HeadFile::save`] stores tensor values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoredDtype {
+    /// bfloat16 (half the bytes; what inference reads).
+    #[default]
+    Bf16,
+    /// float32 (exact; for checkpoints).
+    F32,
+}
+
+/// A head: metadata, draft vocabulary and tensors.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadFile {
+    /// What the head is and what it drafts for.
+    pub meta: HeadMeta,
+    /// Draft id → target token id, `meta.draft_vocab` distinct ids.
+    pub d2t: Vec<u32>,
+    /// The tensors of [`HeadMeta::tensor_shapes`], by name.
+    pub tensors: BTreeMap<String, HeadTensor>,
+}
+
+impl HeadFile {
+    /// Checks that the tensors and draft vocabulary are exactly those the metadata implies.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming the missing, extra or misshapen tensor, or the bad id.
+    pub fn validate(&self) -> Result<()> {
+        let m = &self.meta;
+        if m.format_version != HEAD_FORMAT_VERSION {
+            return Err(ModelError::Config(format!(
+                "head format version {} (this build reads {HEAD_FORMAT_VERSION})",
+                m.format_version
+            )));
+        }
+        if m.feature_blocks.is_empty() || m.target.hidden == 0 {
+            return Err(ModelError::Config(
+                "a head needs at least one feature block and a hidden size".into(),
+            ));
+        }
+        if m.kind == HeadKind::Medusa && m.medusa_heads == 0 {
+            return Err(ModelError::Config(
+                "a Medusa head file holds no head".into(),
+            ));
+        }
+        if self.d2t.len() != m.draft_vocab || m.draft_vocab == 0 {
+            return Err(ModelError::Config(format!(
+                "draft vocabulary: {} ids for draft_vocab = {}",
+                self.d2t.len(),
+                m.draft_vocab
+            )));
+        }
+        let mut seen = vec![false; m.target.vocab_size];
+        for &id in &self.d2t {
+            match seen.get_mut(id as usize) {
+                Some(s) if !*s => *s = true,
+                Some(_) => {
+                    return Err(ModelError::Config(format!(
+                        "draft vocabulary lists id {id} twice"
+                    )))
+                }
+                None => {
+                    return Err(ModelError::Config(format!(
+                        "draft vocabulary id {id} is outside the target's {} ids",
+                        m.target.vocab_size
+                    )))
+                }
+            }
+        }
+        let shapes = m.tensor_shapes()?;
+        for (name, shape) in &shapes {
+            match self.tensors.get(name) {
+                None => {
+                    return Err(ModelError::Config(format!(
+                        "head tensor `{name}` is missing"
+                    )))
+                }
+                Some(t) if &t.shape != shape => {
+                    return Err(ModelError::Config(format!(
+                        "head tensor `{name}` has shape {:?}, expected {shape:?}",
+                        t.shape
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(extra) = self
+            .tensors
+            .keys()
+            .find(|k| !shapes.iter().any(|(n, _)| n == *k))
+        {
+            return Err(ModelError::Config(format!(
+                "head tensor `{extra}` does not belong to a {} head",
+                m.kind.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The tensor `name`.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] when it is absent.
+    pub fn tensor(&self, name: &str) -> Result<&HeadTensor> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| ModelError::Config(format!("head tensor `{name}` is missing")))
+    }
+
+    /// Refuses a head trained for another target file than the one of `sha256` (`name` for the
+    /// message).
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming both targets.
+    pub fn check_target(&self, name: &str, sha256: &str) -> Result<()> {
+        let t = &self.meta.target;
+        if t.sha256 != sha256 {
+            return Err(ModelError::Config(
+                format!(
+                    "this {} head was trained for target `{}` (SHA-256 {}), not for `{name}` \
+                 (SHA-256 {sha256}); train one for it with `specdec train-head`",
+                    self.meta.kind.name(),
+                    t.name,
+                    short(&t.sha256),
+                )
+                .replace(sha256, short(sha256)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes the head to `path` (validated first; values as `dtype`), through a temporary
+    /// file renamed into place, so a reader never sees half a file.
+    ///
+    /// # Errors
+    /// [`HeadFile::validate`]'s errors; I/O errors naming the path.
+    pub fn save(&self, path: &Path, dtype: StoredDtype) -> Result<()> {
+        self.validate()?;
+        let io = |source| ModelError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = self
+            .tensors
+            .iter()
+            .map(|(name, t)| {
+                let (dt, bytes) = encode(&t.data, dtype);
+                (name.clone(), dt, t.shape.clone(), bytes)
+            })
+            .chain(std::iter::once((
+                D2T.to_string(),
+                Dtype::I32,
+                vec![self.d2t.len()],
+                self.d2t
+                    .iter()
+                    .flat_map(|&i| (i as i32).to_le_bytes())
+                    .collect(),
+            )))
+            .collect();
+        let views = encoded
+            .iter()
+            .map(|(name, dt, shape, bytes)| {
+                TensorView::new(*dt, shape.clone(), bytes)
+                    .map(|v| (name.clone(), v))
+                    .map_err(|e| safetensors_error(path, e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let meta = serde_json::to_string(&self.meta)
+            .map_err(|e| ModelError::Config(format!("head metadata: {e}")))?;
+        let bytes = safetensors::serialize(views, Some(HashMap::from([(META_KEY.into(), meta)])))
+            .map_err(|e| safetensors_error(path, e))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let partial = path.with_extension("safetensors.partial");
+        std::fs::write(&partial, bytes).map_err(io)?;
+        std::fs::rename(&partial, path).map_err(io)
+    }
+
+    /// Reads and validates a head file.
+    ///
+    /// # Errors
+    /// I/O errors naming the path; a file that is not safetensors, lacks the `specdec.head`
+    /// metadata, or does not [`HeadFile::validate`].
+    pub fn load(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let file = SafeTensors::deserialize(&bytes).map_err(|e| safetensors_error(path, e))?;
+        let (_, header) =
+            SafeTensors::read_metadata(&bytes).map_err(|e| safetensors_error(path, e))?;
+        let meta_json = header
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get(META_KEY))
+            .ok_or_else(|| {
+                ModelError::Config(format!(
+                    "{}: not a specdec head (no `{META_KEY}` metadata)",
+                    path.display()
+                ))
+            })?;
+        let meta: HeadMeta = serde_json::from_str(meta_json)
+            .map_err(|e| ModelError::Config(format!("{}: head metadata: {e}", path.display())))?;
+        let mut tensors = BTreeMap::new();
+        let mut d2t = None;
+        for (name, view) in file.tensors() {
+            if name == D2T {
+                if view.dtype() != Dtype::I32 {
+                    return Err(ModelError::Config(format!(
+                        "{}: `d2t` must be I32, found {:?}",
+                        path.display(),
+                        view.dtype()
+                    )));
+                }
+                let ids = view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
+                    .collect();
+                d2t = Some(ids);
+                continue;
+            }
+            let data = decode(view.dtype(), view.data()).ok_or_else(|| {
+                ModelError::Config(format!(
+                    "{}: tensor `{name}` is {:?} (BF16 or F32 expected)",
+                    path.display(),
+                    view.dtype()
+                ))
+            })?;
+            tensors.insert(name, HeadTensor::new(view.shape().to_vec(), data)?);
+        }
+        let head = HeadFile {
+            meta,
+            d2t: d2t.ok_or_else(|| {
+                ModelError::Config(format!("{}: no `d2t` tensor", path.display()))
+            })?,
+            tensors,
+        };
+        head.validate()
+            .map_err(|e| ModelError::Config(format!("{}: {e}", path.display())))?;
+        Ok(head)
+    }
+}
+
+/// The first 12 hex digits of a hash (enough to tell files apart in a message).
+fn short(sha256: &str) -> &str {
+    &sha256[..sha256.len().min(12)]
+}
+
+fn encode(data: &[f32], dtype: StoredDtype) -> (Dtype, Vec<u8>) {
+    match dtype {
+        StoredDtype::Bf16 => (
+            Dtype::BF16,
+            data.iter()
+                .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+                .collect(),
+        ),
+        StoredDtype::F32 => (
+            Dtype::F32,
+            data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+    }
+}
+
+fn decode(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
+    match dtype {
+        Dtype::BF16 => Some(
+            bytes
+                .chunks_exact(2)
+                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+        ),
+        Dtype::F32 => Some(
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn safetensors_error(path: &Path, e: safetensors::SafeTensorError) -> ModelError {
+    ModelError::Config(format!("{}: safetensors: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(kind: HeadKind) -> HeadMeta {
+        HeadMeta {
+            format_version: HEAD_FORMAT_VERSION,
+            kind,
+            target: HeadTarget {
+                name: "toy.gguf".into(),
+                sha256: "ab".repeat(32),
+                architecture: "llama".into(),
+                hidden: 4,
+                vocab_size: 10,
+            },
+            feature_blocks: vec![1],
+            draft_vocab: 3,
+            eagle: (kind == HeadKind::Eagle).then(|| EagleShape {
+                n_heads: 2,
+                n_kv_heads: 1,
+                head_dim: 2,
+                ffn: 6,
+                qkv_bias: true,
+                rms_eps: 1e-5,
+                rope_base: 10_000.0,
+                rope_layout: "interleaved".into(),
+            }),
+            medusa_heads: if kind == HeadKind::Medusa { 2 } else { 0 },
+            training: TrainingInfo::default(),
+        }
+    }
+
+    fn head(kind: HeadKind) -> HeadFile {
+        let meta = meta(kind);
+        let tensors = meta
+            .tensor_shapes()
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, shape))| {
+                let n: usize = shape.iter().product();
+                let data = (0..n)
+                    .map(|j| ((i * 7 + j) % 64) as f32 / 32.0 - 1.0)
+                    .collect();
+                (name, HeadTensor::new(shape, data).unwrap())
+            })
+            .collect();
+        HeadFile {
+            meta,
+            d2t: vec![7, 0, 3],
+            tensors,
+        }
+    }
+
+    #[test]
+    fn round_trip_in_both_dtypes_and_kinds() {
+        let dir = std::env::temp_dir().join(format!("specdec-head-{}", std::process::id()));
+        for kind in [HeadKind::Eagle, HeadKind::Medusa] {
+            let original = head(kind);
+            for dtype in [StoredDtype::F32, StoredDtype::Bf16] {
+                let path = dir.join(format!("{}-{dtype:?}.safetensors", kind.name()));
+                original.save(&path, dtype).unwrap();
+                // values are multiples of 1/32 in [-1, 1): exact in bf16 too
+                assert_eq!(
+                    HeadFile::load(&path).unwrap(),
+                    original,
+                    "{kind:?} {dtype:?}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn bad_heads_are_refused_naming_the_fault() {
+        let mut h = head(HeadKind::Eagle);
+        h.tensors.remove("wk");
+        assert!(h.validate().unwrap_err().to_string().contains("`wk`"));
+        let mut h = head(HeadKind::Eagle);
+        h.tensors.get_mut("fc").unwrap().shape = vec![4, 4];
+        assert!(h
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("`fc` has shape"));
+        let mut h = head(HeadKind::Medusa);
+        h.d2t = vec![1, 1, 2];
+        assert!(h.validate().unwrap_err().to_string().contains("twice"));
+        h.d2t = vec![1, 2, 10];
+        assert!(h.validate().unwrap_err().to_string().contains("outside"));
+        let mut h = head(HeadKind::Medusa);
+        h.tensors
+            .insert("wq".into(), HeadTensor::new(vec![1], vec![0.0]).unwrap());
+        assert!(h
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("does not belong"));
+    }
+
+    #[test]
+    fn a_head_for_another_target_is_refused_naming_both() {
+        let h = head(HeadKind::Eagle);
+        assert!(h.check_target("toy.gguf", &"ab".repeat(32)).is_ok());
+        let err = h
+            .check_target("other.gguf", &"cd".repeat(32))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("toy.gguf") && err.contains("other.gguf") && err.contains("abababab"),
+            "{err}"
+        );
+    }
+}
