@@ -1,0 +1,59 @@
+//! What the training loop needs from a head kind ([`HeadModel`]), shared by EAGLE and Medusa.
+
+use candle_core::Tensor;
+
+use crate::batch::{Batch, Frozen};
+use crate::error::Result;
+use crate::params::Params;
+
+/// One batch's loss.
+pub(crate) struct StepLoss {
+    /// The scalar to minimise.
+    pub total: Tensor,
+    /// Its parts, named by [`HeadModel::component_names`] (unweighted).
+    pub components: Vec<f32>,
+    /// Training positions the loss covers (each position counted once per unrolled step or
+    /// Medusa head it is trained at).
+    pub positions: u64,
+}
+
+/// Top-1 agreement counts at one drafting depth.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Agreement {
+    /// Positions where the head's argmax equals the label's argmax.
+    pub hits: u64,
+    /// Positions compared.
+    pub total: u64,
+}
+
+impl Agreement {
+    /// `hits / total` (0 when nothing was compared).
+    pub(crate) fn rate(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            self.hits as f64 / self.total as f64
+        }
+    }
+}
+
+/// A trainable head: its tensors, its loss on a batch, its agreement with the labels.
+pub(crate) trait HeadModel {
+    /// The head's tensors (trainable and frozen).
+    fn params(&self) -> &Params;
+
+    /// Names of the loss parts [`HeadModel::loss`] reports, e.g. `feat@1`, `ce@1`.
+    fn component_names(&self) -> Vec<String>;
+
+    /// The loss on `batch` (with the graph for the gradient).
+    fn loss(&self, frozen: &Frozen<'_>, batch: &Batch) -> Result<StepLoss>;
+
+    /// Top-1 agreement of the head's argmax with the label's argmax at drafting depths
+    /// `1..=depths`.
+    fn agreement(
+        &self,
+        frozen: &Frozen<'_>,
+        batch: &Batch,
+        depths: usize,
+    ) -> Result<Vec<Agreement>>;
+}

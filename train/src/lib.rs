@@ -1,0 +1,45 @@
+//! # specdec-train
+//!
+//! Training draft heads for a specdec target on CPU with candle: **EAGLE-style** heads (one
+//! decoder layer over (feature, token) pairs, trained with EAGLE-3's training-time test) and
+//! **Medusa-style** heads (K residual heads over the last feature), implementing exactly the
+//! math of [`specdec_models::heads`] and writing [`specdec_models::heads::HeadFile`]s.
+//!
+//! The pipeline ([`train_head`], `specdec train-head`): open the target ([`FrozenTarget`]);
+//! read ShareGPT conversations ([`sharegpt`]), render them with the target's chat template and
+//! tokenize; run the target once over them and cache tokens + last-block features on disk
+//! ([`FeatureCache`]); pick the draft vocabulary ([`vocab`]); train ([`train`]) with AdamW,
+//! warm-up and cosine decay, checkpoints and resume; measure held-out top-1 agreement at
+//! depths 1 and 2; write the head (BF16), its checkpoint and its loss curve.
+//!
+//! [`eagle_chain`] and [`medusa_logits`] compute a trained head's outputs in f32 for given
+//! inputs, for checking another implementation of the head math against this one.
+
+mod batch;
+mod checkpoint;
+pub mod eagle;
+mod error;
+pub mod features;
+mod head;
+pub mod medusa;
+mod nn;
+pub mod optim;
+mod options;
+mod params;
+mod plot;
+mod progress;
+pub mod sharegpt;
+pub mod target;
+pub mod trainer;
+pub mod vocab;
+
+pub use checkpoint::LossRecord;
+pub use eagle::{eagle_chain, ttt_mask, EagleChainOutput, EagleGeometry, TttMask};
+pub use error::{Result, TrainError};
+pub use features::{ExtractionStats, FeatureCache, FeatureCacheKey};
+pub use medusa::medusa_logits;
+pub use options::{check_train_config, train_head, ExtractionReport, KindArg, TrainHeadOptions};
+pub use target::FrozenTarget;
+pub use trainer::{
+    tenth_means, train, StopReason, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport,
+};

@@ -1,0 +1,493 @@
+//! `specdec train-head`: the command-line options ([`TrainHeadOptions`]) and the whole pipeline
+//! behind them ([`train_head`]): open the target, read and tokenize ShareGPT, extract (or reuse)
+//! the cached features, train, and write the head.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use specdec_models::heads::HeadKind;
+use specdec_models::registry;
+use specdec_models::tokenizer::Tokenizer;
+
+use crate::batch::permutation;
+use crate::error::{io_error, ModelContext, Result, TrainError};
+use crate::features::{ExtractionStats, FeatureCache, FeatureCacheKey};
+use crate::optim::AdamWConfig;
+use crate::sharegpt::{parse_conversations, tokenize_conversations};
+use crate::target::{sha256_of_file, FrozenTarget};
+use crate::trainer::{train, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport};
+use crate::vocab::check_draft_vocab;
+
+/// The most training-time-test steps accepted.
+pub const MAX_UNROLL: usize = 8;
+/// The most Medusa heads accepted.
+pub const MAX_MEDUSA_HEADS: usize = 8;
+/// Conversations shorter than this many tokens (after the chat template) are skipped.
+pub const MIN_SEQUENCE_TOKENS: usize = 16;
+/// Default training-time-test steps.
+pub const DEFAULT_UNROLL: usize = 2;
+/// Default EAGLE feature-loss weight (EAGLE-1).
+pub const DEFAULT_W_FEAT: f64 = 1.0;
+/// Default EAGLE cross-entropy weight (EAGLE-1).
+pub const DEFAULT_W_CE: f64 = 0.1;
+/// Default number of Medusa heads.
+pub const DEFAULT_MEDUSA_HEADS: usize = 3;
+
+/// The head kind on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KindArg {
+    /// EAGLE-style: one decoder layer over (feature, token) pairs, trained with TTT.
+    Eagle,
+    /// Medusa-style: K residual heads over the last feature.
+    Medusa,
+}
+
+impl From<KindArg> for HeadKind {
+    fn from(k: KindArg) -> Self {
+        match k {
+            KindArg::Eagle => HeadKind::Eagle,
+            KindArg::Medusa => HeadKind::Medusa,
+        }
+    }
+}
+
+/// Options of `specdec train-head` (every one is honoured or refused; the EAGLE-only and
+/// Medusa-only ones are refused for the other kind).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct TrainHeadOptions {
+    /// Target model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (fetched by
+    /// scripts/fetch-models.sh), or a path to a .gguf file.
+    #[arg(long)]
+    pub target: String,
+    /// Head kind.
+    #[arg(long, value_enum)]
+    pub kind: KindArg,
+    /// The head file [default: <cache>/heads/<target-name>-<kind>.safetensors]; its checkpoint
+    /// (NAME.ckpt.safetensors) and loss curve (NAME.loss.svg) go next to it.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Training data: a ShareGPT JSON array (`[{id, conversations: [{from, value}]}]`, may be
+    /// cut off mid-element), the registry name `sharegpt` (scripts/fetch-models.sh sharegpt) or
+    /// a path.
+    #[arg(long, default_value = "sharegpt")]
+    pub data: String,
+    /// Conversations to train on (the first N usable ones after a seeded shuffle).
+    #[arg(long, default_value_t = 2000)]
+    pub conversations: usize,
+    /// Seed of the shuffle that picks the conversations (part of the feature cache's key).
+    #[arg(long, default_value_t = 0)]
+    pub data_seed: u64,
+    /// Tokens per sequence: each conversation is cut to its first N tokens.
+    #[arg(long, default_value_t = 256)]
+    pub max_len: usize,
+    /// Sequences held out (the last ones picked) for the agreement measurement.
+    #[arg(long, default_value_t = 32)]
+    pub holdout: usize,
+    /// Draft vocabulary size (the most frequent training tokens); at most 16384 for
+    /// vocabularies up to 65536 ids, 32768 above.
+    #[arg(long, default_value_t = 8192)]
+    pub draft_vocab: usize,
+    /// Optimiser steps of the run (the learning-rate schedule's length).
+    #[arg(long, default_value_t = 1000)]
+    pub steps: u64,
+    /// Time budget of the training steps of this invocation, in minutes: stop cleanly with a
+    /// checkpoint when it runs out (feature extraction, cached and resumable, is not counted).
+    #[arg(long)]
+    pub minutes: Option<f64>,
+    /// Stop cleanly once this many steps are done; continue later with --resume.
+    #[arg(long)]
+    pub pause_at: Option<u64>,
+    /// Continue the run from its checkpoint (same settings required).
+    #[arg(long)]
+    pub resume: bool,
+    /// Seed of initialisation and data order.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Sequences per optimiser step.
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    /// Peak learning rate (AdamW).
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Linear warm-up steps [default: 5% of --steps].
+    #[arg(long)]
+    pub warmup_steps: Option<u64>,
+    /// Decoupled weight decay (matrices only).
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// AdamW β₁.
+    #[arg(long, default_value_t = 0.9)]
+    pub beta1: f64,
+    /// AdamW β₂.
+    #[arg(long, default_value_t = 0.95)]
+    pub beta2: f64,
+    /// Largest global gradient norm (clipped above).
+    #[arg(long, default_value_t = 0.5)]
+    pub grad_clip: f64,
+    /// Write the checkpoint every N steps (and at the end); 0: only at the end.
+    #[arg(long, default_value_t = 50)]
+    pub checkpoint_every: u64,
+    /// Train the draft LM head too (frozen to the target's rows by default).
+    #[arg(long)]
+    pub train_lm_head: bool,
+    /// EAGLE: training-time-test steps, ≥ 2 [default: 2].
+    #[arg(long)]
+    pub unroll: Option<usize>,
+    /// EAGLE: weight of the feature (smooth L1) loss [default: 1].
+    #[arg(long)]
+    pub w_feat: Option<f64>,
+    /// EAGLE: weight of the cross-entropy loss [default: 0.1].
+    #[arg(long)]
+    pub w_ce: Option<f64>,
+    /// EAGLE: FFN width of the head's layer [default: the target's].
+    #[arg(long)]
+    pub ffn: Option<usize>,
+    /// EAGLE: no gradient through f̂ from one unrolled step into the next.
+    #[arg(long)]
+    pub detach_unrolled: bool,
+    /// Medusa: number of heads K [default: 3].
+    #[arg(long)]
+    pub medusa_heads: Option<usize>,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl TrainHeadOptions {
+    /// Options with every default, for `target` and `kind`.
+    pub fn new(target: &str, kind: KindArg) -> Self {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            options: TrainHeadOptions,
+        }
+        let kind = match kind {
+            KindArg::Eagle => "eagle",
+            KindArg::Medusa => "medusa",
+        };
+        let target = format!("--target={target}");
+        Wrapper::try_parse_from(["train-head", target.as_str(), "--kind", kind])
+            .expect("the defaults parse")
+            .options
+    }
+
+    /// The run-defining settings these options give (target-independent checks included).
+    ///
+    /// # Errors
+    /// [`TrainError::Option`] naming the first refused option.
+    pub fn train_config(&self) -> Result<TrainConfig> {
+        let kind: HeadKind = self.kind.into();
+        let refuse = |name: &'static str, reason: String| TrainError::Option { name, reason };
+        let eagle_only: [(&'static str, bool); 5] = [
+            ("unroll", self.unroll.is_some()),
+            ("w-feat", self.w_feat.is_some()),
+            ("w-ce", self.w_ce.is_some()),
+            ("ffn", self.ffn.is_some()),
+            ("detach-unrolled", self.detach_unrolled),
+        ];
+        match kind {
+            HeadKind::Eagle => {
+                if self.medusa_heads.is_some() {
+                    return Err(refuse(
+                        "medusa-heads",
+                        "applies to --kind medusa only".into(),
+                    ));
+                }
+            }
+            HeadKind::Medusa => {
+                if let Some((name, _)) = eagle_only.iter().find(|(_, given)| *given) {
+                    return Err(refuse(name, "applies to --kind eagle only".into()));
+                }
+            }
+        }
+        let positive = |name: &'static str, v: f64| -> Result<()> {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(refuse(name, format!("{v} must be a finite number > 0")))
+            }
+        };
+        if let Some(m) = self.minutes {
+            positive("minutes", m)?;
+        }
+        if self.conversations == 0 {
+            return Err(refuse("conversations", "at least one is needed".into()));
+        }
+        if self.holdout >= self.conversations {
+            return Err(refuse(
+                "holdout",
+                format!(
+                    "{} held-out sequences leave none of --conversations {} to train on",
+                    self.holdout, self.conversations
+                ),
+            ));
+        }
+        if self.max_len < MIN_SEQUENCE_TOKENS {
+            return Err(refuse(
+                "max-len",
+                format!(
+                    "{} is below the {MIN_SEQUENCE_TOKENS} tokens a sequence needs",
+                    self.max_len
+                ),
+            ));
+        }
+        let config = TrainConfig {
+            kind,
+            steps: self.steps,
+            batch: self.batch,
+            optimizer: AdamWConfig {
+                lr: self.lr,
+                beta1: self.beta1,
+                beta2: self.beta2,
+                eps: 1e-8,
+                weight_decay: self.weight_decay,
+                grad_clip: self.grad_clip,
+                warmup_steps: self.warmup_steps.unwrap_or(self.steps / 20),
+                total_steps: self.steps,
+            },
+            seed: self.seed,
+            draft_vocab: self.draft_vocab,
+            holdout: self.holdout,
+            train_lm_head: self.train_lm_head,
+            unroll: if kind == HeadKind::Eagle {
+                self.unroll.unwrap_or(DEFAULT_UNROLL)
+            } else {
+                1
+            },
+            w_feat: self.w_feat.unwrap_or(DEFAULT_W_FEAT),
+            w_ce: self.w_ce.unwrap_or(DEFAULT_W_CE),
+            detach_unrolled: self.detach_unrolled,
+            eagle_ffn: self.ffn,
+            medusa_heads: if kind == HeadKind::Medusa {
+                self.medusa_heads.unwrap_or(DEFAULT_MEDUSA_HEADS)
+            } else {
+                0
+            },
+        };
+        check_train_config(&config)?;
+        Ok(config)
+    }
+}
+
+/// Checks the target-independent settings of a run.
+///
+/// # Errors
+/// [`TrainError::Option`] naming the first refused setting.
+pub fn check_train_config(c: &TrainConfig) -> Result<()> {
+    let refuse = |name: &'static str, reason: String| Err(TrainError::Option { name, reason });
+    let o = &c.optimizer;
+    if c.steps == 0 {
+        return refuse("steps", "at least one step".into());
+    }
+    if c.batch == 0 {
+        return refuse("batch", "at least one sequence per step".into());
+    }
+    if !(o.lr.is_finite() && o.lr > 0.0) {
+        return refuse("lr", format!("{} must be a finite number > 0", o.lr));
+    }
+    for (name, beta) in [("beta1", o.beta1), ("beta2", o.beta2)] {
+        if !(0.0..1.0).contains(&beta) {
+            return refuse(name, format!("{beta} is outside [0, 1)"));
+        }
+    }
+    if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
+        return refuse("weight-decay", format!("{} must be ≥ 0", o.weight_decay));
+    }
+    if !(o.grad_clip.is_finite() && o.grad_clip > 0.0) {
+        return refuse(
+            "grad-clip",
+            format!("{} must be a finite number > 0", o.grad_clip),
+        );
+    }
+    if o.warmup_steps > o.total_steps || o.total_steps != c.steps {
+        return refuse(
+            "warmup-steps",
+            format!(
+                "{} exceeds the {} steps of the run",
+                o.warmup_steps, c.steps
+            ),
+        );
+    }
+    match c.kind {
+        HeadKind::Eagle => {
+            if !(2..=MAX_UNROLL).contains(&c.unroll) {
+                return refuse(
+                    "unroll",
+                    format!("{} is outside 2..={MAX_UNROLL}", c.unroll),
+                );
+            }
+            for (name, w) in [("w-feat", c.w_feat), ("w-ce", c.w_ce)] {
+                if !(w.is_finite() && w >= 0.0) {
+                    return refuse(name, format!("{w} must be ≥ 0"));
+                }
+            }
+            if c.w_feat == 0.0 && c.w_ce == 0.0 {
+                return refuse("w-ce", "--w-feat and --w-ce cannot both be 0".into());
+            }
+            if c.eagle_ffn == Some(0) {
+                return refuse("ffn", "the FFN needs a width ≥ 1".into());
+            }
+        }
+        HeadKind::Medusa => {
+            if !(1..=MAX_MEDUSA_HEADS).contains(&c.medusa_heads) {
+                return refuse(
+                    "medusa-heads",
+                    format!("{} is outside 1..={MAX_MEDUSA_HEADS}", c.medusa_heads),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the ShareGPT data file is and what identifies it.
+struct DataSource {
+    path: PathBuf,
+    sha256: String,
+}
+
+fn resolve_data(name_or_path: &str) -> Result<DataSource> {
+    if let Some(entry) = registry::entry(name_or_path) {
+        let path = entry
+            .locate()
+            .model_context(|| format!("training data `{name_or_path}`"))?;
+        return Ok(DataSource {
+            path,
+            sha256: entry.sha256.clone(),
+        });
+    }
+    let path = PathBuf::from(name_or_path);
+    if !path.is_file() {
+        return Err(TrainError::Data {
+            path: name_or_path.to_string(),
+            reason: "neither a file nor a registry name (`sharegpt`: run \
+                     `scripts/fetch-models.sh sharegpt`)"
+                .into(),
+        });
+    }
+    let sha256 = sha256_of_file(&path)?;
+    Ok(DataSource { path, sha256 })
+}
+
+/// Runs `specdec train-head`: checks every option (sizes against the target too) before any
+/// work, opens the target, reads ShareGPT (the first `--conversations` usable conversations after
+/// a `--data-seed` shuffle, rendered with the target's chat template, cut to `--max-len`),
+/// extracts their features into `<cache>/features/<key>/` (resumable; reused when complete),
+/// and trains the head (see [`train`]).
+///
+/// # Errors
+/// [`TrainError::Option`] for refused options; missing files (naming the fetch command); model,
+/// data, checkpoint and I/O errors as [`train`] and [`FeatureCache::build`] report them.
+pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
+    let config = options.train_config()?;
+    let target = FrozenTarget::open(&options.target)?;
+    let tc = target.config();
+    check_draft_vocab(options.draft_vocab, tc.vocab_size)?;
+    if options.max_len > tc.context_length {
+        return Err(TrainError::Option {
+            name: "max-len",
+            reason: format!(
+                "{} exceeds the target's context of {}",
+                options.max_len, tc.context_length
+            ),
+        });
+    }
+    let data = resolve_data(&options.data)?;
+    let paths = TrainPaths::next_to(&options.out.clone().unwrap_or_else(|| {
+        registry::cache_dir().join("heads").join(format!(
+            "{}-{}.safetensors",
+            target.short_name(),
+            config.kind.name()
+        ))
+    }));
+    if options.resume && !paths.checkpoint.exists() {
+        return Err(TrainError::Checkpoint {
+            path: paths.checkpoint.display().to_string(),
+            reason: "--resume was given but there is no checkpoint to continue".into(),
+        });
+    }
+
+    let bytes = std::fs::read(&data.path).map_err(io_error(&data.path))?;
+    let what = data.path.display().to_string();
+    let parsed = parse_conversations(&bytes, &what)?;
+    drop(bytes);
+    let tokenizer = Tokenizer::from_gguf(target.file())
+        .model_context(|| format!("the tokenizer of {}", target.identity().name))?;
+    let order = permutation(parsed.conversations.len(), options.data_seed);
+    let (sequences, stats) = tokenize_conversations(
+        &parsed.conversations,
+        &order,
+        &tokenizer,
+        options.max_len,
+        MIN_SEQUENCE_TOKENS,
+        options.conversations,
+    )?;
+    if sequences.len() <= options.holdout {
+        return Err(TrainError::Data {
+            path: what,
+            reason: format!(
+                "{} usable conversations (of {}), not more than --holdout {}",
+                sequences.len(),
+                parsed.conversations.len(),
+                options.holdout
+            ),
+        });
+    }
+    let key = FeatureCacheKey {
+        target_sha256: target.identity().sha256.clone(),
+        data_sha256: data.sha256.clone(),
+        max_len: options.max_len,
+        count: options.conversations,
+        data_seed: options.data_seed,
+    };
+    let dir = registry::cache_dir()
+        .join("features")
+        .join(key.folder_name());
+    let (cache, extraction) = FeatureCache::build(&dir, &key, &target, &sequences, !options.quiet)?;
+    let mut extra = BTreeMap::new();
+    extra.insert("data".to_string(), options.data.clone());
+    extra.insert("conversations".into(), sequences.len().to_string());
+    extra.insert("conversations_skipped".into(), stats.skipped.to_string());
+    extra.insert("data_seed".into(), options.data_seed.to_string());
+    extra.insert("max_len".into(), options.max_len.to_string());
+    extra.insert("feature_cache".into(), key.folder_name());
+    extra.insert("feature_tokens".into(), cache.total_tokens().to_string());
+    let train_data = TrainData {
+        cache: &cache,
+        data_sha256: data.sha256,
+        extra,
+    };
+    let control = TrainControl {
+        resume: options.resume,
+        time_limit: options.minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
+        pause_at: options.pause_at,
+        checkpoint_every: options.checkpoint_every,
+        progress: !options.quiet,
+    };
+    let mut report = train(&target, &train_data, &config, &paths, &control)?;
+    report.extraction = Some(ExtractionReport {
+        stats: extraction,
+        cache_dir: dir,
+        cache_bytes: cache.size_bytes(),
+        sequences: cache.len(),
+        tokens: cache.total_tokens(),
+    });
+    Ok(report)
+}
+
+/// What feature extraction did for a [`train_head`] run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtractionReport {
+    /// This invocation's extraction (zero when the cache was complete already).
+    pub stats: ExtractionStats,
+    /// The cache folder.
+    pub cache_dir: PathBuf,
+    /// Bytes of its token and feature files.
+    pub cache_bytes: u64,
+    /// Sequences in it.
+    pub sequences: usize,
+    /// Tokens in it.
+    pub tokens: u64,
+}

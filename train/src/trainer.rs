@@ -1,0 +1,613 @@
+//! The training loop, one for both head kinds: seeded initialisation and data order, AdamW with
+//! warm-up and cosine decay, checkpoints every N steps and at the end (resumable), a time
+//! budget, held-out agreement, and the outputs (the head file, its loss curve).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use specdec_models::heads::{
+    HeadFile, HeadKind, HeadMeta, StoredDtype, TrainingInfo, HEAD_FORMAT_VERSION,
+};
+
+use crate::batch::{Batch, DataOrder, Frozen};
+use crate::checkpoint::{self, CheckpointState, LossRecord};
+use crate::eagle::{EagleGeometry, EagleHead, EagleSettings};
+use crate::error::{io_error, ModelContext, Result, TensorContext, TrainError};
+use crate::features::FeatureCache;
+use crate::head::{Agreement, HeadModel};
+use crate::medusa::{MedusaHead, MEDUSA_DECAY};
+use crate::optim::{AdamW, AdamWConfig};
+use crate::progress::progress_bar;
+use crate::target::{sha256_of_bytes, FrozenTarget};
+use crate::vocab::{coverage, draft_vocabulary};
+
+/// Drafting depths the held-out agreement is measured at (1 and 2).
+pub const AGREEMENT_DEPTHS: usize = 2;
+
+/// The settings that define a training run (a resumed run must have the same).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainConfig {
+    /// Which head.
+    pub kind: HeadKind,
+    /// Optimiser steps of the whole run (the schedule's length).
+    pub steps: u64,
+    /// Sequences per step.
+    pub batch: usize,
+    /// Optimiser and schedule.
+    pub optimizer: AdamWConfig,
+    /// Seed of initialisation and data order.
+    pub seed: u64,
+    /// Draft vocabulary size.
+    pub draft_vocab: usize,
+    /// Held-out sequences (the last ones of the cache), for the agreement measurement.
+    pub holdout: usize,
+    /// Whether the draft LM head is trained (frozen to the target's rows otherwise).
+    pub train_lm_head: bool,
+    /// EAGLE: training-time-test steps (≥ 2).
+    pub unroll: usize,
+    /// EAGLE: weight of the feature regression loss.
+    pub w_feat: f64,
+    /// EAGLE: weight of the cross-entropy loss.
+    pub w_ce: f64,
+    /// EAGLE: whether `f̂` is detached between unrolled steps (no gradient through it).
+    pub detach_unrolled: bool,
+    /// EAGLE: FFN width (the target's when `None`).
+    pub eagle_ffn: Option<usize>,
+    /// Medusa: number of heads K.
+    pub medusa_heads: usize,
+}
+
+/// Where a run's files go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainPaths {
+    /// The head file (`HeadFile::save`, BF16).
+    pub head: PathBuf,
+    /// The checkpoint (F32 tensors, AdamW moments, run state).
+    pub checkpoint: PathBuf,
+    /// The loss curve.
+    pub loss_svg: PathBuf,
+}
+
+impl TrainPaths {
+    /// The head at `head`, with `NAME.ckpt.safetensors` and `NAME.loss.svg` next to it
+    /// (`NAME` = the head's file name without its extension).
+    pub fn next_to(head: &Path) -> Self {
+        let stem = head
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "head".into());
+        let sibling = |suffix: &str| head.with_file_name(format!("{stem}.{suffix}"));
+        Self {
+            head: head.to_path_buf(),
+            checkpoint: sibling("ckpt.safetensors"),
+            loss_svg: sibling("loss.svg"),
+        }
+    }
+}
+
+/// The data of a run: the feature cache and its provenance.
+#[derive(Debug)]
+pub struct TrainData<'a> {
+    /// Tokens and target features.
+    pub cache: &'a FeatureCache,
+    /// SHA-256 of the data the sequences come from (recorded in the head file).
+    pub data_sha256: String,
+    /// Provenance written to the head's `training.extra` (data name, sizes, …).
+    pub extra: BTreeMap<String, String>,
+}
+
+/// How a run is driven (none of it changes the result, except where it stops).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TrainControl {
+    /// Continue from the checkpoint at [`TrainPaths::checkpoint`] (which must exist and belong
+    /// to the same run); otherwise start from step 0, replacing any checkpoint there.
+    pub resume: bool,
+    /// Stop cleanly (checkpoint, head, curve) once the training steps of this invocation have
+    /// taken this long; the step in progress finishes first.
+    pub time_limit: Option<Duration>,
+    /// Stop cleanly once this many steps of the run are done (before `steps`); `--resume`
+    /// continues.
+    pub pause_at: Option<u64>,
+    /// Write the checkpoint every this many steps (and always at the end); 0 means only at the
+    /// end.
+    pub checkpoint_every: u64,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// All planned steps are done.
+    Finished,
+    /// The time budget ran out.
+    TimeLimit,
+    /// [`TrainControl::pause_at`] was reached.
+    Paused,
+}
+
+/// What a run did and measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainReport {
+    /// The files written.
+    pub paths: TrainPaths,
+    /// Which head.
+    pub kind: HeadKind,
+    /// Why it stopped.
+    pub stop: StopReason,
+    /// Steps done (over all invocations of the run).
+    pub steps: u64,
+    /// Steps planned.
+    pub steps_planned: u64,
+    /// Training positions seen (each head position once per unrolled step or Medusa head).
+    pub positions_seen: u64,
+    /// Head positions (tokens with a label) seen.
+    pub tokens_seen: u64,
+    /// Seconds spent in training steps (over all invocations).
+    pub train_seconds: f64,
+    /// `positions_seen / train_seconds`.
+    pub positions_per_s: f64,
+    /// Mean total loss over the first tenth of the steps (at least one step).
+    pub loss_first_tenth: f32,
+    /// Mean total loss over the last tenth of the steps.
+    pub loss_last_tenth: f32,
+    /// Names of the loss parts (`feat@1`, `ce@1`, …).
+    pub component_names: Vec<String>,
+    /// Every step's record.
+    pub history: Vec<LossRecord>,
+    /// Held-out top-1 agreement of the head's argmax with the label's argmax at depths 1, 2.
+    pub agreement: Vec<f64>,
+    /// Held-out positions compared at each depth.
+    pub agreement_positions: Vec<u64>,
+    /// The draft vocabulary size.
+    pub draft_vocab: usize,
+    /// Fraction of the held-out label tokens inside the draft vocabulary.
+    pub draft_vocab_coverage: f64,
+    /// Trainable values.
+    pub trainable_params: usize,
+    /// Size of the head file in bytes.
+    pub head_bytes: u64,
+    /// The feature extraction behind the run, when [`crate::train_head`] did it.
+    pub extraction: Option<crate::options::ExtractionReport>,
+}
+
+impl TrainReport {
+    /// A few lines for people: what was written, throughput, losses, agreement.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        if let Some(x) = &self.extraction {
+            let s = &x.stats;
+            out.push_str(&format!(
+                "features: {} sequences, {} tokens, {:.1} MB in {} ({} sequences extracted \
+                 now at {:.0} tokens/s, {} reused)\n",
+                x.sequences,
+                x.tokens,
+                x.cache_bytes as f64 / 1e6,
+                x.cache_dir.display(),
+                s.sequences,
+                s.tokens_per_s(),
+                s.resumed_from
+            ));
+        }
+        out.push_str(&format!(
+            "{} head: {}/{} steps ({:?}), {} positions in {:.1} s = {:.0} positions/s\n",
+            self.kind.name(),
+            self.steps,
+            self.steps_planned,
+            self.stop,
+            self.positions_seen,
+            self.train_seconds,
+            self.positions_per_s
+        ));
+        out.push_str(&format!(
+            "loss: first tenth {:.4}, last tenth {:.4}",
+            self.loss_first_tenth, self.loss_last_tenth
+        ));
+        if let Some(last) = self.history.last() {
+            for (name, v) in self.component_names.iter().zip(&last.components) {
+                out.push_str(&format!(", {name} {v:.4}"));
+            }
+        }
+        out.push('\n');
+        let depths: Vec<String> = self
+            .agreement
+            .iter()
+            .zip(&self.agreement_positions)
+            .enumerate()
+            .map(|(d, (a, n))| format!("depth {} {:.1}% of {n}", d + 1, 100.0 * a))
+            .collect();
+        out.push_str(&format!(
+            "held-out top-1 agreement: {}; draft vocabulary {} ids covering {:.1}% of held-out \
+             tokens\n",
+            depths.join(", "),
+            self.draft_vocab,
+            100.0 * self.draft_vocab_coverage
+        ));
+        out.push_str(&format!(
+            "wrote {} ({:.2} MB, {} trainable values), {}, {}",
+            self.paths.head.display(),
+            self.head_bytes as f64 / 1e6,
+            self.trainable_params,
+            self.paths.loss_svg.display(),
+            self.paths.checkpoint.display()
+        ));
+        out
+    }
+}
+
+/// Mean of `values[range]` as f32 (0 for an empty range).
+fn mean(values: &[f32]) -> f32 {
+    if values.is_empty() {
+        0.0
+    } else {
+        (values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len() as f64) as f32
+    }
+}
+
+/// The means of the first and last tenth of `history`'s total losses (a tenth is at least one
+/// step).
+pub fn tenth_means(history: &[LossRecord]) -> (f32, f32) {
+    let losses: Vec<f32> = history.iter().map(|r| r.loss).collect();
+    let tenth = (losses.len() / 10).max(1).min(losses.len());
+    (
+        mean(&losses[..tenth]),
+        mean(&losses[losses.len() - tenth..]),
+    )
+}
+
+/// Checks a configuration against the data before anything runs.
+fn check(config: &TrainConfig, cache: &FeatureCache, target: &FrozenTarget) -> Result<()> {
+    let refuse = |name: &'static str, reason: String| Err(TrainError::Option { name, reason });
+    if cache.hidden() != target.config().hidden {
+        return Err(TrainError::FeatureCache {
+            path: cache.dir().display().to_string(),
+            reason: format!(
+                "features of width {}, the target's is {}",
+                cache.hidden(),
+                target.config().hidden
+            ),
+        });
+    }
+    if config.holdout >= cache.len() {
+        return refuse(
+            "holdout",
+            format!(
+                "{} held-out sequences leave none of the {} to train on",
+                config.holdout,
+                cache.len()
+            ),
+        );
+    }
+    if (0..cache.len()).any(|i| cache.seq_len(i) < 2) {
+        return Err(TrainError::FeatureCache {
+            path: cache.dir().display().to_string(),
+            reason: "a sequence of fewer than 2 tokens has nothing to predict".into(),
+        });
+    }
+    crate::options::check_train_config(config)
+}
+
+/// The training labels' token ids (`t_1..t_L` of each sequence in `indices`).
+fn label_tokens(cache: &FeatureCache, indices: std::ops::Range<usize>) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for i in indices {
+        out.extend_from_slice(&cache.tokens(i)?[1..]);
+    }
+    Ok(out)
+}
+
+/// The head file's metadata for this run (its training record filled in at the end).
+fn head_meta(
+    config: &TrainConfig,
+    target: &FrozenTarget,
+    block: usize,
+    draft_vocab: usize,
+) -> HeadMeta {
+    HeadMeta {
+        format_version: HEAD_FORMAT_VERSION,
+        kind: config.kind,
+        target: target.identity().clone(),
+        feature_blocks: vec![block],
+        draft_vocab,
+        eagle: (config.kind == HeadKind::Eagle)
+            .then(|| EagleGeometry::of_target(target.config(), config.eagle_ffn).to_shape()),
+        medusa_heads: if config.kind == HeadKind::Medusa {
+            config.medusa_heads
+        } else {
+            0
+        },
+        training: TrainingInfo::default(),
+    }
+}
+
+/// Trains a head of `config.kind` for `target` on `data`, writing the files of `paths` (see
+/// [`TrainControl`] for resuming, time limits and pauses).
+///
+/// # Errors
+/// [`TrainError::Option`] for settings the data cannot satisfy (all refused before the first
+/// step); [`TrainError::Checkpoint`] for a checkpoint of another run on resume;
+/// [`TrainError::Diverged`] for a non-finite loss; model, tensor and I/O errors.
+pub fn train(
+    target: &FrozenTarget,
+    data: &TrainData<'_>,
+    config: &TrainConfig,
+    paths: &TrainPaths,
+    control: &TrainControl,
+) -> Result<TrainReport> {
+    let cache = data.cache;
+    check(config, cache, target)?;
+    let n_train = cache.len() - config.holdout;
+    let vocab = target.config().vocab_size;
+    let d2t = draft_vocabulary(label_tokens(cache, 0..n_train)?, vocab, config.draft_vocab)?;
+    let heldout_labels = label_tokens(cache, n_train..cache.len())?;
+    let draft_vocab_coverage = coverage(heldout_labels, &d2t, vocab);
+    let frozen = Frozen::new(target, &d2t)?;
+    let mut meta = head_meta(config, target, cache.feature_block(), d2t.len());
+    let shapes = meta
+        .tensor_shapes()
+        .model_context(|| "the head's tensor shapes".into())?;
+    let max_positions = (0..cache.len())
+        .map(|i| cache.seq_len(i))
+        .max()
+        .unwrap_or(1);
+    let head: Box<dyn HeadModel> = match config.kind {
+        HeadKind::Eagle => Box::new(EagleHead::init(
+            EagleGeometry::of_target(target.config(), config.eagle_ffn),
+            &shapes,
+            &frozen,
+            EagleSettings {
+                unroll: config.unroll,
+                w_feat: config.w_feat,
+                w_ce: config.w_ce,
+                detach: config.detach_unrolled,
+                train_lm_head: config.train_lm_head,
+                max_positions,
+            },
+            config.seed,
+        )?),
+        HeadKind::Medusa => Box::new(MedusaHead::init(
+            &shapes,
+            &frozen,
+            config.medusa_heads,
+            config.train_lm_head,
+        )?),
+    };
+    let vars = head
+        .params()
+        .trainable()
+        .into_iter()
+        .map(|(_, v)| v.clone())
+        .collect();
+    let mut opt = AdamW::new(config.optimizer, vars)?;
+    let run = serde_json::json!({
+        "config": config,
+        "target_sha256": target.identity().sha256,
+        "data_sha256": data.data_sha256,
+        "feature_cache": cache.key(),
+        "draft_vocab_sha256": sha256_of_bytes(
+            &d2t.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>()
+        ),
+    });
+    let mut state = if control.resume {
+        if !paths.checkpoint.exists() {
+            return Err(TrainError::Checkpoint {
+                path: paths.checkpoint.display().to_string(),
+                reason: "--resume was given but there is no checkpoint to continue".into(),
+            });
+        }
+        checkpoint::restore(&paths.checkpoint, &run, head.params(), &mut opt)?
+    } else {
+        CheckpointState::new(run)
+    };
+    let mut order = DataOrder::new(n_train, config.seed);
+    let bar = progress_bar(
+        control.progress,
+        config.steps,
+        &format!("training {} head", config.kind.name()),
+        "{msg} [{bar:30}] {pos}/{len} steps, eta {eta}",
+    );
+    bar.set_position(state.step);
+    let started = Instant::now();
+    let stop = loop {
+        if state.step >= config.steps {
+            break StopReason::Finished;
+        }
+        if control.pause_at.is_some_and(|p| state.step >= p) {
+            break StopReason::Paused;
+        }
+        if control.time_limit.is_some_and(|t| started.elapsed() >= t) {
+            break StopReason::TimeLimit;
+        }
+        let indices = order.take(state.consumed, config.batch);
+        let batch = Batch::load(cache, &indices)?;
+        let step_start = Instant::now();
+        let loss = head.loss(&frozen, &batch)?;
+        let value = loss.total.to_scalar::<f32>().tensor_context("loss")?;
+        if !value.is_finite() {
+            return Err(TrainError::Diverged {
+                step: state.step,
+                loss: value,
+            });
+        }
+        let grads = loss.total.backward().tensor_context("backward pass")?;
+        let lr = config.optimizer.lr_at(state.step);
+        let grad_norm = opt.step(&grads)?;
+        state.train_seconds += step_start.elapsed().as_secs_f64();
+        state.history.push(LossRecord {
+            step: state.step,
+            loss: value,
+            components: loss.components,
+            lr,
+            grad_norm,
+        });
+        state.step += 1;
+        state.consumed += indices.len() as u64;
+        state.positions += loss.positions;
+        state.tokens += batch.lens.iter().map(|&l| l as u64).sum::<u64>();
+        bar.set_position(state.step);
+        bar.set_message(format!(
+            "training {} head, loss {value:.4}",
+            config.kind.name()
+        ));
+        if control.checkpoint_every > 0 && state.step.is_multiple_of(control.checkpoint_every) {
+            checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
+        }
+    };
+    bar.finish_and_clear();
+    checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
+
+    let agreements = evaluate(
+        head.as_ref(),
+        &frozen,
+        cache,
+        n_train..cache.len(),
+        config.batch,
+    )?;
+    let agreement: Vec<f64> = agreements.iter().map(Agreement::rate).collect();
+    let (loss_first_tenth, loss_last_tenth) = tenth_means(&state.history);
+    let positions_per_s = if state.train_seconds > 0.0 {
+        state.positions as f64 / state.train_seconds
+    } else {
+        0.0
+    };
+    let component_names = head.component_names();
+    meta.training = TrainingInfo {
+        data_sha256: data.data_sha256.clone(),
+        steps: state.step,
+        tokens_seen: state.positions,
+        seed: config.seed,
+        extra: training_extra(
+            config,
+            data,
+            &state,
+            &component_names,
+            (loss_first_tenth, loss_last_tenth),
+            &agreement,
+            positions_per_s,
+            draft_vocab_coverage,
+            stop,
+        ),
+    };
+    let file = HeadFile {
+        meta,
+        d2t,
+        tensors: head.params().to_head_tensors()?,
+    };
+    file.save(&paths.head, StoredDtype::Bf16)
+        .model_context(|| format!("writing the head to {}", paths.head.display()))?;
+    let title = format!(
+        "{} head for {}: loss per step",
+        config.kind.name(),
+        target.identity().name
+    );
+    crate::plot::loss_curve(&paths.loss_svg, &title, &state.history, &component_names)?;
+    let head_bytes = std::fs::metadata(&paths.head)
+        .map_err(io_error(&paths.head))?
+        .len();
+    Ok(TrainReport {
+        paths: paths.clone(),
+        kind: config.kind,
+        stop,
+        steps: state.step,
+        steps_planned: config.steps,
+        positions_seen: state.positions,
+        tokens_seen: state.tokens,
+        train_seconds: state.train_seconds,
+        positions_per_s,
+        loss_first_tenth,
+        loss_last_tenth,
+        component_names,
+        history: state.history,
+        agreement,
+        agreement_positions: agreements.iter().map(|a| a.total).collect(),
+        draft_vocab: config.draft_vocab,
+        draft_vocab_coverage,
+        trainable_params: head.params().trainable_count(),
+        head_bytes,
+        extraction: None,
+    })
+}
+
+/// Agreement at depths `1..=AGREEMENT_DEPTHS` over the sequences `indices`, in batches.
+fn evaluate(
+    head: &dyn HeadModel,
+    frozen: &Frozen<'_>,
+    cache: &FeatureCache,
+    indices: std::ops::Range<usize>,
+    batch: usize,
+) -> Result<Vec<Agreement>> {
+    let mut total = vec![Agreement::default(); AGREEMENT_DEPTHS];
+    let all: Vec<usize> = indices.collect();
+    for chunk in all.chunks(batch.max(1)) {
+        let b = Batch::load(cache, chunk)?;
+        for (sum, a) in total
+            .iter_mut()
+            .zip(head.agreement(frozen, &b, AGREEMENT_DEPTHS)?)
+        {
+            sum.hits += a.hits;
+            sum.total += a.total;
+        }
+    }
+    Ok(total)
+}
+
+/// The head file's `training.extra`: the settings, the data provenance, the measurements.
+#[allow(clippy::too_many_arguments)]
+fn training_extra(
+    config: &TrainConfig,
+    data: &TrainData<'_>,
+    state: &CheckpointState,
+    component_names: &[String],
+    (first, last): (f32, f32),
+    agreement: &[f64],
+    positions_per_s: f64,
+    draft_vocab_coverage: f64,
+    stop: StopReason,
+) -> BTreeMap<String, String> {
+    let o = &config.optimizer;
+    let mut extra = data.extra.clone();
+    let mut put = |k: &str, v: String| {
+        extra.insert(k.to_string(), v);
+    };
+    put("lr", o.lr.to_string());
+    put("warmup_steps", o.warmup_steps.to_string());
+    put("weight_decay", o.weight_decay.to_string());
+    put("betas", format!("{},{}", o.beta1, o.beta2));
+    put("grad_clip", o.grad_clip.to_string());
+    put("batch", config.batch.to_string());
+    put("steps_planned", config.steps.to_string());
+    put("stopped", format!("{stop:?}"));
+    put("holdout_sequences", config.holdout.to_string());
+    put("train_lm_head", config.train_lm_head.to_string());
+    match config.kind {
+        HeadKind::Eagle => {
+            put("unroll", config.unroll.to_string());
+            put("w_feat", config.w_feat.to_string());
+            put("w_ce", config.w_ce.to_string());
+            put(
+                "grad_through_unrolled",
+                (!config.detach_unrolled).to_string(),
+            );
+        }
+        HeadKind::Medusa => put("medusa_decay", MEDUSA_DECAY.to_string()),
+    }
+    put("head_positions_seen", state.tokens.to_string());
+    put("train_seconds", format!("{:.1}", state.train_seconds));
+    put("positions_per_s", format!("{positions_per_s:.1}"));
+    put("draft_vocab_coverage", format!("{draft_vocab_coverage:.4}"));
+    put("loss_first_tenth", first.to_string());
+    put("loss_last_tenth", last.to_string());
+    if let Some(r) = state.history.last() {
+        put("final_loss", r.loss.to_string());
+        for (name, v) in component_names.iter().zip(&r.components) {
+            put(&format!("final_{name}"), v.to_string());
+        }
+    }
+    for (d, a) in agreement.iter().enumerate() {
+        put(&format!("agreement_depth{}", d + 1), format!("{a:.4}"));
+    }
+    extra
+}
