@@ -6,7 +6,7 @@ use specdec_kernels::sampling::mix64;
 
 use crate::error::{Result, TensorContext};
 use crate::features::FeatureCache;
-use crate::nn::{linear, rms_norm, softmax};
+use crate::nn::{linear, log_softmax, rms_norm};
 use crate::target::FrozenTarget;
 
 /// Sequences of one step, padded to the longest. Sequence `b` holds tokens `t_0..t_{L_b}` and
@@ -142,9 +142,9 @@ impl<'a> Frozen<'a> {
         Ok(self.logits(f, &self.lm_head)?.detach())
     }
 
-    /// [`Frozen::label_logits`] as probabilities.
-    pub(crate) fn labels(&self, f: &Tensor) -> candle_core::Result<Tensor> {
-        softmax(&self.label_logits(f)?)
+    /// [`Frozen::label_logits`] as log-probabilities.
+    pub(crate) fn label_log_probs(&self, f: &Tensor) -> candle_core::Result<Tensor> {
+        log_softmax(&self.label_logits(f)?)
     }
 }
 

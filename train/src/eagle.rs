@@ -24,10 +24,9 @@ use specdec_models::llama::LlamaConfig;
 
 use crate::batch::{Batch, Frozen};
 use crate::error::{Result, TensorContext, TrainError};
-use crate::head::{Agreement, HeadModel, StepLoss};
+use crate::head::{cross_entropy_and_kl, Agreement, HeadModel, StepLoss};
 use crate::nn::{
-    apply_rope, argmax_rows, linear, linear_bias, rms_norm, rope_tables, smooth_l1,
-    soft_cross_entropy, softmax, swiglu,
+    apply_rope, argmax_rows, linear, linear_bias, rms_norm, rope_tables, smooth_l1, softmax, swiglu,
 };
 use crate::params::{uniform_init, Params};
 use crate::target::FrozenTarget;
@@ -478,7 +477,7 @@ impl HeadModel for EagleHead {
 
     fn component_names(&self) -> Vec<String> {
         (1..=self.unroll)
-            .flat_map(|s| [format!("feat@{s}"), format!("ce@{s}")])
+            .flat_map(|s| [format!("feat@{s}"), format!("ce@{s}"), format!("kl@{s}")])
             .collect()
     }
 
@@ -488,14 +487,14 @@ impl HeadModel for EagleHead {
         let run = || -> candle_core::Result<StepLoss> {
             let features = batch.features.reshape((batch.size() * batch.rows, h))?;
             let step1_rows = Tensor::new(batch.feature_rows(1, 0), &Device::Cpu)?;
-            let labels = frozen.labels(&features.index_select(&step1_rows, 0)?)?;
+            let labels = frozen.label_log_probs(&features.index_select(&step1_rows, 0)?)?;
             let mut total = Tensor::zeros((), candle_core::DType::F32, &Device::Cpu)?;
-            let mut components = Vec::with_capacity(2 * self.unroll);
+            let mut components = Vec::with_capacity(3 * self.unroll);
             let mut positions = 0u64;
             for (s, out) in outs.iter().enumerate() {
                 let (out_rows, label_rows, label_index) = Self::step_rows(batch, s + 1);
                 if out_rows.is_empty() {
-                    components.extend([0.0, 0.0]);
+                    components.extend([0.0, 0.0, 0.0]);
                     continue;
                 }
                 positions += out_rows.len() as u64;
@@ -504,11 +503,11 @@ impl HeadModel for EagleHead {
                     .reshape((b * t, h))?
                     .index_select(&Tensor::new(out_rows, &Device::Cpu)?, 0)?;
                 let truth = features.index_select(&Tensor::new(label_rows, &Device::Cpu)?, 0)?;
-                let p = labels.index_select(&Tensor::new(label_index, &Device::Cpu)?, 0)?;
+                let log_p = labels.index_select(&Tensor::new(label_index, &Device::Cpu)?, 0)?;
                 let feat = smooth_l1(&pred, &truth)?;
-                let ce =
-                    soft_cross_entropy(&frozen.logits(&pred, self.params.get("lm_head"))?, &p)?;
-                components.extend([feat.to_scalar::<f32>()?, ce.to_scalar::<f32>()?]);
+                let logits = frozen.logits(&pred, self.params.get("lm_head"))?;
+                let (ce, kl) = cross_entropy_and_kl(&logits, &log_p)?;
+                components.extend([feat.to_scalar::<f32>()?, ce.to_scalar::<f32>()?, kl]);
                 total = ((total + (feat * self.w_feat)?)? + (ce * self.w_ce)?)?;
             }
             Ok(StepLoss {

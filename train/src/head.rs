@@ -17,6 +17,19 @@ pub(crate) struct StepLoss {
     pub positions: u64,
 }
 
+/// The cross-entropy of draft `logits` against labels given as log-probabilities
+/// `label_log_p` (both `[rows, V_d]`): the loss term (with its graph), and the KL divergence
+/// `CE − H(p)` (its distance from the floor, for the record).
+pub(crate) fn cross_entropy_and_kl(
+    logits: &Tensor,
+    label_log_p: &Tensor,
+) -> candle_core::Result<(Tensor, f32)> {
+    let ce = crate::nn::soft_cross_entropy(logits, &label_log_p.exp()?)?;
+    let entropy = crate::nn::mean_entropy(label_log_p)?.to_scalar::<f32>()?;
+    let kl = ce.to_scalar::<f32>()? - entropy;
+    Ok((ce, kl))
+}
+
 /// Top-1 agreement counts at one drafting depth.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Agreement {

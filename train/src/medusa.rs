@@ -1,7 +1,8 @@
 //! The Medusa-style heads (math: `specdec_models::heads`): with `n = rms_norm(f_j; output_norm)`
 //! (the target's final norm), head `k` computes `h_k = n + silu(W_k · n + b_k)` and logits
 //! `lm_head · h_k` over the draft vocabulary, predicting token `t_{j+k+2}`; its label is the
-//! target's distribution `p_{j+k+2}` at `f_{j+k+1}`. Loss `Σ_k 0.8^k · CE_k`. `W_k` and `b_k`
+//! target's distribution `p_{j+k+2}` at `f_{j+k+1}`. Loss `Σ_k 0.8^k · CE_k` (each head's KL
+//! divergence `CE_k − H(p)` is recorded beside it). `W_k` and `b_k`
 //! start at zero (Medusa's initialisation: every head starts as the target's own next-token
 //! head).
 
@@ -10,8 +11,8 @@ use specdec_models::heads::{HeadFile, HeadKind};
 
 use crate::batch::{Batch, Frozen};
 use crate::error::{Result, TensorContext, TrainError};
-use crate::head::{Agreement, HeadModel, StepLoss};
-use crate::nn::{argmax_rows, linear, linear_bias, rms_norm, soft_cross_entropy};
+use crate::head::{cross_entropy_and_kl, Agreement, HeadModel, StepLoss};
+use crate::nn::{argmax_rows, linear, linear_bias, log_softmax, rms_norm};
 use crate::params::Params;
 use crate::target::FrozenTarget;
 
@@ -114,13 +115,15 @@ impl HeadModel for MedusaHead {
     }
 
     fn component_names(&self) -> Vec<String> {
-        (0..self.heads).map(|k| format!("ce@{}", k + 1)).collect()
+        (1..=self.heads)
+            .flat_map(|k| [format!("ce@{k}"), format!("kl@{k}")])
+            .collect()
     }
 
     fn loss(&self, frozen: &Frozen<'_>, batch: &Batch) -> Result<StepLoss> {
         let run = || -> candle_core::Result<StepLoss> {
             let mut total = Tensor::zeros((), candle_core::DType::F32, &Device::Cpu)?;
-            let mut components = Vec::with_capacity(self.heads);
+            let mut components = Vec::with_capacity(2 * self.heads);
             let mut positions = 0u64;
             for (k, out) in self
                 .outputs(frozen, batch, self.heads)?
@@ -128,12 +131,12 @@ impl HeadModel for MedusaHead {
                 .enumerate()
             {
                 let Some((logits, label_logits)) = out else {
-                    components.push(0.0);
+                    components.extend([0.0, 0.0]);
                     continue;
                 };
                 positions += logits.dim(0)? as u64;
-                let ce = soft_cross_entropy(&logits, &crate::nn::softmax(&label_logits)?)?;
-                components.push(ce.to_scalar::<f32>()?);
+                let (ce, kl) = cross_entropy_and_kl(&logits, &log_softmax(&label_logits)?)?;
+                components.extend([ce.to_scalar::<f32>()?, kl]);
                 total = (total + (ce * MEDUSA_DECAY.powi(k as i32))?)?;
             }
             Ok(StepLoss {

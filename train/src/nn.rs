@@ -67,6 +67,12 @@ pub(crate) fn soft_cross_entropy(logits: &Tensor, p: &Tensor) -> Result<Tensor> 
         .mean_all()
 }
 
+/// Mean over rows of the entropy `−Σ_v p_v · log p_v` of the distributions whose
+/// log-probabilities are `log_p: [rows, V]` (finite where `p` underflows to 0).
+pub(crate) fn mean_entropy(log_p: &Tensor) -> Result<Tensor> {
+    (log_p.exp()? * log_p)?.sum(D::Minus1)?.neg()?.mean_all()
+}
+
 /// Mean over all elements of the smooth L1 loss (β = 1, PyTorch's `SmoothL1Loss`):
 /// `0.5 d²` where `|d| < 1`, else `|d| − 0.5`, with `d = x − y`.
 pub(crate) fn smooth_l1(x: &Tensor, y: &Tensor) -> Result<Tensor> {
