@@ -130,6 +130,14 @@ enum Command {
     /// Prove the verifiers exact: enumerate every verifier x tree kind (and the negative
     /// controls) on seeded toy models and print the total-variation table.
     Prove,
+    /// Train an EAGLE-style or Medusa-style draft head for a target on ShareGPT (CPU), writing
+    /// the head file with its checkpoint and loss curve next to it; prints throughput, losses
+    /// and held-out agreement at depths 1 and 2.
+    ///
+    /// Features are extracted once into the cache (resumable); --minutes stops cleanly with a
+    /// checkpoint and --resume continues. Example: specdec train-head --target smollm2-135m
+    /// --kind eagle --minutes 10
+    TrainHead(specdec::train::TrainHeadOptions),
     /// Benchmark a GGUF model end to end (tokens/s, verify-cost curve, memory) or split its
     /// forward into kernels; see scripts/bench-vs-llamacpp.sh for the llama.cpp baseline.
     Bench(specdec::harness::bench::cli::BenchArgs),
@@ -180,6 +188,9 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Prove => prove()?,
         Command::Bench(args) => args.run()?,
+        Command::TrainHead(options) => {
+            println!("{}", specdec::train::train_head(&options)?.summary());
+        }
     }
     Ok(())
 }

@@ -19,14 +19,14 @@
 
 use candle_core::{Device, Tensor, D};
 use specdec_kernels::ops::RopeLayout;
-use specdec_models::heads::{EagleShape, HeadFile, HeadKind};
+use specdec_models::heads::{EagleShape, HeadFile, HeadKind, HeadMeta};
 use specdec_models::llama::LlamaConfig;
 
 use crate::batch::{Batch, Frozen};
 use crate::error::{Result, TensorContext, TrainError};
 use crate::head::{cross_entropy_and_kl, Agreement, HeadModel, StepLoss};
 use crate::nn::{
-    apply_rope, argmax_rows, linear, linear_bias, rms_norm, rope_tables, smooth_l1, softmax, swiglu,
+    apply_rope, linear, linear_bias, rms_norm, rope_tables, smooth_l1, softmax, swiglu,
 };
 use crate::params::{uniform_init, Params};
 use crate::target::FrozenTarget;
@@ -34,98 +34,60 @@ use crate::target::FrozenTarget;
 /// Additive mask value of a hidden key (finite, so no row ever becomes NaN).
 const HIDDEN: f32 = -1e9;
 
-/// The EAGLE decoder layer's shape: the target's attention geometry, its own FFN width.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EagleGeometry {
-    /// Residual width (the target's hidden size).
-    pub hidden: usize,
-    /// Width of the input feature (feature blocks × hidden).
-    pub feature_dim: usize,
-    /// Query heads.
-    pub n_heads: usize,
-    /// Key/value heads (divides `n_heads`).
-    pub n_kv_heads: usize,
-    /// Width of one head (even).
-    pub head_dim: usize,
-    /// SwiGLU inner width.
-    pub ffn: usize,
-    /// Whether Q, K, V carry biases.
-    pub qkv_bias: bool,
-    /// RMSNorm epsilon.
-    pub rms_eps: f32,
-    /// RoPE base.
-    pub rope_base: f32,
-    /// RoPE pairing.
-    pub rope_layout: RopeLayout,
+/// The EAGLE layer's shape for a head of `config`'s target: the target's attention geometry
+/// (heads, KV heads, head width), RMSNorm epsilon, RoPE base and layout and QKV bias, with FFN
+/// width `ffn` (the target's when `None`).
+pub fn eagle_shape(config: &LlamaConfig, ffn: Option<usize>) -> EagleShape {
+    EagleShape {
+        n_heads: config.n_heads,
+        n_kv_heads: config.n_kv_heads,
+        head_dim: config.head_dim,
+        ffn: ffn.unwrap_or(config.ffn),
+        qkv_bias: config.qkv_bias,
+        rms_eps: config.rms_eps,
+        rope_base: config.rope_base,
+        rope_layout: match config.rope_layout {
+            RopeLayout::Interleaved => "interleaved",
+            RopeLayout::HalfSplit => "half_split",
+        }
+        .into(),
+    }
 }
 
-impl EagleGeometry {
-    /// The geometry of a head for `config`'s target (last-block features), with FFN width
-    /// `ffn` (the target's when `None`).
-    pub fn of_target(config: &LlamaConfig, ffn: Option<usize>) -> Self {
-        Self {
-            hidden: config.hidden,
-            feature_dim: config.hidden,
-            n_heads: config.n_heads,
-            n_kv_heads: config.n_kv_heads,
-            head_dim: config.head_dim,
-            ffn: ffn.unwrap_or(config.ffn),
-            qkv_bias: config.qkv_bias,
-            rms_eps: config.rms_eps,
-            rope_base: config.rope_base,
-            rope_layout: config.rope_layout,
-        }
-    }
+/// What the layer computes with: the head file's shape, the widths, the parsed RoPE layout.
+#[derive(Debug, Clone)]
+struct Geometry {
+    shape: EagleShape,
+    hidden: usize,
+    feature_dim: usize,
+    rope_layout: RopeLayout,
+}
 
-    /// The geometry a head file's metadata describes.
+impl Geometry {
+    /// The geometry `meta` describes.
     ///
     /// # Errors
-    /// [`TrainError::Data`] for a head that is not EAGLE or names an unknown RoPE layout.
-    pub fn of_head(head: &HeadFile) -> Result<Self> {
-        let m = &head.meta;
+    /// [`TrainError::Data`] for metadata that is not EAGLE's or names an unknown RoPE layout.
+    fn of(meta: &HeadMeta) -> Result<Self> {
         let bad = |reason: String| TrainError::Data {
-            path: "head file".into(),
+            path: "head metadata".into(),
             reason,
         };
-        let e = match (m.kind, &m.eagle) {
-            (HeadKind::Eagle, Some(e)) => e,
+        let shape = match (meta.kind, &meta.eagle) {
+            (HeadKind::Eagle, Some(e)) => e.clone(),
             _ => return Err(bad("not an EAGLE head".into())),
         };
-        let rope_layout = match e.rope_layout.as_str() {
+        let rope_layout = match shape.rope_layout.as_str() {
             "interleaved" => RopeLayout::Interleaved,
             "half_split" => RopeLayout::HalfSplit,
             other => return Err(bad(format!("unknown RoPE layout `{other}`"))),
         };
         Ok(Self {
-            hidden: m.target.hidden,
-            feature_dim: m.feature_dim(),
-            n_heads: e.n_heads,
-            n_kv_heads: e.n_kv_heads,
-            head_dim: e.head_dim,
-            ffn: e.ffn,
-            qkv_bias: e.qkv_bias,
-            rms_eps: e.rms_eps,
-            rope_base: e.rope_base,
+            shape,
+            hidden: meta.target.hidden,
+            feature_dim: meta.feature_dim(),
             rope_layout,
         })
-    }
-
-    /// The head file's description of this geometry.
-    pub fn to_shape(&self) -> EagleShape {
-        EagleShape {
-            n_heads: self.n_heads,
-            n_kv_heads: self.n_kv_heads,
-            head_dim: self.head_dim,
-            ffn: self.ffn,
-            qkv_bias: self.qkv_bias,
-            rms_eps: self.rms_eps,
-            rope_base: self.rope_base,
-            rope_layout: match self.rope_layout {
-                RopeLayout::Interleaved => "interleaved",
-                RopeLayout::HalfSplit => "half_split",
-            }
-            .into(),
-        }
     }
 }
 
@@ -183,7 +145,7 @@ impl TttMask {
 
 /// An EAGLE head: geometry, tensors, RoPE tables, and the training-time-test settings.
 pub(crate) struct EagleHead {
-    geom: EagleGeometry,
+    geom: Geometry,
     params: Params,
     cos: Tensor,
     sin: Tensor,
@@ -208,16 +170,16 @@ impl EagleHead {
     /// A freshly initialised head: linear maps uniform in `±1/√fan_in` (PyTorch's default),
     /// norm gains 1, biases 0, `lm_head` the target's rows of the draft vocabulary
     /// (`frozen.lm_head`).
-    /// `shapes` are the head's `HeadMeta::tensor_shapes`.
+    /// `meta` describes the head.
     pub(crate) fn init(
-        geom: EagleGeometry,
-        shapes: &[(String, Vec<usize>)],
+        meta: &HeadMeta,
         frozen: &Frozen<'_>,
         settings: EagleSettings,
         seed: u64,
     ) -> Result<Self> {
+        let geom = Geometry::of(meta)?;
         let mut params = Params::new();
-        for (index, (name, shape)) in shapes.iter().enumerate() {
+        for (index, (name, shape)) in shapes_of(meta)?.iter().enumerate() {
             let n: usize = shape.iter().product();
             let values = match name.as_str() {
                 "attn_norm" | "ffn_norm" => vec![1.0; n],
@@ -237,13 +199,9 @@ impl EagleHead {
 
     /// A head over a head file's tensors (all frozen), for [`eagle_chain`].
     fn from_head_file(head: &HeadFile, max_positions: usize) -> Result<Self> {
-        let geom = EagleGeometry::of_head(head)?;
+        let geom = Geometry::of(&head.meta)?;
         let mut params = Params::new();
-        let shapes = head.meta.tensor_shapes().map_err(|e| TrainError::Data {
-            path: "head file".into(),
-            reason: e.to_string(),
-        })?;
-        for (name, shape) in shapes {
+        for (name, shape) in shapes_of(&head.meta)? {
             let t = head.tensor(&name).map_err(|e| TrainError::Data {
                 path: "head file".into(),
                 reason: e.to_string(),
@@ -261,11 +219,11 @@ impl EagleHead {
         Self::assemble(geom, params, settings)
     }
 
-    fn assemble(geom: EagleGeometry, params: Params, settings: EagleSettings) -> Result<Self> {
+    fn assemble(geom: Geometry, params: Params, settings: EagleSettings) -> Result<Self> {
         let (cos, sin) = rope_tables(
             settings.max_positions.max(1),
-            geom.head_dim,
-            geom.rope_base,
+            geom.shape.head_dim,
+            geom.shape.rope_base,
             &Device::Cpu,
         )?;
         Ok(Self {
@@ -278,11 +236,6 @@ impl EagleHead {
             w_ce: settings.w_ce,
             detach: settings.detach,
         })
-    }
-
-    /// The geometry.
-    pub(crate) fn geometry(&self) -> &EagleGeometry {
-        &self.geom
     }
 
     /// Step outputs `f̂` (`[B, T, H]` each, `T = batch.rows − 1`) of `depth` unrolled steps.
@@ -341,30 +294,24 @@ impl EagleHead {
         kvs: &mut Vec<(Tensor, Tensor)>,
         step: usize,
     ) -> candle_core::Result<Tensor> {
-        let g = &self.geom;
-        let p = &self.params;
+        let (g, p) = (&self.geom.shape, &self.params);
         let (b, t, _) = x.dims3()?;
         let n = rms_norm(x, p.get("attn_norm"), g.rms_eps)?;
-        let heads = |w: &str, bias: &str, count: usize| -> candle_core::Result<Tensor> {
-            linear_bias(&n, p.get(w), p.try_get(bias))?
+        // `[B, count, T, head_dim]`, rotated when `rotate`.
+        let heads = |w: &str, bias: &str, count: usize, rotate: bool| {
+            let y = linear_bias(&n, p.get(w), p.try_get(bias))?
                 .reshape((b, t, count, g.head_dim))?
                 .transpose(1, 2)?
-                .contiguous()
+                .contiguous()?;
+            if rotate {
+                apply_rope(&y, &self.cos, &self.sin, self.geom.rope_layout)
+            } else {
+                Ok(y)
+            }
         };
-        let q = apply_rope(
-            &heads("wq", "bq", g.n_heads)?,
-            &self.cos,
-            &self.sin,
-            g.rope_layout,
-        )?;
-        let k = apply_rope(
-            &heads("wk", "bk", g.n_kv_heads)?,
-            &self.cos,
-            &self.sin,
-            g.rope_layout,
-        )?;
-        let v = heads("wv", "bv", g.n_kv_heads)?;
-        kvs.push((k, v));
+        let q = heads("wq", "bq", g.n_heads, true)?;
+        let k = heads("wk", "bk", g.n_kv_heads, true)?;
+        kvs.push((k, heads("wv", "bv", g.n_kv_heads, false)?));
         let attn = self.attention(&q, kvs, step)?;
         let x = (x + linear(&attn, p.get("wo"))?)?;
         let m = rms_norm(&x, p.get("ffn_norm"), g.rms_eps)?;
@@ -381,7 +328,7 @@ impl EagleHead {
         kvs: &[(Tensor, Tensor)],
         step: usize,
     ) -> candle_core::Result<Tensor> {
-        let g = &self.geom;
+        let g = &self.geom.shape;
         let (b, nh, t, d) = q.dims4()?;
         let (nkv, group) = (g.n_kv_heads, g.n_heads / g.n_kv_heads);
         let scale = 1.0 / (d as f64).sqrt();
@@ -452,6 +399,14 @@ impl EagleHead {
         }
         (out, label, in_step1)
     }
+}
+
+/// `meta`'s tensor shapes.
+fn shapes_of(meta: &HeadMeta) -> Result<Vec<(String, Vec<usize>)>> {
+    meta.tensor_shapes().map_err(|e| TrainError::Data {
+        path: "head metadata".into(),
+        reason: e.to_string(),
+    })
 }
 
 /// `x` shifted by `by` along dimension `dim`, zeros entering at the front: entry `j` of the
@@ -551,11 +506,7 @@ impl HeadModel for EagleHead {
                     ))
                 };
                 let (q, p) = compute().tensor_context("agreement")?;
-                let (q, p) = (argmax_rows(&q)?, argmax_rows(&p)?);
-                Ok(Agreement {
-                    hits: q.iter().zip(&p).filter(|(a, b)| a == b).count() as u64,
-                    total: q.len() as u64,
-                })
+                Agreement::of(&q, &p)
             })
             .collect()
     }
@@ -588,7 +539,7 @@ pub fn eagle_chain(
 ) -> Result<EagleChainOutput> {
     let n = tokens.len();
     let model = EagleHead::from_head_file(head, n)?;
-    let g = model.geometry().clone();
+    let g = model.geom.clone();
     if g.hidden != target.config().hidden || features.len() != n * g.feature_dim {
         return Err(TrainError::Data {
             path: "eagle_chain".into(),
@@ -629,7 +580,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use specdec_models::heads::{HeadMeta, HeadTarget, TrainingInfo, HEAD_FORMAT_VERSION};
+    use specdec_models::heads::{HeadTarget, TrainingInfo, HEAD_FORMAT_VERSION};
     use specdec_models::llama::synthetic::synthetic;
     use specdec_models::llama::Architecture;
 
@@ -639,7 +590,7 @@ mod tests {
         FrozenTarget::from_gguf(Arc::clone(&file), "synthetic.gguf", "synthetic", sha).unwrap()
     }
 
-    fn meta_for(target: &FrozenTarget, geom: &EagleGeometry, draft_vocab: usize) -> HeadMeta {
+    fn meta_for(target: &FrozenTarget, shape: EagleShape, draft_vocab: usize) -> HeadMeta {
         let t: &HeadTarget = target.identity();
         HeadMeta {
             format_version: HEAD_FORMAT_VERSION,
@@ -647,7 +598,7 @@ mod tests {
             target: t.clone(),
             feature_blocks: vec![target.config().n_layers - 1],
             draft_vocab,
-            eagle: Some(geom.to_shape()),
+            eagle: Some(shape),
             medusa_heads: 0,
             training: TrainingInfo::default(),
         }
@@ -661,10 +612,9 @@ mod tests {
         for arch in [Architecture::Llama, Architecture::Qwen2] {
             let target = synthetic_target(arch);
             let h = target.config().hidden;
-            let geom = EagleGeometry::of_target(target.config(), Some(96));
             let d2t: Vec<u32> = (0..40).collect();
             let frozen = Frozen::new(&target, &d2t).unwrap();
-            let meta = meta_for(&target, &geom, d2t.len());
+            let meta = meta_for(&target, eagle_shape(target.config(), Some(96)), d2t.len());
             let settings = EagleSettings {
                 unroll: 3,
                 w_feat: 1.0,
@@ -673,8 +623,7 @@ mod tests {
                 train_lm_head: false,
                 max_positions: 16,
             };
-            let head = EagleHead::init(geom, &meta.tensor_shapes().unwrap(), &frozen, settings, 9)
-                .unwrap();
+            let head = EagleHead::init(&meta, &frozen, settings, 9).unwrap();
             let len = 9; // positions; tokens t_0..t_9
             let tokens: Vec<u32> = (0..=len as u32).map(|i| (i * 7 + 3) % 64).collect();
             let features = uniform_init(5, 0, (len + 1) * h, 2.0);

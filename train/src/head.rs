@@ -40,6 +40,16 @@ pub(crate) struct Agreement {
 }
 
 impl Agreement {
+    /// Counts the rows where the argmax of `q` equals the argmax of `p` (both `[rows, V]`
+    /// logits or probabilities; ties go to the lowest index).
+    pub(crate) fn of(q: &Tensor, p: &Tensor) -> Result<Self> {
+        let (q, p) = (crate::nn::argmax_rows(q)?, crate::nn::argmax_rows(p)?);
+        Ok(Self {
+            hits: q.iter().zip(&p).filter(|(a, b)| a == b).count() as u64,
+            total: q.len() as u64,
+        })
+    }
+
     /// `hits / total` (0 when nothing was compared).
     pub(crate) fn rate(&self) -> f64 {
         if self.total == 0 {

@@ -12,7 +12,7 @@ use specdec_models::heads::{HeadFile, HeadKind};
 use crate::batch::{Batch, Frozen};
 use crate::error::{Result, TensorContext, TrainError};
 use crate::head::{cross_entropy_and_kl, Agreement, HeadModel, StepLoss};
-use crate::nn::{argmax_rows, linear, linear_bias, log_softmax, rms_norm};
+use crate::nn::{linear, linear_bias, log_softmax, rms_norm};
 use crate::params::Params;
 use crate::target::FrozenTarget;
 
@@ -162,11 +162,7 @@ impl HeadModel for MedusaHead {
                 let Some((q, p)) = out else {
                     return Ok(Agreement::default());
                 };
-                let (q, p) = (argmax_rows(&q)?, argmax_rows(&p)?);
-                Ok(Agreement {
-                    hits: q.iter().zip(&p).filter(|(a, b)| a == b).count() as u64,
-                    total: q.len() as u64,
-                })
+                Agreement::of(&q, &p)
             })
             .collect()
     }

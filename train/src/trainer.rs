@@ -13,7 +13,7 @@ use specdec_models::heads::{
 
 use crate::batch::{Batch, DataOrder, Frozen};
 use crate::checkpoint::{self, CheckpointState, LossRecord};
-use crate::eagle::{EagleGeometry, EagleHead, EagleSettings};
+use crate::eagle::{eagle_shape, EagleHead, EagleSettings};
 use crate::error::{io_error, ModelContext, Result, TensorContext, TrainError};
 use crate::features::FeatureCache;
 use crate::head::{Agreement, HeadModel};
@@ -313,7 +313,7 @@ fn head_meta(
         feature_blocks: vec![block],
         draft_vocab,
         eagle: (config.kind == HeadKind::Eagle)
-            .then(|| EagleGeometry::of_target(target.config(), config.eagle_ffn).to_shape()),
+            .then(|| eagle_shape(target.config(), config.eagle_ffn)),
         medusa_heads: if config.kind == HeadKind::Medusa {
             config.medusa_heads
         } else {
@@ -355,8 +355,7 @@ pub fn train(
         .unwrap_or(1);
     let head: Box<dyn HeadModel> = match config.kind {
         HeadKind::Eagle => Box::new(EagleHead::init(
-            EagleGeometry::of_target(target.config(), config.eagle_ffn),
-            &shapes,
+            &meta,
             &frozen,
             EagleSettings {
                 unroll: config.unroll,

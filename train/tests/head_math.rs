@@ -17,7 +17,7 @@ use specdec_models::heads::{
 use specdec_models::llama::{Architecture, LlamaModel, LlamaOptions, MatmulPath};
 use specdec_models::LanguageModel;
 use specdec_models::SequenceStep;
-use specdec_train::{eagle_chain, medusa_logits, EagleGeometry, FrozenTarget};
+use specdec_train::{eagle_chain, eagle_shape, medusa_logits, FrozenTarget};
 
 const TOKENS: [u32; 7] = [5, 17, 42, 3, 9, 28, 61];
 
@@ -55,8 +55,7 @@ fn meta(t: &FrozenTarget, kind: HeadKind) -> HeadMeta {
         target: t.identity().clone(),
         feature_blocks: vec![1],
         draft_vocab: t.config().vocab_size,
-        eagle: (kind == HeadKind::Eagle)
-            .then(|| EagleGeometry::of_target(t.config(), None).to_shape()),
+        eagle: (kind == HeadKind::Eagle).then(|| eagle_shape(t.config(), None)),
         medusa_heads: if kind == HeadKind::Medusa { 2 } else { 0 },
         training: TrainingInfo::default(),
     }

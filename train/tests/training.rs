@@ -139,17 +139,37 @@ fn assert_head_file(report: &TrainReport, s: &Setup, kind: HeadKind) -> HeadFile
     head
 }
 
-#[test]
-fn eagle_training_lowers_the_loss_and_writes_a_head_for_its_target() {
-    let s = setup("eagle-llama", Architecture::Llama);
+/// Trains a small head of `kind` on a fresh synthetic `arch` target and checks what every run
+/// must give: the loss falls by `margin`, the head file is right.
+fn trained(
+    name: &str,
+    arch: Architecture,
+    kind: KindArg,
+    edit: impl FnOnce(&mut TrainHeadOptions),
+    margin: f32,
+) -> (TrainReport, HeadFile) {
+    let s = setup(name, arch);
     let report = run(
         &s,
-        &small(KindArg::Eagle, |_| {}),
-        "eagle.safetensors",
+        &small(kind, edit),
+        "head.safetensors",
         &TrainControl::default(),
     );
     eprintln!("{}", report.summary());
-    assert_loss_falls(&report, LOSS_MARGIN, "EAGLE on llama");
+    assert_loss_falls(&report, margin, name);
+    let head = assert_head_file(&report, &s, kind.into());
+    (report, head)
+}
+
+#[test]
+fn eagle_training_lowers_the_loss_and_writes_a_head_for_its_target() {
+    let (report, head) = trained(
+        "eagle-llama",
+        Architecture::Llama,
+        KindArg::Eagle,
+        |_| {},
+        LOSS_MARGIN,
+    );
     assert_eq!(
         report.component_names,
         ["feat@1", "ce@1", "kl@1", "feat@2", "ce@2", "kl@2"]
@@ -167,7 +187,6 @@ fn eagle_training_lowers_the_loss_and_writes_a_head_for_its_target() {
         "{:?}",
         report.agreement
     );
-    let head = assert_head_file(&report, &s, HeadKind::Eagle);
     let e = head.meta.eagle.as_ref().unwrap();
     assert_eq!(
         (e.ffn, e.qkv_bias, e.rope_layout.as_str()),
@@ -178,17 +197,14 @@ fn eagle_training_lowers_the_loss_and_writes_a_head_for_its_target() {
 
 #[test]
 fn qwen2_eagle_heads_train_with_qkv_bias_and_half_split_rope() {
-    let s = setup("eagle-qwen2", Architecture::Qwen2);
-    let report = run(
-        &s,
-        &small(KindArg::Eagle, |o| o.unroll = Some(3)),
-        "eagle.safetensors",
-        &TrainControl::default(),
+    let (report, head) = trained(
+        "eagle-qwen2",
+        Architecture::Qwen2,
+        KindArg::Eagle,
+        |o| o.unroll = Some(3),
+        LOSS_MARGIN,
     );
-    eprintln!("{}", report.summary());
-    assert_loss_falls(&report, LOSS_MARGIN, "EAGLE on qwen2");
     assert_eq!(report.component_names.len(), 9, "three unrolled steps");
-    let head = assert_head_file(&report, &s, HeadKind::Eagle);
     let e = head.meta.eagle.as_ref().unwrap();
     assert_eq!((e.qkv_bias, e.rope_layout.as_str()), (true, "half_split"));
     assert!(head.tensors.contains_key("bq"));
@@ -196,20 +212,21 @@ fn qwen2_eagle_heads_train_with_qkv_bias_and_half_split_rope() {
 
 #[test]
 fn medusa_training_lowers_the_loss() {
-    let s = setup("medusa", Architecture::Llama);
-    let report = run(
-        &s,
-        &small(KindArg::Medusa, |o| o.medusa_heads = Some(3)),
-        "medusa.safetensors",
-        &TrainControl::default(),
+    let (report, head) = trained(
+        "medusa",
+        Architecture::Llama,
+        KindArg::Medusa,
+        |o| o.medusa_heads = Some(3),
+        MEDUSA_LOSS_MARGIN,
     );
-    eprintln!("{}", report.summary());
-    assert_loss_falls(&report, MEDUSA_LOSS_MARGIN, "Medusa");
+    assert_eq!(
+        report.component_names,
+        ["ce@1", "kl@1", "ce@2", "kl@2", "ce@3", "kl@3"]
+    );
     for k in 1..=3 {
         let (first, last) = component_tenths(&report, &format!("kl@{k}"));
         assert!(last <= KL_MARGIN * first, "kl@{k}: {first} → {last}");
     }
-    let head = assert_head_file(&report, &s, HeadKind::Medusa);
     assert_eq!(head.meta.medusa_heads, 3);
     assert!(head.tensors.contains_key("medusa.2.weight"));
 }
