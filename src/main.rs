@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use specdec_harness::cli;
-use specdec_harness::generate::{generate, GenerateOptions};
+use specdec_harness::generate::{generate, generate_method_help, GenerateOptions};
 
 /// specdec: speculative decoding, kernel first.
 ///
@@ -26,11 +26,9 @@ enum Command {
     /// Generate from one prompt, streaming the text, then print one summary line (tokens,
     /// tokens/s, acceptance rate, mean accepted length τ).
     ///
-    /// Methods: plain (no drafts), linear (draft model chain of K; needs --draft), tree (draft
-    /// model tree; needs --draft), ngram (prompt lookup), layer-skip (the target with some blocks
-    /// skipped drafts), staged (n-gram checked and extended by the draft model, or by layer-skip
-    /// without --draft), auto (cost-model policy; chains of the draft model with n-gram lookup
-    /// where they step aside, or n-gram alone).
+    /// --method names a drafter of the method registry (or an alias) drafting K tokens per step,
+    /// or auto (see --method's help below; experiments/README.md lists every drafter, verifier
+    /// and policy with its aliases).
     ///
     /// Example: specdec generate --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b
     /// --method linear --k 4 --prompt "def quicksort(xs):"
@@ -42,8 +40,8 @@ enum Command {
         /// Draft model (same tokenizer as the target), as for --target.
         #[arg(long)]
         draft: Option<String>,
-        /// plain, linear, tree, ngram, layer-skip, staged or auto.
-        #[arg(long, default_value = "ngram")]
+        /// A drafter (chain, tree, ngram, layer_skip, staged, plain, ... or an alias) or auto.
+        #[arg(long, default_value = "ngram", long_help = generate_method_help())]
         method: String,
         /// Drafts per step (chain length; node budget for trees, whose full shape has 21 nodes;
         /// largest K for auto).
@@ -71,7 +69,8 @@ enum Command {
     /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
     ///
     /// The config lists models, prompts, sampling settings and methods; the plain-decoding
-    /// baseline is added when missing. See experiments/README.md for the format. Simulation
+    /// baseline is added when missing. See experiments/README.md for the format and the
+    /// registry's drafters, verifiers and policies with their aliases. Simulation
     /// configs ([simulation] table), toy-model configs (target = "toy") and real models (run by
     /// the engine) all run. Try experiments/quickstart.toml, toy-chain.toml or sim-fixed-k.toml.
     Run {

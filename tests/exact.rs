@@ -92,7 +92,7 @@ proptest! {
         params in temperature(),
     ) {
         let drafter = ToyDrafter::Tree { widths, kind: DraftKind::Iid };
-        assert_lossless(pair, VerifyMethod::MultiRoundIid, drafter, params)?;
+        assert_lossless(pair, VerifyMethod::MultiRound, drafter, params)?;
     }
 
     #[test]
@@ -219,8 +219,8 @@ fn the_proof_matrix_passes_and_every_control_is_caught() {
 #[test]
 fn mismatched_pairs_are_refused() {
     for (method, kind) in [
-        (VerifyMethod::MultiRoundIid, DraftKind::Deterministic),
-        (VerifyMethod::MultiRoundIid, DraftKind::WithoutReplacement),
+        (VerifyMethod::MultiRound, DraftKind::Deterministic),
+        (VerifyMethod::MultiRound, DraftKind::WithoutReplacement),
         (VerifyMethod::ChainRejection, DraftKind::Deterministic),
         (VerifyMethod::RecursiveRejection, DraftKind::Iid),
         (VerifyMethod::RecursiveRejection, DraftKind::Deterministic),

@@ -46,7 +46,7 @@ fn production_sampling_matches_the_exact_distribution() {
     for (method, drafter) in [
         (VerifyMethod::ChainRejection, ToyDrafter::Chain { k: 3 }),
         (
-            VerifyMethod::MultiRoundIid,
+            VerifyMethod::MultiRound,
             ToyDrafter::Tree {
                 widths: vec![2, 2],
                 kind: DraftKind::Iid,
@@ -80,7 +80,7 @@ fn production_sampling_matches_the_exact_distribution() {
 /// uniforms) against the exact distribution.
 #[test]
 fn production_sampling_in_f32_matches_the_exact_distribution() {
-    let method = VerifyMethod::MultiRoundIid;
+    let method = VerifyMethod::MultiRound;
     let drafter = ToyDrafter::Tree {
         widths: vec![2, 1],
         kind: DraftKind::Iid,

@@ -266,7 +266,7 @@ fn twitchy_gate<P: SpeculationPolicy + 'static>(inner: P) -> DisableGate<P> {
 fn chain_drafts_with_every_policy() {
     let pair = pair(11);
     let params = SamplingParams::default();
-    for method in [VerifyMethod::ChainRejection, VerifyMethod::MultiRoundIid] {
+    for method in [VerifyMethod::ChainRejection, VerifyMethod::MultiRound] {
         let setup = Setup::new(&pair.target, method, DraftKind::Iid, &[0], 4);
         let mut drafter = ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample);
         setup.assert_lossless("chain × fixed K=2", &mut drafter, FixedPolicy::chain(2));
@@ -378,7 +378,7 @@ fn sampled_trees_with_multi_draft_verification() {
     );
     let iid_setup = Setup::new(
         &pair.target,
-        VerifyMethod::MultiRoundIid,
+        VerifyMethod::MultiRound,
         DraftKind::Iid,
         &[2],
         3,
@@ -467,7 +467,7 @@ fn a_fallback_drafter_where_the_first_steps_aside_is_lossless() {
 
     let mut tree_setup = Setup::new(
         &pair.target,
-        VerifyMethod::MultiRoundIid,
+        VerifyMethod::MultiRound,
         DraftKind::Iid,
         &[0, 1, 2, 0, 1],
         3,

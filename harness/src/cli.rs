@@ -2,6 +2,7 @@
 //! binary stays a thin argument parser. Each function prints what the user needs (notes, the
 //! summary table, where the files are) and returns an error to show on failure.
 
+use crate::methods::kinds::*;
 use std::path::{Path, PathBuf};
 
 use crate::config::{
@@ -129,8 +130,8 @@ pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
             .ks
             .iter()
             .map(|&k| {
-                let fixed = Some(PolicyConfig::Fixed { k });
-                MethodConfig::new(format!("chain-k{k}"), DrafterConfig::Chain, fixed)
+                let fixed = Some(PolicyConfig::of(Fixed { k }));
+                MethodConfig::new(format!("chain-k{k}"), DrafterConfig::of(Chain {}), fixed)
             })
             .collect(),
     };

@@ -10,37 +10,47 @@ use specdec_models::llama::parse_device;
 use crate::config::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
 use crate::engine::{Generation, Request};
 use crate::error::{HarnessError, Result};
+use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain};
+use crate::methods::{lookup, normalise, DrafterRole, DRAFTERS};
 use crate::runner::EngineBackend;
 
-/// The method names `generate` accepts, with what they mean.
-pub const GENERATE_METHODS: &[(&str, &str)] = &[
-    ("plain", "no drafts (the baseline)"),
-    (
-        "linear",
-        "the draft model drafts a chain of K tokens (needs --draft)",
-    ),
-    (
-        "tree",
-        "the draft model drafts a tree: 4 children at the root, then 2, 1, 1 (needs --draft)",
-    ),
-    (
-        "ngram",
-        "prompt lookup: continue the longest earlier match of the recent tokens",
-    ),
-    (
-        "layer-skip",
-        "the target with about a quarter of its blocks skipped drafts a chain",
-    ),
-    (
-        "staged",
-        "n-gram proposes, the draft model (or layer-skip) checks and extends",
-    ),
-    (
-        "auto",
+/// The method `generate --method auto` stands for: the cost-model policy over the draft
+/// model's chains, with n-gram lookup where they step aside (n-gram alone without `--draft`).
+pub const AUTO_METHOD: &str = "auto";
+
+/// The methods `generate --method` accepts, in `--help` order: every registry drafter that can
+/// run from flags alone (its name, with its aliases, and its help), then `auto`.
+pub fn generate_methods() -> Vec<(String, String)> {
+    let mut methods: Vec<(String, String)> = DRAFTERS
+        .iter()
+        .filter(|e| e.generate_params(Some("draft")).is_some())
+        .map(|e| {
+            let name = match e.aliases() {
+                [] => e.name().to_string(),
+                aliases => format!("{} ({})", e.name(), aliases.join(", ")),
+            };
+            (name, e.summary().to_string())
+        })
+        .collect();
+    methods.push((
+        AUTO_METHOD.into(),
         "cost-model policy over the draft model's chains, n-gram lookup where they step aside \
-         (n-gram alone without --draft)",
-    ),
-];
+         (n-gram alone without --draft)"
+            .into(),
+    ));
+    methods
+}
+
+/// `--method`'s long help: every method [`generate_methods`] lists, one per line.
+pub fn generate_method_help() -> String {
+    let mut help = String::from(
+        "How to draft: a drafter with a fixed budget of --k drafts per step, or auto:\n",
+    );
+    for (name, summary) in generate_methods() {
+        help.push_str(&format!("  {name}: {summary}\n"));
+    }
+    help
+}
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -49,7 +59,7 @@ pub struct GenerateOptions {
     pub target: String,
     /// Draft model: registry name or GGUF path.
     pub draft: Option<String>,
-    /// One of [`GENERATE_METHODS`].
+    /// One of [`generate_methods`].
     pub method: String,
     /// Drafts per step (chain length, or tree node budget).
     pub k: usize,
@@ -118,57 +128,47 @@ impl GenerateSummary {
     }
 }
 
-/// The method configuration a `generate` method name stands for (`draft`: the `--draft` model,
-/// used by `staged`; without one, staged's level 1 is layer skip).
+/// The method configuration a `generate` method name stands for: the registry drafter of that
+/// name (or alias) with its flag-only parameters ([`DrafterKind::for_generate`]) under a fixed
+/// budget of `k`, or [`AUTO_METHOD`]. `draft` is the `--draft` model (staged's level 1; without
+/// one, layer skip).
 ///
 /// # Errors
-/// [`HarnessError::InvalidEngine`] for an unknown name (listing the known ones) or `k = 0` with a
-/// drafting method.
+/// [`HarnessError::InvalidEngine`] for an unknown name (listing the known ones), a drafter that
+/// needs a config, or `k = 0` with a drafting method.
+///
+/// [`DrafterKind::for_generate`]: crate::methods::DrafterKind::for_generate
 pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodConfig> {
-    let fixed = Some(PolicyConfig::Fixed { k });
-    let auto = PolicyConfig::CostOptimal {
-        k_max: k.max(1),
-        min_gain: 0.02,
-        probe_every: 16,
+    let known = || {
+        generate_methods()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect::<Vec<_>>()
+            .join(", ")
     };
-    let (drafter, policy) = match name {
-        "plain" | "baseline" => (DrafterConfig::None, None),
-        "linear" | "chain" => (DrafterConfig::Chain, fixed),
-        "tree" => (
-            DrafterConfig::Tree {
-                branching: vec![3, 2, 1, 1],
-            },
-            fixed,
-        ),
-        "ngram" => (DrafterConfig::Ngram { n: 3 }, fixed),
-        "layer-skip" | "layer_skip" => (
-            DrafterConfig::LayerSkip {
-                keep: None,
-                tune: false,
-            },
-            fixed,
-        ),
-        "staged" | "multi-level" => (
-            DrafterConfig::Staged {
-                levels: vec![draft.unwrap_or("layer_skip").to_string()],
-            },
-            fixed,
-        ),
-        "auto" => (
-            if draft.is_some() {
-                DrafterConfig::Chain
-            } else {
-                DrafterConfig::Ngram { n: 3 }
-            },
-            Some(auto.clone()),
-        ),
-        other => {
-            let known: Vec<&str> = GENERATE_METHODS.iter().map(|(n, _)| *n).collect();
-            return Err(HarnessError::InvalidEngine(format!(
-                "unknown method `{other}`: use one of {}",
-                known.join(", ")
-            )));
-        }
+    let auto = PolicyConfig::of(CostOptimal::up_to(k.max(1)));
+    let fixed = Some(PolicyConfig::of(Fixed { k }));
+    let (drafter, policy) = if normalise(name) == AUTO_METHOD {
+        let drafter = match draft {
+            Some(_) => DrafterConfig::of(Chain {}),
+            None => DrafterConfig::of(Ngram { n: 3 }),
+        };
+        (drafter, Some(auto.clone()))
+    } else {
+        let entry = lookup::<DrafterRole>(name).map_err(|_| {
+            HarnessError::InvalidEngine(format!("unknown method `{name}`: use one of {}", known()))
+        })?;
+        let params = entry.generate_params(draft).ok_or_else(|| {
+            HarnessError::InvalidEngine(format!(
+                "drafter `{}` needs parameters only a config gives (specdec run; see \
+                 experiments/README.md); generate runs {}",
+                entry.name(),
+                known()
+            ))
+        })?;
+        let drafter = DrafterConfig::new(entry.name(), params);
+        let policy = if drafter.is::<Plain>() { None } else { fixed };
+        (drafter, policy)
     };
     if policy.is_some() && k == 0 {
         return Err(HarnessError::InvalidEngine(format!(
@@ -176,11 +176,11 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
         )));
     }
     let mut method = MethodConfig::new(name, drafter, policy);
-    if name == "auto" && draft.is_some() {
+    if normalise(name) == AUTO_METHOD && draft.is_some() {
         // where the draft model's chains do not pay, free n-gram lookup may
         method.fallback = Some(FallbackConfig {
-            drafter: DrafterConfig::Ngram { n: 3 },
-            verifier: VerifierConfig::Auto,
+            drafter: DrafterConfig::of(Ngram { n: 3 }),
+            verifier: VerifierConfig::default(),
             policy: auto,
         });
     }
@@ -254,12 +254,21 @@ mod tests {
 
     #[test]
     fn every_listed_method_builds_and_unknown_is_refused() {
-        for (name, _) in GENERATE_METHODS {
+        for (listed, _) in generate_methods() {
+            let name = listed.split(' ').next().unwrap();
             let m = method_for(name, 4, Some("qwen2.5-coder-0.5b")).unwrap();
-            assert_eq!(m.is_baseline(), *name == "plain");
+            assert_eq!(m.is_baseline(), name == "plain");
         }
-        let err = method_for("medusa", 4, None).unwrap_err().to_string();
-        assert!(err.contains("medusa") && err.contains("ngram"), "{err}");
+        // aliases and either spelling name the same drafter
+        for (alias, kind) in [
+            ("linear", "chain"),
+            ("layer-skip", "layer_skip"),
+            ("none", "plain"),
+        ] {
+            assert_eq!(method_for(alias, 4, None).unwrap().drafter.kind(), kind);
+        }
+        let err = method_for("hydra", 4, None).unwrap_err().to_string();
+        assert!(err.contains("hydra") && err.contains("ngram"), "{err}");
         assert!(method_for("ngram", 0, None).is_err());
         assert!(method_for("plain", 0, None).is_ok());
     }

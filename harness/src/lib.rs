@@ -8,7 +8,8 @@
 //! - [`metrics`]: per-step / per-request records and per-configuration aggregates;
 //! - [`report`]: JSONL, CSV, markdown and SVG outputs with provenance;
 //! - [`simulation`]: an injected acceptance process and cost model in place of models;
-//! - [`policies`]: `specdec_algorithms` speculation policies built from method configs;
+//! - [`methods`]: the method registry — every drafter, verifier and policy, by name, and how
+//!   each is built;
 //! - [`runner`]: runs an experiment on a [`runner::Backend`] with a progress bar;
 //! - [`repro`]: paper reproductions that need no models;
 //! - [`cli`]: the work behind the `specdec` subcommands.
@@ -19,8 +20,8 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod generate;
+pub mod methods;
 pub mod metrics;
-pub mod policies;
 pub mod report;
 pub mod repro;
 pub mod runner;

@@ -3,6 +3,7 @@
 use specdec_harness::config::{
     DrafterConfig, ExperimentConfig, ModelSource, PolicyConfig, PromptSet, VerifierConfig,
 };
+use specdec_harness::methods::kinds::*;
 use specdec_harness::HarnessError;
 
 const GOOD: &str = r#"
@@ -66,13 +67,13 @@ fn a_full_config_parses() {
     assert!(matches!(c.prompts, PromptSet::Inline { ref texts } if texts.len() == 2));
     assert_eq!(c.methods.len(), 3);
     assert!(c.methods[0].is_baseline());
-    assert_eq!(c.methods[1].policy, Some(PolicyConfig::Fixed { k: 4 }));
-    assert_eq!(c.methods[1].verifier, VerifierConfig::Rejection);
+    assert_eq!(c.methods[1].policy, Some(PolicyConfig::of(Fixed { k: 4 })));
+    assert_eq!(c.methods[1].verifier, VerifierConfig::of(ChainRejection {}));
     assert_eq!(
         c.methods[2].drafter,
-        DrafterConfig::Tree {
+        DrafterConfig::of(Tree {
             branching: vec![3, 2, 1]
-        }
+        })
     );
 }
 
@@ -201,11 +202,11 @@ fn a_fallback_drafter_parses_and_is_checked() {
     let method = &c.methods[1];
     let own = method.fallback_method().unwrap();
     assert_eq!(own.name, "linear-k4/fallback");
-    assert_eq!(own.drafter, DrafterConfig::Ngram { n: 3 });
-    assert_eq!(own.verifier, VerifierConfig::Auto);
+    assert_eq!(own.drafter, DrafterConfig::of(Ngram { n: 3 }));
+    assert_eq!(own.verifier, VerifierConfig::of(Auto {}));
     assert!(matches!(
-        own.policy,
-        Some(PolicyConfig::CostOptimal { k_max: 8, .. })
+        own.policy.as_ref().and_then(|p| p.as_kind::<CostOptimal>()),
+        Some(CostOptimal { k_max: 8, .. })
     ));
     assert!(method
         .describe()

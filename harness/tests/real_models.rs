@@ -14,6 +14,7 @@
 use specdec_algorithms::proof::g_test;
 use specdec_harness::config::{DrafterConfig, MethodConfig, PolicyConfig, PromptSet};
 use specdec_harness::engine::Request;
+use specdec_harness::methods::kinds::*;
 use specdec_harness::runner::EngineBackend;
 use specdec_kernels::sampling::{prepare_logits, SamplingParams};
 use specdec_kernels::TreeTopology;
@@ -46,7 +47,7 @@ fn greedy() -> SamplingParams {
 }
 
 fn method(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
-    MethodConfig::new(name, drafter, Some(PolicyConfig::Fixed { k }))
+    MethodConfig::new(name, drafter, Some(PolicyConfig::of(Fixed { k })))
 }
 
 /// The first `n` HumanEval prompts as engine requests of `max_tokens` tokens.
@@ -112,27 +113,27 @@ fn smollm2_greedy_speculation_equals_plain() {
         EngineBackend::open("smollm2-135m", Some("layer_skip"), greedy(), 0, 24, 1).unwrap();
     let requests = humaneval_requests(&backend, 3, 24);
     let methods = [
-        method("ngram", DrafterConfig::Ngram { n: 3 }, 4),
+        method("ngram", DrafterConfig::of(Ngram { n: 3 }), 4),
         method(
             "layer-skip",
-            DrafterConfig::LayerSkip {
+            DrafterConfig::of(LayerSkip {
                 keep: None,
                 tune: false,
-            },
+            }),
             3,
         ),
         method(
             "tree",
-            DrafterConfig::Tree {
+            DrafterConfig::of(Tree {
                 branching: vec![2, 2, 1],
-            },
+            }),
             8,
         ),
         method(
             "staged",
-            DrafterConfig::Staged {
+            DrafterConfig::of(Staged {
                 levels: vec!["layer_skip".into()],
-            },
+            }),
             3,
         ),
     ];
@@ -149,7 +150,7 @@ fn smollm2_continuous_batching_equals_one_at_a_time() {
     if !have("smollm2-135m") {
         return;
     }
-    let ngram = method("ngram", DrafterConfig::Ngram { n: 3 }, 4);
+    let ngram = method("ngram", DrafterConfig::of(Ngram { n: 3 }), 4);
     let mut single = EngineBackend::open("smollm2-135m", None, greedy(), 0, 16, 1).unwrap();
     let requests = humaneval_requests(&single, 4, 16);
     let alone = single
@@ -181,31 +182,31 @@ fn qwen_pair_greedy_speculation_equals_plain() {
     .unwrap();
     let requests = humaneval_requests(&backend, 2, 12);
     let methods = [
-        method("linear", DrafterConfig::Chain, 4),
+        method("linear", DrafterConfig::of(Chain {}), 4),
         method(
             "tree",
-            DrafterConfig::Tree {
+            DrafterConfig::of(Tree {
                 branching: vec![2, 2, 1],
-            },
+            }),
             8,
         ),
         method(
             "staged",
-            DrafterConfig::Staged {
+            DrafterConfig::of(Staged {
                 levels: vec!["qwen2.5-coder-0.5b".into()],
-            },
+            }),
             4,
         ),
         MethodConfig::new(
             "aimd",
-            DrafterConfig::Chain,
-            Some(PolicyConfig::Aimd {
+            DrafterConfig::of(Chain {}),
+            Some(PolicyConfig::of(Aimd {
                 k_min: 1,
                 k_max: 6,
                 start_k: Some(2),
                 increase: 1,
                 decrease: 0.5,
-            }),
+            })),
         ),
     ];
     let stats = assert_greedy_equal(&mut backend, &requests, &methods);
@@ -291,10 +292,10 @@ fn smollm2_sampling_at_t1_follows_the_target() {
     let vocab = expected.len();
     let layer_skip = method(
         "layer-skip",
-        DrafterConfig::LayerSkip {
+        DrafterConfig::of(LayerSkip {
             keep: None,
             tune: false,
-        },
+        }),
         2,
     );
     let n = 200;

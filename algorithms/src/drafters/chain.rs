@@ -50,6 +50,8 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
         }
     }
 
+    feedback_to_model!(model);
+
     fn propose(
         &mut self,
         request: &DraftRequest<'_>,
@@ -59,7 +61,7 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
         let mut tokens = request.context.to_vec();
         let mut node = 0;
         for _ in 0..request.budget.max_drafts() {
-            let q = self.model.next_probs(&tokens)?;
+            let q = self.model.next_probs(request.sequence, &tokens)?;
             let token = match self.mode {
                 ChainMode::Argmax => argmax(&q),
                 ChainMode::Sample => {

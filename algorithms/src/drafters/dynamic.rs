@@ -77,6 +77,8 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for DynamicTreeDrafter<M> {
         DraftKind::Deterministic
     }
 
+    feedback_to_model!(model);
+
     fn propose(
         &mut self,
         request: &DraftRequest<'_>,
@@ -111,7 +113,9 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for DynamicTreeDrafter<M> {
                 .collect();
             // the layer's distributions in one call (one pass of a tree-forwarding model)
             let paths: Vec<Vec<u32>> = expand.iter().map(|&c| path_of(&cands, c)).collect();
-            let layer_q = self.model.next_probs_paths(request.context, &paths)?;
+            let layer_q = self
+                .model
+                .next_probs_paths(request.sequence, request.context, &paths)?;
             let mut next = Vec::new();
             for (c, q) in expand.into_iter().zip(layer_q) {
                 for token in ranked_tokens(&q, self.branch) {

@@ -58,6 +58,27 @@
 //! assert!(tree.topology().is_chain());
 //! ```
 
+/// The [`Drafter`] feedback methods of a drafter over one [`DraftModel`] in field `$model`:
+/// forwarded to the model, which keeps whatever per-sequence state there is.
+macro_rules! feedback_to_model {
+    ($model:ident) => {
+        fn wants_features(&self) -> bool {
+            $crate::drafters::DraftModel::<N>::wants_features(&self.$model)
+        }
+
+        fn observe(
+            &mut self,
+            feedback: &$crate::drafters::DraftFeedback<'_>,
+        ) -> $crate::error::Result<()> {
+            $crate::drafters::DraftModel::<N>::observe(&mut self.$model, feedback)
+        }
+
+        fn release(&mut self, sequence: u64) -> $crate::error::Result<()> {
+            $crate::drafters::DraftModel::<N>::release(&mut self.$model, sequence)
+        }
+    };
+}
+
 mod builder;
 mod chain;
 mod dynamic;
@@ -80,6 +101,7 @@ use specdec_kernels::sampling::Decisions;
 #[allow(unused_imports)] // named in the module docs
 use specdec_kernels::sampling::Purpose;
 use specdec_kernels::verification::{DraftKind, DraftTree};
+use specdec_models::Features;
 
 use crate::error::{ensure_param, Result};
 use crate::policy::Budget;
@@ -112,12 +134,38 @@ impl DraftRequest<'_> {
     }
 }
 
+/// What a drafter (and its draft model) is told about a sequence after the target has spoken:
+/// after its prompt is admitted, and after every step (whichever drafter drafted it, or none).
+///
+/// Invariant: the target's KV cache holds `context[..committed]`, `committed = context.len() -
+/// 1`; the last token is the next step's root. The drafted path a drafter forwarded agrees with
+/// `context` on its first `committed` tokens at most, so a draft model keeping the K/V of
+/// `context[..committed]` (and dropping the rest) needs no prefix comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftFeedback<'a> {
+    /// The sequence ([`DraftRequest::sequence`]).
+    pub sequence: u64,
+    /// Prompt + output after the step; the last token is the new root.
+    pub context: &'a [u32],
+    /// Tokens of `context` in the target's KV cache (`context.len() - 1`).
+    pub committed: usize,
+    /// Drafts the verifier accepted this step (0 at admission and on plain steps).
+    pub accepted: usize,
+    /// When the drafter [`Drafter::wants_features`]: the target's features of the tokens that
+    /// entered its KV cache with this feedback, `context[committed - rows..committed]` (the
+    /// prompt but its last token at admission; the old root and the accepted drafts after a
+    /// step). `None` otherwise.
+    pub features: Option<&'a Features>,
+}
+
 /// Proposes a draft tree for one sequence within a budget (see the module docs for an example).
 ///
 /// Contract: the returned tree's root token is the context's last token; it has at most
 /// `budget.max_drafts()` draft nodes (a [`Budget::Tree`] shape is followed where the drafter
 /// fills shapes, else its node count is the limit); `q` is recorded at every expanded node
 /// unless the kind is [`DraftKind::Deterministic`]; the tree's kind is [`Drafter::kind`].
+/// The engine tells the drafter each sequence's verdicts ([`Drafter::observe`]) and retirement
+/// ([`Drafter::release`]); a stateless drafter ignores both.
 pub trait Drafter<N> {
     /// A short name with the configuration, for reports.
     fn name(&self) -> String;
@@ -132,6 +180,30 @@ pub trait Drafter<N> {
         request: &DraftRequest<'_>,
         decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>>;
+
+    /// Whether this drafter reads the target's hidden features ([`DraftFeedback::features`]);
+    /// the engine then hands them over (the target must tap them).
+    fn wants_features(&self) -> bool {
+        false
+    }
+
+    /// The sequence's state after admission or a step (see [`DraftFeedback`]). Default: ignore.
+    ///
+    /// # Errors
+    /// A draft model's errors (e.g. rewinding its KV cache).
+    fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
+        let _ = feedback;
+        Ok(())
+    }
+
+    /// The sequence retired: drop whatever is kept for it. Default: nothing kept.
+    ///
+    /// # Errors
+    /// A draft model's errors (e.g. freeing its KV cache).
+    fn release(&mut self, sequence: u64) -> Result<()> {
+        let _ = sequence;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

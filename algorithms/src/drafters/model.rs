@@ -2,22 +2,51 @@
 
 use specdec_kernels::sampling::{Decisions, DrawKey, Prob};
 
+use crate::drafters::DraftFeedback;
 use crate::error::Result;
 
 /// Anything that gives a next-token distribution for a token sequence: toy tables in tests, a
-/// real draft model, the target with layers skipped.
+/// real draft model, the target with layers skipped, a head drafting from the target's features.
+///
+/// Queries name the `sequence` they draft for ([`crate::drafters::DraftRequest::sequence`]): a
+/// model keeping per-sequence state (a KV cache, the target's features) serves each from its
+/// own, told what the target committed through [`DraftModel::observe`].
 pub trait DraftModel<N> {
     /// Vocabulary size: the length of every returned distribution.
     fn vocab(&self) -> usize;
-    /// The next-token distribution after `tokens` (the sequence's context followed by the draft
-    /// path), after temperature / top-k / top-p; `vocab()` entries summing to 1.
+    /// The next-token distribution for `sequence` after `tokens` (the sequence's context
+    /// followed by the draft path), after temperature / top-k / top-p; `vocab()` entries summing
+    /// to 1.
     ///
     /// # Errors
     /// Whatever the model reports (e.g. a context longer than it supports).
-    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>>;
+    fn next_probs(&mut self, sequence: u64, tokens: &[u32]) -> Result<Vec<N>>;
+
+    /// The sequence's state after admission or a step ([`DraftFeedback`]). Default: ignore.
+    ///
+    /// # Errors
+    /// The model's errors.
+    fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
+        let _ = feedback;
+        Ok(())
+    }
+
+    /// The sequence retired. Default: nothing kept.
+    ///
+    /// # Errors
+    /// The model's errors.
+    fn release(&mut self, sequence: u64) -> Result<()> {
+        let _ = sequence;
+        Ok(())
+    }
+
+    /// Whether the model reads the target's features ([`DraftFeedback::features`]).
+    fn wants_features(&self) -> bool {
+        false
+    }
 
     /// The next-token distributions after each of the last `count` prefixes of `tokens`: row
-    /// `i` (of `count`) is `next_probs(&tokens[..tokens.len() - count + 1 + i])`, the last row
+    /// `i` (of `count`) is `next_probs(sequence, &tokens[..tokens.len() - count + 1 + i])`, the last row
     /// the distribution after all of `tokens`. A drafter checking a whole chain (the staged
     /// drafter's level 1) asks for its rows at once, and a model that forwards a chain in one
     /// pass answers with one pass instead of `count` (the rows must be the ones `next_probs`
@@ -27,16 +56,21 @@ pub trait DraftModel<N> {
     /// # Errors
     /// [`AlgorithmError::InvalidParameter`](crate::AlgorithmError::InvalidParameter) when
     /// `count` is 0 or exceeds `tokens.len()`; whatever the model reports.
-    fn next_probs_along(&mut self, tokens: &[u32], count: usize) -> Result<Vec<Vec<N>>> {
+    fn next_probs_along(
+        &mut self,
+        sequence: u64,
+        tokens: &[u32],
+        count: usize,
+    ) -> Result<Vec<Vec<N>>> {
         check_along(tokens, count)?;
         let first = tokens.len() + 1 - count;
         (first..=tokens.len())
-            .map(|end| self.next_probs(&tokens[..end]))
+            .map(|end| self.next_probs(sequence, &tokens[..end]))
             .collect()
     }
 
     /// The next-token distributions after `context` followed by each of `paths`: row `i` is
-    /// `next_probs(context ++ paths[i])` (an empty path: after the context itself). A drafter
+    /// `next_probs(sequence, context ++ paths[i])` (an empty path: after the context itself). A drafter
     /// growing a tree asks for a whole depth of it at once, and a model that forwards a token
     /// tree in one pass answers with one pass instead of one per path (the rows must be the
     /// ones `next_probs` gives, which batch-invariant models guarantee). The default calls
@@ -44,13 +78,18 @@ pub trait DraftModel<N> {
     ///
     /// # Errors
     /// Whatever the model reports (e.g. an empty context, a context longer than it supports).
-    fn next_probs_paths(&mut self, context: &[u32], paths: &[Vec<u32>]) -> Result<Vec<Vec<N>>> {
+    fn next_probs_paths(
+        &mut self,
+        sequence: u64,
+        context: &[u32],
+        paths: &[Vec<u32>],
+    ) -> Result<Vec<Vec<N>>> {
         paths
             .iter()
             .map(|path| {
                 let mut tokens = context.to_vec();
                 tokens.extend_from_slice(path);
-                self.next_probs(&tokens)
+                self.next_probs(sequence, &tokens)
             })
             .collect()
     }
@@ -73,7 +112,8 @@ pub fn check_along(tokens: &[u32], count: usize) -> Result<()> {
     Ok(())
 }
 
-/// A [`DraftModel`] from a closure (handy for toy tables: `|ctx| toy.next_probs_as(ctx)`).
+/// A stateless [`DraftModel`] from a closure of the context (handy for toy tables:
+/// `|ctx| toy.next_probs_as(ctx)`); the sequence does not matter to it.
 pub struct FnModel<F> {
     vocab: usize,
     f: F,
@@ -91,7 +131,7 @@ impl<N, F: FnMut(&[u32]) -> Vec<N>> DraftModel<N> for FnModel<F> {
         self.vocab
     }
 
-    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>> {
+    fn next_probs(&mut self, _sequence: u64, tokens: &[u32]) -> Result<Vec<N>> {
         Ok((self.f)(tokens))
     }
 }
@@ -101,16 +141,38 @@ impl<N, M: DraftModel<N> + ?Sized> DraftModel<N> for &mut M {
         (**self).vocab()
     }
 
-    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<N>> {
-        (**self).next_probs(tokens)
+    fn next_probs(&mut self, sequence: u64, tokens: &[u32]) -> Result<Vec<N>> {
+        (**self).next_probs(sequence, tokens)
     }
 
-    fn next_probs_along(&mut self, tokens: &[u32], count: usize) -> Result<Vec<Vec<N>>> {
-        (**self).next_probs_along(tokens, count)
+    fn next_probs_along(
+        &mut self,
+        sequence: u64,
+        tokens: &[u32],
+        count: usize,
+    ) -> Result<Vec<Vec<N>>> {
+        (**self).next_probs_along(sequence, tokens, count)
     }
 
-    fn next_probs_paths(&mut self, context: &[u32], paths: &[Vec<u32>]) -> Result<Vec<Vec<N>>> {
-        (**self).next_probs_paths(context, paths)
+    fn next_probs_paths(
+        &mut self,
+        sequence: u64,
+        context: &[u32],
+        paths: &[Vec<u32>],
+    ) -> Result<Vec<Vec<N>>> {
+        (**self).next_probs_paths(sequence, context, paths)
+    }
+
+    fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
+        (**self).observe(feedback)
+    }
+
+    fn release(&mut self, sequence: u64) -> Result<()> {
+        (**self).release(sequence)
+    }
+
+    fn wants_features(&self) -> bool {
+        (**self).wants_features()
     }
 }
 

@@ -88,6 +88,8 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ShapeDrafter<M> {
         }
     }
 
+    feedback_to_model!(model);
+
     fn propose(
         &mut self,
         request: &DraftRequest<'_>,
@@ -112,7 +114,9 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ShapeDrafter<M> {
                 break;
             }
             let paths: Vec<Vec<u32>> = expand.iter().map(|&(_, at)| tree.path_tokens(at)).collect();
-            let level_q = self.model.next_probs_paths(request.context, &paths)?;
+            let level_q = self
+                .model
+                .next_probs_paths(request.sequence, request.context, &paths)?;
             depth_nodes.clear();
             for ((node, at), q) in expand.into_iter().zip(level_q) {
                 let children = topology.children(node);

@@ -3,7 +3,7 @@
 use specdec_kernels::sampling::{Decisions, DrawKey, Prob, Purpose};
 use specdec_kernels::verification::{verify_one, DraftKind, DraftTree, VerifyInput, VerifyMethod};
 
-use crate::drafters::{DraftModel, DraftRequest, Drafter, Namespaced, TreeBuilder};
+use crate::drafters::{DraftFeedback, DraftModel, DraftRequest, Drafter, Namespaced, TreeBuilder};
 use crate::error::Result;
 use crate::policy::Budget;
 
@@ -45,7 +45,7 @@ fn level1_method(kind: DraftKind, is_chain: bool) -> VerifyMethod {
     match kind {
         DraftKind::Deterministic => VerifyMethod::TargetOnly,
         DraftKind::Iid if is_chain => VerifyMethod::ChainRejection,
-        DraftKind::Iid => VerifyMethod::MultiRoundIid,
+        DraftKind::Iid => VerifyMethod::MultiRound,
         DraftKind::WithoutReplacement => VerifyMethod::RecursiveRejection,
     }
 }
@@ -57,6 +57,21 @@ impl<N: Prob, D: Drafter<N>, M: DraftModel<N>> Drafter<N> for StagedDrafter<D, M
 
     fn kind(&self) -> DraftKind {
         DraftKind::Iid
+    }
+
+    /// Level 0 and level 1 both hear every verdict.
+    fn wants_features(&self) -> bool {
+        self.level0.wants_features() || self.level1.wants_features()
+    }
+
+    fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
+        self.level0.observe(feedback)?;
+        self.level1.observe(feedback)
+    }
+
+    fn release(&mut self, sequence: u64) -> Result<()> {
+        self.level0.release(sequence)?;
+        self.level1.release(sequence)
     }
 
     fn propose(
@@ -98,10 +113,10 @@ impl<N: Prob, D: Drafter<N>, M: DraftModel<N>> Drafter<N> for StagedDrafter<D, M
         let rows = if proposal.topology().is_chain() {
             let last = proposal.len() - 1;
             self.level1
-                .next_probs_along(&path_tokens(last), proposal.len())?
+                .next_probs_along(request.sequence, &path_tokens(last), proposal.len())?
         } else {
             (0..proposal.len())
-                .map(|node| self.level1.next_probs(&path_tokens(node)))
+                .map(|node| self.level1.next_probs(request.sequence, &path_tokens(node)))
                 .collect::<Result<Vec<_>>>()?
         };
         let input = VerifyInput {
@@ -129,7 +144,7 @@ impl<N: Prob, D: Drafter<N>, M: DraftModel<N>> Drafter<N> for StagedDrafter<D, M
         let mut tokens = request.context.to_vec();
         tokens.extend(chain.path_tokens(node));
         while chain.drafts() < k {
-            let q1 = self.level1.next_probs(&tokens)?;
+            let q1 = self.level1.next_probs(request.sequence, &tokens)?;
             let key = DrawKey::new(request.sequence, request.step, chain.len(), Purpose::Draft);
             let Some(token) = level1.categorical(key, &q1) else {
                 break;

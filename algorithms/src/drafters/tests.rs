@@ -262,12 +262,17 @@ impl DraftModel<f64> for CountingModel {
         4
     }
 
-    fn next_probs(&mut self, tokens: &[u32]) -> Result<Vec<f64>> {
+    fn next_probs(&mut self, _sequence: u64, tokens: &[u32]) -> Result<Vec<f64>> {
         self.single += 1;
         Ok(TABLE[*tokens.last().unwrap() as usize].to_vec())
     }
 
-    fn next_probs_paths(&mut self, context: &[u32], paths: &[Vec<u32>]) -> Result<Vec<Vec<f64>>> {
+    fn next_probs_paths(
+        &mut self,
+        _sequence: u64,
+        context: &[u32],
+        paths: &[Vec<u32>],
+    ) -> Result<Vec<Vec<f64>>> {
         self.levels += 1;
         Ok(paths
             .iter()

@@ -165,7 +165,7 @@ pub fn case(
 /// # Errors
 /// Model construction errors.
 pub fn standard_cases() -> Result<Vec<ProofCase>> {
-    use VerifyMethod::{ChainRejection, Greedy, MultiRoundIid, RecursiveRejection, TargetOnly};
+    use VerifyMethod::{ChainRejection, Greedy, MultiRound, RecursiveRejection, TargetOnly};
     let t = SamplingParams::with_temperature;
     let chain = |k| ToyDrafter::Chain { k };
     let tree = |kind| ToyDrafter::Tree {
@@ -194,11 +194,11 @@ pub fn standard_cases() -> Result<Vec<ProofCase>> {
         (ChainRejection, chain(3), filtered, (14, 4, 1)),
     ];
     for params in [t(1.0), t(0.5), t(0.0)] {
-        lossless.push((MultiRoundIid, tree(iid), params, (15, 3, 1)));
+        lossless.push((MultiRound, tree(iid), params, (15, 3, 1)));
         lossless.push((RecursiveRejection, tree(wor), params, (16, 3, 1)));
     }
     // The largest cases: four tokens, a 2x2 tree (6 drafts) and a chain of 4.
-    lossless.push((MultiRoundIid, tree(iid), t(1.0), (5, 4, 1)));
+    lossless.push((MultiRound, tree(iid), t(1.0), (5, 4, 1)));
     lossless.push((RecursiveRejection, tree(wor), t(1.0), (5, 4, 1)));
     lossless.push((ChainRejection, chain(4), t(1.0), (5, 4, 1)));
     for kind in DraftKind::ALL {
@@ -226,7 +226,7 @@ pub fn standard_cases() -> Result<Vec<ProofCase>> {
         Expectation::Lossy,
     )?);
     cases.push(case(
-        Arc::new(MultiRoundIid),
+        Arc::new(MultiRound),
         tree(det),
         t(1.0),
         (19, 3, 1),

@@ -3,7 +3,7 @@
 //! A verifier turns a draft tree and the target distributions on it into an accepted path and
 //! the next token ([`Verdict`]). The standard ones are the kernel methods of
 //! [`specdec_kernels::verification`] (one source of truth: the CPU reference); [`VerifyMethod`]
-//! implements [`Verifier`] directly, so `Box::new(VerifyMethod::MultiRoundIid)` is a verifier.
+//! implements [`Verifier`] directly, so `Box::new(VerifyMethod::MultiRound)` is a verifier.
 //!
 //! **Pairing rule.** Every verifier declares the [`DraftKind`]s it is built for
 //! ([`Verifier::draft_kinds`]); a lossless verifier is lossless exactly for those. A
@@ -54,7 +54,7 @@ impl<N: Prob> Verifier<N> for VerifyMethod {
 
     fn draft_kinds(&self) -> &[DraftKind] {
         match self {
-            VerifyMethod::ChainRejection | VerifyMethod::MultiRoundIid => &[DraftKind::Iid],
+            VerifyMethod::ChainRejection | VerifyMethod::MultiRound => &[DraftKind::Iid],
             VerifyMethod::RecursiveRejection => &[DraftKind::WithoutReplacement],
             VerifyMethod::Greedy | VerifyMethod::TargetOnly | VerifyMethod::Typical { .. } => {
                 ALL_KINDS
@@ -193,7 +193,7 @@ pub fn standard_pairs<N: Prob + 'static>() -> Vec<PairedVerifier<N>> {
     let methods = [
         VerifyMethod::Greedy,
         VerifyMethod::ChainRejection,
-        VerifyMethod::MultiRoundIid,
+        VerifyMethod::MultiRound,
         VerifyMethod::RecursiveRejection,
         VerifyMethod::TargetOnly,
     ];
@@ -220,14 +220,11 @@ mod tests {
 
     #[test]
     fn mismatched_pairs_are_refused_with_a_clear_error() {
-        let err = PairedVerifier::new(
-            method(VerifyMethod::MultiRoundIid),
-            DraftKind::Deterministic,
-        )
-        .unwrap_err();
+        let err = PairedVerifier::new(method(VerifyMethod::MultiRound), DraftKind::Deterministic)
+            .unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("specinfer") && text.contains("deterministic"),
+            text.contains("multi_round") && text.contains("deterministic"),
             "{text}"
         );
         assert!(
@@ -236,10 +233,8 @@ mod tests {
         assert!(
             PairedVerifier::new(method(VerifyMethod::TargetOnly), DraftKind::Deterministic).is_ok()
         );
-        let forced = PairedVerifier::forced(
-            method(VerifyMethod::MultiRoundIid),
-            DraftKind::Deterministic,
-        );
+        let forced =
+            PairedVerifier::forced(method(VerifyMethod::MultiRound), DraftKind::Deterministic);
         assert!(forced.is_forced() && !forced.lossless());
         let typical = PairedVerifier::new(
             method(VerifyMethod::Typical {

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{DrafterConfig, MethodConfig, ModelSource, ModelsConfig, PolicyConfig, PromptSet};
+use super::{MethodConfig, ModelSource, ModelsConfig, PromptSet};
 use crate::error::{HarnessError, Result};
+use crate::methods::validate_method;
 use crate::simulation::SimulationConfig;
 
 /// A whole experiment: what to run and how. See the module docs for the TOML layout.
@@ -271,7 +272,7 @@ impl ExperimentConfig {
             _ => {}
         }
         let mut names = HashSet::new();
-        for (i, m) in self.methods.iter().enumerate() {
+        for (i, m) in self.methods.iter_mut().enumerate() {
             let at = |f: &str| format!("methods[{i}]{f}");
             if m.name.trim().is_empty() {
                 return Err(invalid(&at(".name"), "must not be empty".into()));
@@ -282,57 +283,14 @@ impl ExperimentConfig {
                     format!("`{}` is used by two methods", m.name),
                 ));
             }
-            validate_drafter(&m.drafter).map_err(|p| invalid(&at(".drafter"), p))?;
-            if let Some(fallback) = &m.fallback {
-                if matches!(fallback.drafter, DrafterConfig::None) || m.is_baseline() {
-                    return Err(invalid(
-                        &at(".fallback"),
-                        format!(
-                            "method `{}`: a fallback drafter drafts where the method's own drafter \
-                             steps aside; it must draft (not kind \"none\") and the method must \
-                             have a drafter",
-                            m.name
-                        ),
-                    ));
-                }
-                validate_drafter(&fallback.drafter)
-                    .map_err(|p| invalid(&at(".fallback.drafter"), p))?;
-                validate_policy(&fallback.drafter, &fallback.policy)
-                    .map_err(|e| invalid(&at(".fallback.policy"), e))?;
-            }
-            match (&m.drafter, &m.policy) {
-                (DrafterConfig::None, Some(_)) => {
-                    return Err(invalid(
-                        &at(".policy"),
-                        format!(
-                            "method `{}` is plain decoding (drafter none) and takes no policy",
-                            m.name
-                        ),
-                    ))
-                }
-                (DrafterConfig::None, None) => {}
-                (_, None) => {
-                    return Err(invalid(
-                        &at(".policy"),
-                        format!(
-                            "method `{}` drafts and needs a policy, e.g. policy = {{ kind = \"fixed\", k = 4 }}",
-                            m.name
-                        ),
-                    ))
-                }
-                (d, Some(p)) => validate_policy(d, p).map_err(|e| invalid(&at(".policy"), e))?,
-            }
-            let needs_draft_model = std::iter::once(&m.drafter)
-                .chain(m.fallback.as_ref().map(|f| &f.drafter))
-                .any(|d| {
-                    matches!(
-                        d,
-                        DrafterConfig::Chain
-                            | DrafterConfig::Tree { .. }
-                            | DrafterConfig::DynamicTree { .. }
-                            | DrafterConfig::Sequoia { .. }
-                    )
-                });
+            validate_method(m).map_err(|p| match p.is_parse {
+                true => HarnessError::ConfigParse {
+                    origin: origin.to_string(),
+                    message: format!("{}: {}", at(&p.field), p.problem),
+                },
+                false => invalid(&at(&p.field), p.problem),
+            })?;
+            let needs_draft_model = m.needs_draft_model();
             if needs_draft_model && self.models.draft.is_none() && self.simulation.is_none() {
                 return Err(invalid(
                     "models.draft",
@@ -348,7 +306,7 @@ impl ExperimentConfig {
             (0, BaselineRule::Require) => {
                 return Err(invalid(
                     "methods",
-                    "no plain-decoding baseline (drafter = { kind = \"none\" }) and baseline = \"require\""
+                    "no plain-decoding baseline (drafter = { kind = \"plain\" }) and baseline = \"require\""
                         .into(),
                 ))
             }
@@ -380,67 +338,5 @@ impl ExperimentConfig {
     /// The baseline method (present after validation).
     pub fn baseline_method(&self) -> Option<&MethodConfig> {
         self.methods.iter().find(|m| m.is_baseline())
-    }
-}
-
-fn validate_drafter(d: &DrafterConfig) -> std::result::Result<(), String> {
-    match d {
-        DrafterConfig::Tree { branching } => {
-            if branching.is_empty() {
-                return Err(
-                    "tree.branching is empty: give children per depth, e.g. [3, 2, 1]".into(),
-                );
-            }
-            if branching.contains(&0) {
-                return Err("tree.branching holds 0: every depth needs at least 1 child".into());
-            }
-        }
-        DrafterConfig::DynamicTree { nodes, top_k } if *nodes == 0 || *top_k == 0 => {
-            return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
-        }
-        DrafterConfig::Sequoia { nodes } if *nodes == 0 => {
-            return Err("sequoia needs nodes ≥ 1".into());
-        }
-        DrafterConfig::Ngram { n } if *n == 0 => return Err("ngram needs n ≥ 1".into()),
-        DrafterConfig::Staged { levels } => {
-            if levels.is_empty() {
-                return Err("staged.levels is empty".into());
-            }
-            for l in levels.iter().filter(|l| *l != "layer_skip") {
-                ModelSource::parse(l)?;
-            }
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-fn validate_policy(d: &DrafterConfig, p: &PolicyConfig) -> std::result::Result<(), String> {
-    match p {
-        PolicyConfig::Fixed { k: 0 } if d.is_linear() => Err(format!(
-            "K = 0 for the linear method `{}`: a chain needs K ≥ 1 (use drafter kind = \"none\" for plain decoding)",
-            d.kind()
-        )),
-        PolicyConfig::Fixed { k: 0 } => Err("K = 0: a drafting method needs a budget ≥ 1".into()),
-        PolicyConfig::CostOptimal {
-            k_max,
-            min_gain,
-            probe_every,
-        } => {
-            if *k_max == 0 {
-                return Err("cost_optimal needs k_max ≥ 1".into());
-            }
-            if !(min_gain.is_finite() && *min_gain >= 0.0) {
-                return Err(format!("cost_optimal.min_gain {min_gain} must be ≥ 0"));
-            }
-            if *probe_every == 0 {
-                return Err("cost_optimal needs probe_every ≥ 1".into());
-            }
-            Ok(())
-        }
-        // The algorithms crate checks the remaining parameters when it builds the policy.
-        other => crate::policies::policy_for(other, None)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
     }
 }

@@ -1,5 +1,6 @@
 //! Experiment configs: TOML files that say which models, prompts, sampling settings and methods an
-//! experiment runs. Every table rejects unknown keys (the error names the key and the file), and
+//! experiment runs. Drafters, verifiers and policies are entries of the method registry
+//! ([`crate::methods`]). Every table rejects unknown keys (the error names the key and the file), and
 //! [`ExperimentConfig::validate`] rejects values that make no sense with the field named.
 //!
 //! A minimal config:
@@ -19,7 +20,7 @@
 //! policy = { kind = "fixed", k = 4 }
 //! ```
 //!
-//! The plain-decoding baseline (`drafter = { kind = "none" }`) is added as a method named
+//! The plain-decoding baseline (`drafter = { kind = "plain" }`) is added as a method named
 //! `baseline` when missing, unless `baseline = "require"` asks for it to be written out.
 //!
 //! Methods run interleaved by default (`schedule = "interleaved"`: every method on the first

@@ -109,7 +109,7 @@ impl ModelSource {
         ))
     }
 
-    /// Whether running this model needs the real model runner (not yet wired into the harness).
+    /// Whether running this model needs the real model runner (the engine backend).
     pub fn needs_model_runner(&self) -> bool {
         matches!(self, ModelSource::Named(_) | ModelSource::Gguf(_))
     }

@@ -1,13 +1,15 @@
 //! A real language model as a [`DraftModel`]: the bridge from drafters to LLMs.
 //!
 //! Drafters ask for the next-token distribution after a whole token path
-//! ([`DraftModel::next_probs`]). Recomputing the path each time would cost a full prefill per
-//! draft token, so [`LmDraftModel`] keeps a small pool of KV sequences and, for each query, picks
-//! the one sharing the **longest common prefix** with the path, rewinds it to that prefix and
-//! forwards only the rest (usually one token). A chain drafter therefore costs one forward of one
-//! token per draft, the next round reuses everything up to the first rejected draft, and a batch
-//! of sequences keeps one pooled KV sequence each. The pool is bounded; the least recently used
-//! entry is evicted. The rows along a whole path ([`DraftModel::next_probs_along`], how the
+//! ([`DraftModel::next_probs`]) for one sequence. Recomputing the path each time would cost a
+//! full prefill per draft token, so [`LmDraftModel`] keeps one KV sequence per drafted-for
+//! sequence, holding a prefix of its context and of the path drafted last: a query rewinds it to
+//! where the query's tokens leave it (within this step's draft path) and forwards only the rest
+//! (usually one token). The engine's verdict after every step ([`DraftModel::observe`]) rewinds
+//! it to the tokens the target committed, so the next step reuses everything up to the first
+//! rejected draft; a retired sequence's KV is freed ([`DraftModel::release`]). At most
+//! `sequences` are kept; beyond that the least recently used is dropped (and re-prefilled if it
+//! comes back). The rows along a whole path ([`DraftModel::next_probs_along`], how the
 //! staged drafter's level 1 checks a level-0 chain) come from one forward over the path's
 //! uncached part, not one forward per row; the uncached tokens before the rows asked for (a
 //! catch-up on a prompt or on plain steps) go through [`LanguageModel::prefill`] first, which
@@ -21,13 +23,14 @@
 
 use std::collections::HashMap;
 
-use specdec_algorithms::drafters::{check_along, DraftModel};
+use specdec_algorithms::drafters::{check_along, DraftFeedback, DraftModel};
 use specdec_algorithms::AlgorithmError;
 use specdec_kernels::sampling::{prepare_logits, SamplingParams};
 use specdec_kernels::TreeTopology;
 use specdec_models::{LanguageModel, SeqId, SequenceStep};
 
-/// One pooled KV sequence: the tokens whose K/V it holds, and the logits after the last one.
+/// The KV sequence kept for one drafted-for sequence: the tokens whose K/V it holds, and the
+/// logits after the last one.
 struct CachedPath {
     seq: SeqId,
     /// Tokens committed in the model's KV for this sequence.
@@ -38,25 +41,26 @@ struct CachedPath {
 }
 
 /// A [`LanguageModel`] serving next-token distributions for arbitrary paths, with prefix reuse
-/// (see the module docs).
+/// per sequence (see the module docs).
 pub struct LmDraftModel<M: LanguageModel> {
     model: M,
     params: SamplingParams,
-    pool: Vec<CachedPath>,
-    pool_limit: usize,
+    /// By drafted-for sequence ([`DraftRequest::sequence`](specdec_algorithms::drafters::DraftRequest)).
+    entries: HashMap<u64, CachedPath>,
+    max_sequences: usize,
     clock: u64,
     forwarded_tokens: u64,
 }
 
 impl<M: LanguageModel> LmDraftModel<M> {
-    /// Wraps `model`, preparing its distributions with `params`; keeps at most `pool_limit`
-    /// (≥ 1) KV sequences.
-    pub fn new(model: M, params: SamplingParams, pool_limit: usize) -> Self {
+    /// Wraps `model`, preparing its distributions with `params`; keeps the KV of at most
+    /// `max_sequences` (≥ 1) sequences at once.
+    pub fn new(model: M, params: SamplingParams, max_sequences: usize) -> Self {
         Self {
             model,
             params,
-            pool: Vec::new(),
-            pool_limit: pool_limit.max(1),
+            entries: HashMap::new(),
+            max_sequences: max_sequences.max(1),
             clock: 0,
             forwarded_tokens: 0,
         }
@@ -74,7 +78,7 @@ impl<M: LanguageModel> LmDraftModel<M> {
     /// As the model's `limit_logits`.
     pub fn limit_logits(&mut self, rows: usize) -> Result<(), specdec_models::ModelError> {
         self.model.limit_logits(rows)?;
-        for entry in &mut self.pool {
+        for entry in self.entries.values_mut() {
             entry.last_logits = None;
         }
         Ok(())
@@ -85,51 +89,57 @@ impl<M: LanguageModel> LmDraftModel<M> {
         self.forwarded_tokens
     }
 
-    /// The pooled sequence that serves `tokens`: the one sharing the longest common prefix with
-    /// them, else a new one while the pool has room, else the least recently used; marked used
-    /// now.
-    fn entry_for(&mut self, tokens: &[u32]) -> specdec_models::Result<usize> {
+    /// The kept KV sequence of `sequence`, opened (empty) when there is none, after dropping
+    /// the least recently used one if `max_sequences` are kept; marked used now.
+    fn entry_for(&mut self, sequence: u64) -> specdec_models::Result<()> {
         self.clock += 1;
-        let best = self
-            .pool
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (common_prefix(&c.tokens, tokens), c.last_used, i))
-            .max();
-        let index = match best {
-            Some((shared, _, i)) if shared > 0 => i,
-            _ if self.pool.len() < self.pool_limit => {
-                let seq = self.model.new_sequence()?;
-                self.pool.push(CachedPath {
+        if !self.entries.contains_key(&sequence) {
+            if self.entries.len() >= self.max_sequences {
+                let oldest = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, c)| c.last_used)
+                    .map(|(&s, _)| s);
+                if let Some(oldest) = oldest {
+                    self.drop_entry(oldest)?;
+                }
+            }
+            let seq = self.model.new_sequence()?;
+            self.entries.insert(
+                sequence,
+                CachedPath {
                     seq,
                     tokens: Vec::new(),
                     last_logits: None,
                     last_used: 0,
-                });
-                self.pool.len() - 1
-            }
-            // A full pool and no shared prefix: reuse the least recently used entry.
-            _ => self
-                .pool
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, c)| c.last_used)
-                .map_or(0, |(i, _)| i),
-        };
-        self.pool[index].last_used = self.clock;
-        Ok(index)
+                },
+            );
+        }
+        if let Some(entry) = self.entries.get_mut(&sequence) {
+            entry.last_used = self.clock;
+        }
+        Ok(())
     }
 
-    /// Makes pooled sequence `index` hold exactly `tokens[..keep]`: rewound to its common
-    /// prefix with them (at most `keep` tokens), then the rest up to `keep` prefilled (K/V only,
-    /// no LM head: a catch-up after plain steps is mostly this).
+    /// Frees the KV sequence kept for `sequence`, if any.
+    fn drop_entry(&mut self, sequence: u64) -> specdec_models::Result<()> {
+        match self.entries.remove(&sequence) {
+            Some(entry) => self.model.release(entry.seq),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the KV sequence of `sequence` hold exactly `tokens[..keep]`: rewound to where
+    /// `tokens` leave this step's draft path (at most `keep` tokens), then the rest up to
+    /// `keep` prefilled (K/V only, no LM head: a catch-up after plain steps is mostly this).
     fn hold_prefix(
         &mut self,
-        index: usize,
+        sequence: u64,
         tokens: &[u32],
         keep: usize,
     ) -> specdec_models::Result<()> {
-        let entry = &mut self.pool[index];
+        self.entry_for(sequence)?;
+        let entry = self.entries.get_mut(&sequence).expect("opened above");
         let shared = common_prefix(&entry.tokens, tokens).min(keep);
         let drop = entry.tokens.len() - shared;
         if drop > 0 {
@@ -139,24 +149,25 @@ impl<M: LanguageModel> LmDraftModel<M> {
         }
         if keep > shared {
             self.model.prefill(entry.seq, &tokens[shared..keep])?;
-            self.forwarded_tokens += (keep - shared) as u64;
             entry.tokens.extend_from_slice(&tokens[shared..keep]);
             entry.last_logits = None;
+            self.forwarded_tokens += (keep - shared) as u64;
         }
         Ok(())
     }
 
-    /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`),
-    /// reusing the pooled sequence with the longest common prefix: it is made to hold
-    /// `tokens.len() - rows` tokens ([`LmDraftModel::hold_prefix`]) and the last `rows` are
-    /// forwarded as one chain (their rows are the same as from one pass, by batch invariance).
+    /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`)
+    /// for `sequence`: its KV sequence is made to hold `tokens.len() - rows` tokens
+    /// ([`LmDraftModel::hold_prefix`]) and the last `rows` are forwarded as one chain (their
+    /// rows are the same as from one pass, by batch invariance).
     fn logits_along(
         &mut self,
+        sequence: u64,
         tokens: &[u32],
         rows: usize,
     ) -> specdec_models::Result<Vec<Vec<f32>>> {
-        let index = self.entry_for(tokens)?;
-        let entry = &self.pool[index];
+        self.entry_for(sequence)?;
+        let entry = &self.entries[&sequence];
         if rows == 1 && entry.tokens == tokens {
             if let Some(logits) = &entry.last_logits {
                 return Ok(vec![logits.clone()]);
@@ -165,8 +176,8 @@ impl<M: LanguageModel> LmDraftModel<M> {
         // Forward at least the last `rows` tokens: the logits after a prefix come from its last
         // token.
         let head_from = tokens.len() - rows;
-        self.hold_prefix(index, tokens, head_from)?;
-        let entry = &mut self.pool[index];
+        self.hold_prefix(sequence, tokens, head_from)?;
+        let entry = self.entries.get_mut(&sequence).expect("held above");
         let new_tokens = &tokens[head_from..];
         let chain = TreeTopology::chain(new_tokens.len());
         let step = SequenceStep::chain(entry.seq, new_tokens, &chain);
@@ -180,19 +191,20 @@ impl<M: LanguageModel> LmDraftModel<M> {
         Ok(along)
     }
 
-    /// Logits after `context ++ path` for each of `paths` (`context` non-empty), from one
-    /// forward of the token tree whose root is the context's last token and whose other nodes
-    /// are the trie of the paths (shared prefixes forwarded once). The pooled sequence holds the
-    /// context before it ([`LmDraftModel::hold_prefix`]) and after it (the root committed, the
-    /// branches discarded), with the logits after the context cached.
+    /// Logits after `context ++ path` for each of `paths` (`context` non-empty) for
+    /// `sequence`, from one forward of the token tree whose root is the context's last token and
+    /// whose other nodes are the trie of the paths (shared prefixes forwarded once). The KV
+    /// sequence holds the context but its root before ([`LmDraftModel::hold_prefix`]) and the
+    /// whole context after (the root committed, the branches discarded), with the logits after
+    /// the context cached.
     fn logits_tree(
         &mut self,
+        sequence: u64,
         context: &[u32],
         paths: &[Vec<u32>],
     ) -> specdec_models::Result<Vec<Vec<f32>>> {
-        let index = self.entry_for(context)?;
         let root_at = context.len() - 1;
-        self.hold_prefix(index, context, root_at)?;
+        self.hold_prefix(sequence, context, root_at)?;
         let mut tokens = vec![context[root_at]];
         let mut parents = vec![None];
         let mut child_of: HashMap<(usize, u32), usize> = HashMap::new();
@@ -209,7 +221,7 @@ impl<M: LanguageModel> LmDraftModel<M> {
             })
             .collect();
         let tree = TreeTopology::from_parents(&parents)?;
-        let entry = &mut self.pool[index];
+        let entry = self.entries.get_mut(&sequence).expect("held above");
         let step = SequenceStep {
             seq: entry.seq,
             tokens: &tokens,
@@ -244,11 +256,15 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         self.model.vocab_size()
     }
 
-    fn next_probs(&mut self, tokens: &[u32]) -> specdec_algorithms::Result<Vec<f32>> {
+    fn next_probs(
+        &mut self,
+        sequence: u64,
+        tokens: &[u32],
+    ) -> specdec_algorithms::Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(empty_context());
         }
-        let mut rows = self.next_probs_along(tokens, 1)?;
+        let mut rows = self.next_probs_along(sequence, tokens, 1)?;
         Ok(rows.pop().expect("one row asked for"))
     }
 
@@ -256,11 +272,12 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
     /// [`DraftModel::next_probs_along`]).
     fn next_probs_along(
         &mut self,
+        sequence: u64,
         tokens: &[u32],
         count: usize,
     ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
         check_along(tokens, count)?;
-        self.logits_along(tokens, count)?
+        self.logits_along(sequence, tokens, count)?
             .iter()
             .map(|logits| self.probs(logits))
             .collect()
@@ -271,6 +288,7 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
     /// empty, is served like [`DraftModel::next_probs`] (from the cache when it can).
     fn next_probs_paths(
         &mut self,
+        sequence: u64,
         context: &[u32],
         paths: &[Vec<u32>],
     ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
@@ -278,13 +296,48 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
             return Err(empty_context());
         }
         if paths.iter().all(Vec::is_empty) {
-            let probs = self.next_probs(context)?;
+            let probs = self.next_probs(sequence, context)?;
             return Ok(vec![probs; paths.len()]);
         }
-        self.logits_tree(context, paths)?
+        self.logits_tree(sequence, context, paths)?
             .iter()
             .map(|logits| self.probs(logits))
             .collect()
+    }
+
+    /// Keeps the K/V of the tokens the target committed (the kept draft path agrees with the
+    /// new context up to there, the rest is rewound), without comparing tokens to find them.
+    ///
+    /// # Errors
+    /// [`AlgorithmError::InvalidParameter`] when the kept tokens are not the context's (the
+    /// drafter forwarded something else than the path it drafted); the model's errors.
+    fn observe(&mut self, feedback: &DraftFeedback<'_>) -> specdec_algorithms::Result<()> {
+        let Some(entry) = self.entries.get_mut(&feedback.sequence) else {
+            return Ok(());
+        };
+        let keep = entry.tokens.len().min(feedback.committed);
+        if entry.tokens[..keep] != feedback.context[..keep] {
+            return Err(AlgorithmError::InvalidParameter {
+                name: "feedback",
+                reason: format!(
+                    "sequence {}: the draft model's kept tokens are not the committed context",
+                    feedback.sequence
+                ),
+            });
+        }
+        let drop = entry.tokens.len() - keep;
+        if drop > 0 {
+            self.model
+                .rewind(entry.seq, drop)
+                .map_err(AlgorithmError::from)?;
+            entry.tokens.truncate(keep);
+            entry.last_logits = None;
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, sequence: u64) -> specdec_algorithms::Result<()> {
+        Ok(self.drop_entry(sequence)?)
     }
 }
 

@@ -18,7 +18,10 @@
 //! 6. **observe** — the policy sees the [`StepOutcome`] with the step's measured [`StepTiming`]
 //!    (draft, target and verify + commit seconds; the prompt prefill on the first step; tokens
 //!    left), through [`SpeculationPolicy::observe_measured`], so a cost-model policy decides
-//!    from this machine's costs as they are now.
+//!    from this machine's costs as they are now; every drafter hears the verdict
+//!    ([`Drafter::observe`]: the new context and what the target committed, with the target's
+//!    features of the committed tokens for a drafter that [`Drafter::wants_features`]), after
+//!    admission too, and is told when a request retires ([`Drafter::release`]).
 //!
 //! Invariant between steps: the target's KV holds the request's context except its last token.
 //! Requests are admitted (prefilled) when a batch slot is free and retired independently
@@ -39,14 +42,14 @@ pub use stop::{Detokenizer, FinishReason, StopRule};
 
 use std::time::Instant;
 
-use specdec_algorithms::drafters::{DraftRequest, Drafter};
+use specdec_algorithms::drafters::{DraftFeedback, DraftRequest, Drafter};
 use specdec_algorithms::policy::{
     Budget, DrafterChoice, FallbackPolicy, SpeculationPolicy, StepOutcome, StepTiming,
 };
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
-use specdec_models::{LanguageModel, SeqId, SequenceStep};
+use specdec_models::{Features, LanguageModel, Logits, SeqId, SequenceStep};
 
 use crate::error::{HarnessError, Result};
 use crate::metrics::StepRecord;
@@ -150,6 +153,8 @@ pub struct Engine<'a> {
     drafter: &'a mut dyn Drafter<f32>,
     verifier: PairedVerifier<f32>,
     fallback: Option<(&'a mut dyn Drafter<f32>, PairedVerifier<f32>)>,
+    /// Whether a drafter reads the target's features (handed over in the feedback).
+    features_wanted: bool,
     policy: FallbackPolicy,
     options: EngineOptions,
     on_tokens: Option<&'a mut TokenCallback<'a>>,
@@ -177,6 +182,8 @@ impl<'a> Engine<'a> {
         options: EngineOptions,
     ) -> Result<Self> {
         verifier.check_kind(drafter.kind())?;
+        check_features(&*target, &*drafter)?;
+        let features_wanted = drafter.wants_features();
         if options.batch_size == 0 {
             return Err(HarnessError::InvalidEngine(
                 "batch size must be at least 1".into(),
@@ -189,6 +196,7 @@ impl<'a> Engine<'a> {
             drafter,
             verifier,
             fallback: None,
+            features_wanted,
             policy: FallbackPolicy::new(policy, None),
             options,
             on_tokens: None,
@@ -209,6 +217,8 @@ impl<'a> Engine<'a> {
         policy: Box<dyn SpeculationPolicy>,
     ) -> Result<Self> {
         verifier.check_kind(drafter.kind())?;
+        check_features(&*self.target, &*drafter)?;
+        self.features_wanted |= drafter.wants_features();
         self.policy = self.policy.with_fallback(policy);
         self.fallback = Some((drafter, verifier));
         Ok(self)
@@ -245,6 +255,7 @@ impl<'a> Engine<'a> {
                 for (position, finish) in finished.into_iter().rev() {
                     let done = active.swap_remove(position);
                     self.target.release(done.seq)?;
+                    self.release_drafts(done.request.id)?;
                     let index = done.index;
                     results[index] = Some(Generation {
                         id: done.request.id,
@@ -261,6 +272,7 @@ impl<'a> Engine<'a> {
         if let Err(err) = outcome {
             for in_flight in &active {
                 let _ = self.target.release(in_flight.seq);
+                let _ = self.release_drafts(in_flight.request.id);
             }
             return Err(err);
         }
@@ -270,7 +282,26 @@ impl<'a> Engine<'a> {
             .collect())
     }
 
-    /// Creates the request's target sequence and prefills all prompt tokens but the last.
+    /// Tells every drafter (the main one and the fallback) a sequence's verdict.
+    fn observe_drafts(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
+        self.drafter.observe(feedback)?;
+        if let Some((fallback, _)) = self.fallback.as_mut() {
+            fallback.observe(feedback)?;
+        }
+        Ok(())
+    }
+
+    /// Tells every drafter that request `id` retired.
+    fn release_drafts(&mut self, id: u64) -> Result<()> {
+        self.drafter.release(id)?;
+        if let Some((fallback, _)) = self.fallback.as_mut() {
+            fallback.release(id)?;
+        }
+        Ok(())
+    }
+
+    /// Creates the request's target sequence, prefills all prompt tokens but the last, and tells
+    /// the drafters.
     fn admit<'r>(&mut self, index: usize, request: &'r Request) -> Result<Active<'r>> {
         let started = Instant::now();
         let prompt = &request.prompt;
@@ -293,11 +324,26 @@ impl<'a> Engine<'a> {
         }
         let seq = self.target.new_sequence()?;
         let prefix = &prompt[..prompt.len() - 1];
+        let mut features = None;
         if !prefix.is_empty() {
-            if let Err(err) = self.target.prefill(seq, prefix) {
-                let _ = self.target.release(seq);
-                return Err(err.into());
+            match self.target.prefill(seq, prefix) {
+                Ok(prefilled) => features = prefilled,
+                Err(err) => {
+                    let _ = self.target.release(seq);
+                    return Err(err.into());
+                }
             }
+        }
+        let feedback = DraftFeedback {
+            sequence: request.id,
+            context: prompt,
+            committed: prefix.len(),
+            accepted: 0,
+            features: features.as_ref(),
+        };
+        if let Err(err) = self.observe_drafts(&feedback) {
+            let _ = self.target.release(seq);
+            return Err(err);
         }
         Ok(Active {
             index,
@@ -436,6 +482,20 @@ impl<'a> Engine<'a> {
             if surplus > 0 {
                 self.target.rewind(seq.seq, surplus)?;
             }
+            if finish.is_none() {
+                // the drafters hear the verdict (a retiring request is released instead)
+                let features = match self.features_wanted {
+                    true => Some(feature_rows(logits, &kv_path, seq.request.id)?),
+                    false => None,
+                };
+                self.observe_drafts(&DraftFeedback {
+                    sequence: seq.request.id,
+                    context: &seq.context,
+                    committed: seq.context.len() - 1,
+                    accepted,
+                    features: features.as_ref(),
+                })?;
+            }
             let commit_s = t0.elapsed().as_secs_f64();
 
             // The policy sees the outcome with this step's measured costs (its own cost model).
@@ -483,6 +543,32 @@ impl<'a> Engine<'a> {
         }
         Ok(finished)
     }
+}
+
+/// Refuses a drafter that reads the target's features when the target taps none.
+fn check_features(target: &dyn LanguageModel, drafter: &dyn Drafter<f32>) -> Result<()> {
+    if drafter.wants_features() && target.tapped_features().is_empty() {
+        return Err(HarnessError::InvalidEngine(format!(
+            "drafter {} drafts from the target's features, but the target taps none \
+             (LanguageModel::tap_features)",
+            drafter.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The target's features at tree nodes `nodes` of one forward's `logits`, in that order.
+fn feature_rows(logits: &Logits, nodes: &[usize], request: u64) -> Result<Features> {
+    let all = logits.features().ok_or_else(|| {
+        HarnessError::InvalidEngine(format!(
+            "request {request}: the target forward handed back no features"
+        ))
+    })?;
+    let rows: Vec<f32> = nodes
+        .iter()
+        .flat_map(|&node| all.row(node).iter().copied())
+        .collect();
+    Ok(Features::new(all.dim(), rows)?)
 }
 
 #[cfg(test)]

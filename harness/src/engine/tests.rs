@@ -138,7 +138,7 @@ fn a_draft_limited_to_the_first_ids_keeps_greedy_output_and_proposes_only_them()
         let mut lm = draft_lm(&pair, SamplingParams::default());
         lm.limit_logits(rows).unwrap();
         // q: a distribution over the first ids only
-        let q = lm.next_probs(&[1, 2]).unwrap();
+        let q = lm.next_probs(0, &[1, 2]).unwrap();
         assert_eq!(q.len(), VOCAB);
         assert!(q[rows..].iter().all(|&p| p == 0.0), "{q:?}");
         assert!((q.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{q:?}");
@@ -605,13 +605,13 @@ fn rows_along_a_path_come_from_one_pass_and_equal_the_rows_one_by_one() {
         let mut one_by_one = draft_lm(&pair, params);
         let first = path.len() + 1 - count;
         let want: Vec<Vec<f32>> = (first..=path.len())
-            .map(|end| one_by_one.next_probs(&path[..end]).unwrap())
+            .map(|end| one_by_one.next_probs(0, &path[..end]).unwrap())
             .collect();
         let mut along = draft_lm(&pair, params);
         // a cached prefix that diverges from the path is rewound first
-        along.next_probs(&[3, 1, 5, 5]).unwrap();
+        along.next_probs(0, &[3, 1, 5, 5]).unwrap();
         let before = along.forwarded_tokens();
-        let got = along.next_probs_along(&path, count).unwrap();
+        let got = along.next_probs_along(0, &path, count).unwrap();
         assert_eq!(bits(&got), bits(&want), "count {count}");
         // one pass over what the pool did not share: the path from its third token
         let forwarded = along.forwarded_tokens() - before;
@@ -622,12 +622,12 @@ fn rows_along_a_path_come_from_one_pass_and_equal_the_rows_one_by_one() {
         );
         // and a plain query after it reuses the pass
         let again = along.forwarded_tokens();
-        assert_eq!(along.next_probs(&path).unwrap(), want[count - 1]);
+        assert_eq!(along.next_probs(0, &path).unwrap(), want[count - 1]);
         assert_eq!(along.forwarded_tokens(), again);
     }
     let mut model = draft_lm(&pair, params);
-    assert!(model.next_probs_along(&path, 0).is_err());
-    assert!(model.next_probs_along(&path, path.len() + 1).is_err());
+    assert!(model.next_probs_along(0, &path, 0).is_err());
+    assert!(model.next_probs_along(0, &path, path.len() + 1).is_err());
 }
 
 #[test]
@@ -645,21 +645,155 @@ fn rows_after_several_paths_come_from_one_tree_pass_and_equal_the_rows_one_by_on
         .map(|path| {
             let mut tokens = context.clone();
             tokens.extend(path);
-            one_by_one.next_probs(&tokens).unwrap()
+            one_by_one.next_probs(0, &tokens).unwrap()
         })
         .collect();
     let mut tree = draft_lm(&pair, params);
     // a cached prefix that diverges from the context is rewound first
-    tree.next_probs(&[3, 1, 5]).unwrap();
+    tree.next_probs(0, &[3, 1, 5]).unwrap();
     let before = tree.forwarded_tokens();
-    let got = tree.next_probs_paths(&context, &paths).unwrap();
+    let got = tree.next_probs_paths(0, &context, &paths).unwrap();
     assert_eq!(bits(&got), bits(&want));
     // the context's third token, then one tree: its last token and the six trie nodes
     // [2], [5], [5 1], [2 2], [2 2 3], [5 1 0]
     assert_eq!(tree.forwarded_tokens() - before, 1 + 1 + 6);
     // the context's own row is cached after it
     let again = tree.forwarded_tokens();
-    assert_eq!(tree.next_probs(&context).unwrap(), want[2]);
+    assert_eq!(tree.next_probs(0, &context).unwrap(), want[2]);
     assert_eq!(tree.forwarded_tokens(), again);
-    assert!(tree.next_probs_paths(&[], &paths).is_err());
+    assert!(tree.next_probs_paths(0, &[], &paths).is_err());
+}
+
+/// A chain drafter that records every feedback and release it hears.
+struct Recording {
+    inner: ChainDrafter<LmDraftModel<ToyLanguageModel>>,
+    /// (sequence, context, committed, accepted) per feedback, in order.
+    feedback: Vec<(u64, Vec<u32>, usize, usize)>,
+    released: Vec<u64>,
+}
+
+impl Drafter<f32> for Recording {
+    fn name(&self) -> String {
+        "recording".into()
+    }
+    fn kind(&self) -> DraftKind {
+        Drafter::<f32>::kind(&self.inner)
+    }
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn specdec_kernels::sampling::Decisions<f32>,
+    ) -> specdec_algorithms::Result<DraftTree<f32>> {
+        self.inner.propose(request, decisions)
+    }
+    fn observe(&mut self, feedback: &DraftFeedback<'_>) -> specdec_algorithms::Result<()> {
+        assert!(feedback.features.is_none(), "no drafter asked for features");
+        self.feedback.push((
+            feedback.sequence,
+            feedback.context.to_vec(),
+            feedback.committed,
+            feedback.accepted,
+        ));
+        self.inner.observe(feedback)
+    }
+    fn release(&mut self, sequence: u64) -> specdec_algorithms::Result<()> {
+        self.released.push(sequence);
+        self.inner.release(sequence)
+    }
+}
+
+#[test]
+fn drafters_hear_every_verdict_and_every_retirement() {
+    let greedy = SamplingParams::greedy();
+    let pair = pair(3);
+    let reqs = requests(3, 10);
+    let expected = plain(&pair, options(greedy, 1), &reqs);
+    let mut drafter = Recording {
+        inner: ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax),
+        feedback: Vec::new(),
+        released: Vec::new(),
+    };
+    let generations = run(
+        &pair,
+        &mut drafter,
+        paired(VerifyMethod::Greedy, DraftKind::Deterministic),
+        Box::new(FixedPolicy::chain(3)),
+        options(greedy, 2),
+        &reqs,
+    );
+    for (g, want) in generations.iter().zip(&expected) {
+        assert_eq!(&g.tokens, want, "feedback must not change the output");
+    }
+    let mut released = drafter.released.clone();
+    released.sort_unstable();
+    assert_eq!(released, vec![0, 1, 2], "each request released once");
+    for (request, g) in reqs.iter().zip(&generations) {
+        let heard: Vec<_> = drafter
+            .feedback
+            .iter()
+            .filter(|f| f.0 == request.id)
+            .collect();
+        // admission, then every step but the last (the retiring one is released instead)
+        assert_eq!(heard.len(), g.steps.len(), "request {}", request.id);
+        assert_eq!(heard[0].1, request.prompt);
+        assert_eq!((heard[0].2, heard[0].3), (request.prompt.len() - 1, 0));
+        let mut context = request.prompt.clone();
+        for (feedback, step) in heard[1..].iter().zip(&g.steps) {
+            context.extend_from_slice(
+                &g.tokens[context.len() - request.prompt.len()..][..step.emitted],
+            );
+            assert_eq!(
+                feedback.1, context,
+                "request {}: context after a step",
+                request.id
+            );
+            assert_eq!(feedback.2, context.len() - 1);
+            assert_eq!(feedback.3, step.accepted);
+        }
+    }
+}
+
+#[test]
+fn the_draft_model_keeps_exactly_what_the_target_committed() {
+    let greedy = SamplingParams::greedy();
+    let pair = pair(4);
+    let mut lm = draft_lm(&pair, greedy);
+    let context = [1u32, 2, 3];
+    // a drafted chain of 3 after the context: the model holds context + 2 drafts
+    let mut path = context.to_vec();
+    for _ in 0..3 {
+        let q = lm.next_probs(9, &path).unwrap();
+        path.push(specdec_kernels::sampling::argmax(&q) as u32);
+    }
+    let forwarded = lm.forwarded_tokens();
+    // the target accepted one draft and chose another next token
+    let mut after = path[..4].to_vec();
+    after.push((path[4] + 1) % VOCAB as u32);
+    lm.observe(&DraftFeedback {
+        sequence: 9,
+        context: &after,
+        committed: after.len() - 1,
+        accepted: 1,
+        features: None,
+    })
+    .unwrap();
+    // the next query forwards only the new root
+    let fresh = lm.next_probs(9, &after).unwrap();
+    assert_eq!(lm.forwarded_tokens(), forwarded + 1);
+    let mut alone = draft_lm(&pair, greedy);
+    assert_eq!(fresh, alone.next_probs(1, &after).unwrap());
+    // a verdict the kept path contradicts is refused
+    let wrong = [1u32, 2, 0, 0];
+    let err = lm
+        .observe(&DraftFeedback {
+            sequence: 9,
+            context: &wrong,
+            committed: 3,
+            accepted: 0,
+            features: None,
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sequence 9"), "{err}");
+    lm.release(9).unwrap();
 }

@@ -4,6 +4,7 @@
 //! rises: at T = 0 a draft only has to match the target's argmax, at T > 0 the acceptance is the
 //! overlap Σ min(p, q) of two flatter distributions.
 
+use crate::methods::kinds::*;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -89,7 +90,7 @@ pub fn run(dir: &Path, p: &TemperatureParams) -> Result<ReproOutput> {
             t,
             p.size,
             1,
-            vec![baseline(), fixed(&name, DrafterConfig::Chain, p.k)],
+            vec![baseline(), fixed(&name, DrafterConfig::of(Chain {}), p.k)],
         )?;
         let results = run_config(&loaded, &dir.join(format!("t{t}")))?;
         let base = summary(&results, "baseline")?;

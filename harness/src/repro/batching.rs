@@ -10,6 +10,7 @@
 //! the cost-model policy fed the batch-1 costs or the per-sequence costs at the run's batch
 //! size. `--quick` loads no model (built-in cost curve and acceptance rates).
 
+use crate::methods::kinds::*;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -23,7 +24,7 @@ use super::tree_scaling::builtin_cpu_cost;
 use super::{md_row, write_text, Cell, ReproOutput};
 use crate::config::{DrafterConfig, PolicyConfig};
 use crate::error::{HarnessError, Result};
-use crate::policies::policy_for;
+use crate::methods::{PolicyContext, PolicyCosts, PolicyKind};
 use crate::report::{line_plot, Legend, Series, SeriesStyle};
 use crate::runner::LoadedModel;
 use crate::simulation::{simulate_batched, AcceptanceProcess, CostCurve, CostModel};
@@ -161,10 +162,13 @@ fn methods_at(
     draft: Option<&CostCurve>,
 ) -> Result<Vec<(String, Box<dyn SpeculationPolicy>)>> {
     let k_max = 2 * k;
-    let cost_optimal = PolicyConfig::CostOptimal {
-        k_max,
-        min_gain: 0.02,
-        probe_every: 16,
+    let cost_optimal = CostOptimal::up_to(k_max);
+    let chain = |costs| PolicyContext {
+        method: "batching",
+        drafter: "chain",
+        is_chain: true,
+        shape: None,
+        costs,
     };
     let at_one = cost
         .per_sequence_at_batch(1, k_max, draft)
@@ -177,21 +181,21 @@ fn methods_at(
         (format!("fixed K={k}"), Box::new(FixedPolicy::chain(k))),
         (
             format!("gate (K={k}, off < 0.35)"),
-            policy_for(&threshold(k), None)?,
+            threshold(k).build(&chain(PolicyCosts::Unknown))?,
         ),
         (
             "cost model, batch-1 costs".into(),
-            policy_for(&cost_optimal, Some(&at_one))?,
+            cost_optimal.build(&chain(PolicyCosts::Given(&at_one)))?,
         ),
         (
             "cost model, batch-aware".into(),
-            policy_for(&cost_optimal, Some(&at_b))?,
+            cost_optimal.build(&chain(PolicyCosts::Given(&at_b)))?,
         ),
     ])
 }
 
-fn threshold(k: usize) -> PolicyConfig {
-    PolicyConfig::Threshold {
+fn threshold(k: usize) -> Threshold {
+    Threshold {
         k,
         min_acceptance: 0.35,
         probe_every: 16,
@@ -258,8 +262,12 @@ pub fn run(dir: &Path, p: &BatchingParams) -> Result<ReproOutput> {
         let k = p.k;
         let methods = vec![
             baseline(),
-            fixed(&format!("fixed-k{k}"), DrafterConfig::Chain, k),
-            with_policy(&format!("gate-k{k}"), DrafterConfig::Chain, threshold(k)),
+            fixed(&format!("fixed-k{k}"), DrafterConfig::of(Chain {}), k),
+            with_policy(
+                &format!("gate-k{k}"),
+                DrafterConfig::of(Chain {}),
+                PolicyConfig::of(threshold(k)),
+            ),
         ];
         let mut per_batch = Vec::new();
         for &b in &check.batches {

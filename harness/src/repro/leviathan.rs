@@ -2,6 +2,7 @@
 //! tokens per target pass E(α, γ) = (1 − α^(γ+1)) / (1 − α) and the walltime gain
 //! E / (γc + 1), analytic against the simulation.
 
+use crate::methods::kinds::*;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -164,10 +165,14 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
             .map(|(index, prompt)| RequestSpec { index, prompt })
             .collect();
         for gamma in 1..=p.gamma_max {
-            let fixed = Some(PolicyConfig::Fixed { k: gamma });
+            let fixed = Some(PolicyConfig::of(Fixed { k: gamma }));
             let method = MethodConfig {
-                verifier: VerifierConfig::Rejection,
-                ..MethodConfig::new(format!("chain-k{gamma}"), DrafterConfig::Chain, fixed)
+                verifier: VerifierConfig::of(ChainRejection {}),
+                ..MethodConfig::new(
+                    format!("chain-k{gamma}"),
+                    DrafterConfig::of(Chain {}),
+                    fixed,
+                )
             };
             let outcome = backend.run_method(&method, &specs, &mut |_| {})?;
             let taus: Vec<f64> = outcome

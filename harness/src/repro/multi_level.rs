@@ -3,6 +3,7 @@
 //! extended chain the 1.5B target verifies (Spector & Ré 2023, "Accelerating LLM inference with
 //! staged speculative decoding"; Chen et al. 2023, "Cascade speculative drafting").
 
+use crate::methods::kinds::*;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -80,13 +81,13 @@ pub fn run(dir: &Path, p: &MultiLevelParams) -> Result<ReproOutput> {
     let k = p.k;
     let methods = vec![
         baseline(),
-        fixed(&format!("ngram-k{k}"), DrafterConfig::Ngram { n: 3 }, k),
-        fixed(&format!("linear-k{k}"), DrafterConfig::Chain, k),
+        fixed(&format!("ngram-k{k}"), DrafterConfig::of(Ngram { n: 3 }), k),
+        fixed(&format!("linear-k{k}"), DrafterConfig::of(Chain {}), k),
         fixed(
             &format!("staged-k{k}"),
-            DrafterConfig::Staged {
+            DrafterConfig::of(Staged {
                 levels: vec![DRAFT.into()],
-            },
+            }),
             k,
         ),
     ];

@@ -2,6 +2,7 @@
 //! on HumanEval prompts: experiment configs built in code, run through the ordinary runner (so
 //! every sub-run writes a full results folder with provenance), and measured cost curves.
 
+use crate::methods::kinds::*;
 use std::path::Path;
 
 use serde::Serialize;
@@ -36,7 +37,7 @@ pub struct RealSize {
 
 /// A method: `drafter` with a fixed budget `k` (auto verifier).
 pub fn fixed(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
-    with_policy(name, drafter, PolicyConfig::Fixed { k })
+    with_policy(name, drafter, PolicyConfig::of(Fixed { k }))
 }
 
 /// A method: `drafter` with `policy` (auto verifier).

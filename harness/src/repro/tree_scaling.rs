@@ -13,6 +13,7 @@
 //! the engine's chain and Sequoia drafters checks the simulated τ. `--quick` skips the models
 //! and uses the table and cost curve built in below (measured by an earlier full run).
 
+use crate::methods::kinds::*;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -29,9 +30,10 @@ use super::{md_row, write_text, Cell, ReproOutput};
 use crate::config::{DrafterConfig, PromptSet};
 use crate::engine::Request;
 use crate::error::{HarnessError, Result};
+use crate::methods::drafters::{SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH};
 use crate::metrics::{t_interval, Interval};
 use crate::report::{line_plot, Legend, Series, SeriesStyle};
-use crate::runner::{EngineBackend, LoadedModel, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH};
+use crate::runner::{EngineBackend, LoadedModel};
 use crate::simulation::{accepted_length, dynamic_tree, CostCurve, CostModel, TreeAcceptance};
 use specdec_kernels::sampling::SamplingParams;
 
@@ -492,11 +494,14 @@ pub fn run(dir: &Path, p: &TreeScalingParams) -> Result<ReproOutput> {
                 overhead_ms: 0.0,
                 link: None,
             };
-            let mut methods = vec![baseline(), fixed("chain-k4", DrafterConfig::Chain, 4)];
+            let mut methods = vec![
+                baseline(),
+                fixed("chain-k4", DrafterConfig::of(Chain {}), 4),
+            ];
             for &b in &m.check_budgets {
                 methods.push(fixed(
                     &format!("sequoia-{b}"),
-                    DrafterConfig::Sequoia { nodes: b },
+                    DrafterConfig::of(Sequoia { nodes: b }),
                     b,
                 ));
             }

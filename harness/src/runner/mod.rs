@@ -1,23 +1,25 @@
 //! Runs an experiment: every method over every prompt on a [`Backend`], with a progress bar, then
 //! aggregates and writes the results folder.
 //!
-//! The engine plugs in here: it implements [`Backend`] (run one method over a list of requests,
-//! batching them as it likes, and return one [`RequestOutcome`] per request with its
-//! [`StepRecord`]s). [`backend_for`] picks the backend from the config: the simulation, the toy
-//! models (the [`crate::engine`] loop on `specdec_models::toy` tables), or — until a model
-//! runner backend is wired — a
-//! [`HarnessError::NotYetAvailable`] for real models.
+//! A backend implements [`Backend`]: run one method over a list of requests, batching them as
+//! it likes, and return one [`RequestOutcome`] per request with its [`StepRecord`]s.
+//! [`backend_for`] picks the backend from the config: the simulation (an injected acceptance
+//! process), the toy models (the [`crate::engine`] loop on `specdec_models::toy` tables), or
+//! the engine on real models ([`EngineBackend`]: [`models`] opens and places them,
+//! [`engine_context`] lends them to the method registry). The toy and engine backends build
+//! every method through the registry ([`crate::methods::build_method`]).
 
 mod engine_backend;
+pub mod engine_context;
 pub mod layer_skip_tune;
+pub mod models;
 mod simulated;
 mod toy;
 
-pub use engine_backend::{
-    build_method, check_same_tokenizer, time_forward, BuiltMethod, EngineBackend, LoadedModel,
-    ModelSet, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH,
-};
-pub use simulated::SimulationBackend;
+pub use engine_backend::EngineBackend;
+pub use engine_context::ModelSet;
+pub use models::{check_same_tokenizer, time_forward, LoadedModel, Target};
+pub use simulated::{require_chain_method, SimulationBackend};
 pub use toy::{toy_pair, ToyBackend};
 
 use std::path::Path;
@@ -86,7 +88,7 @@ pub trait Backend {
 }
 
 /// Picks the backend for a config: `[simulation]` → [`SimulationBackend`]; target `toy` →
-/// [`ToyBackend`]; real models → [`HarnessError::NotYetAvailable`] until the engine lands.
+/// [`ToyBackend`]; real models → [`EngineBackend`].
 pub fn backend_for(config: &ExperimentConfig) -> Result<Box<dyn Backend>> {
     if let Some(sim) = &config.simulation {
         return Ok(Box::new(SimulationBackend::new(

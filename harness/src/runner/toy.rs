@@ -1,24 +1,23 @@
 //! The toy backend: the harness's engine loop ([`crate::engine::Engine`]: continuous batching,
 //! the kernels' verifiers, production randomness) over a seeded pair of toy probability-table
-//! language models. No download, no weights. Chains and plain decoding.
+//! language models. No download, no weights. Methods are built through the registry with the
+//! toy draft as every draft model; drafters needing the target's blocks (layer skip) and the
+//! cost-model policy (no measured costs) are refused by name.
 //!
 //! Times are the engine's wall time on toy tables: they say nothing about real models; the
 //! acceptance statistics, which follow from the tables exactly, are the point.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use specdec_algorithms::drafters::{ChainDrafter, ChainMode, Drafter};
-use specdec_algorithms::verify::{PairedVerifier, Verifier};
 use specdec_kernels::sampling::{prepare_probs, SamplingParams};
-use specdec_kernels::verification::{DraftKind, VerifyMethod};
 use specdec_models::toy::{ToyLanguageModel, ToyPair, ToyStyle};
+use specdec_models::LanguageModel;
 
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
-use crate::config::{ExperimentConfig, MethodConfig, ToyConfig, VerifierConfig};
-use crate::engine::{Engine, EngineOptions, LmDraftModel, NoDrafter, Penalties, Request, StopRule};
+use crate::config::{ExperimentConfig, MethodConfig, ToyConfig};
+use crate::engine::{EngineOptions, Penalties, Request, StopRule};
 use crate::error::{HarnessError, Result};
-use crate::policies::{method_policy, require_chain_method};
+use crate::methods::{build_method, DeviceModel, DraftContext};
 
 /// Runs plain decoding and chain methods through the engine on a toy pair.
 #[derive(Debug, Clone)]
@@ -78,32 +77,59 @@ fn toy_tokens(text: &str, request: usize, vocab: usize) -> Vec<u32> {
     text.bytes().map(|b| (b as usize % vocab) as u32).collect()
 }
 
-/// The verifier a method asks for, paired with the kind of tree its drafter makes.
-fn paired_verifier(
-    method: &MethodConfig,
-    temperature: f64,
-    kind: DraftKind,
-) -> Result<PairedVerifier<f32>> {
-    let greedy = temperature == 0.0;
-    let chosen = match (&method.verifier, method.is_baseline()) {
-        (VerifierConfig::Auto, true) if greedy => VerifyMethod::Greedy,
-        (VerifierConfig::Auto, true) => VerifyMethod::TargetOnly,
-        (VerifierConfig::Auto, false) if greedy => VerifyMethod::Greedy,
-        (VerifierConfig::Auto, false) | (VerifierConfig::Rejection, _) => {
-            VerifyMethod::ChainRejection
-        }
-        (VerifierConfig::Greedy, _) => VerifyMethod::Greedy,
-        (VerifierConfig::TargetOnly, _) => VerifyMethod::TargetOnly,
-        (other, _) => {
-            return Err(HarnessError::NotYetAvailable(format!(
-                "the toy backend runs chains; verifier `{}` of method `{}` needs tree drafting",
-                other.kind(),
-                method.name
-            )))
-        }
-    };
-    let verifier: Arc<dyn Verifier<f32>> = Arc::new(chosen);
-    Ok(PairedVerifier::new(verifier, kind)?)
+/// What the toy backend lends the registry: the toy draft as every draft model.
+struct ToyContext<'a> {
+    pair: &'a ToyPair,
+    params: SamplingParams,
+    batch_size: usize,
+    max_context: usize,
+}
+
+impl DraftContext for ToyContext<'_> {
+    fn sampling(&self) -> SamplingParams {
+        self.params
+    }
+
+    fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    fn default_draft(&self) -> Option<String> {
+        Some("toy".into())
+    }
+
+    /// The toy draft, whatever the name.
+    fn draft_model(&mut self, _name: &str) -> Result<DeviceModel> {
+        Ok(Box::new(ToyLanguageModel::new(
+            self.pair.draft.clone(),
+            self.max_context,
+            vec![],
+        )))
+    }
+
+    fn layer_skip(&mut self, _keep: Option<&[usize]>, _tune: bool) -> Result<DeviceModel> {
+        Err(HarnessError::NotYetAvailable(
+            "the toy backend's target is a probability table and has no blocks to skip (layer \
+             skip runs on real models)"
+                .into(),
+        ))
+    }
+
+    fn measures_costs(&self) -> bool {
+        false
+    }
+
+    fn time_draft_pass(&mut self, _model: &mut dyn LanguageModel) -> Result<f64> {
+        Err(HarnessError::NotYetAvailable(
+            "the toy backend measures no costs".into(),
+        ))
+    }
+
+    fn verify_curve(&mut self, _tokens: usize) -> Result<Vec<f64>> {
+        Err(HarnessError::NotYetAvailable(
+            "the toy backend measures no costs".into(),
+        ))
+    }
 }
 
 impl Backend for ToyBackend {
@@ -117,7 +143,6 @@ impl Backend for ToyBackend {
         requests: &[RequestSpec<'_>],
         on_request_done: &mut dyn FnMut(usize),
     ) -> Result<MethodOutcome> {
-        require_chain_method(method, "the toy backend")?;
         let vocab = self.pair.target.vocab();
         let engine_requests: Vec<Request> = requests
             .iter()
@@ -134,26 +159,15 @@ impl Backend for ToyBackend {
             .unwrap_or(1);
         let max_context = longest + self.max_tokens + 64;
         let mut target = ToyLanguageModel::new(self.pair.target.clone(), max_context, vec![]);
-        let greedy = self.params.temperature == 0.0;
-        let mut no_drafter = NoDrafter;
-        let mut chain = ChainDrafter::new(
-            LmDraftModel::new(
-                ToyLanguageModel::new(self.pair.draft.clone(), max_context, vec![]),
-                self.params,
-                8,
-            ),
-            if greedy {
-                ChainMode::Argmax
-            } else {
-                ChainMode::Sample
+        let mut built = build_method(
+            method,
+            &mut ToyContext {
+                pair: &self.pair,
+                params: self.params,
+                batch_size: self.batch_size,
+                max_context,
             },
-        );
-        let drafter: &mut dyn Drafter<f32> = if method.is_baseline() {
-            &mut no_drafter
-        } else {
-            &mut chain
-        };
-        let verifier = paired_verifier(method, self.params.temperature, drafter.kind())?;
+        )?;
         let options = EngineOptions {
             method: method.name.clone(),
             sampling: self.params,
@@ -161,12 +175,12 @@ impl Backend for ToyBackend {
             seed: self.seed,
             batch_size: self.batch_size,
         };
-        let policy = method_policy(method, None)?;
         let started = Instant::now();
-        let mut engine = Engine::new(&mut target, drafter, verifier, policy, options)?;
-        let generations = engine.run(&engine_requests, &mut |i| {
-            on_request_done(requests[i].index)
-        })?;
+        let generations = built
+            .engine(&mut target, options)?
+            .run(&engine_requests, &mut |i| {
+                on_request_done(requests[i].index)
+            })?;
         let elapsed_s = started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
         let outcomes = generations
             .into_iter()

@@ -9,9 +9,9 @@
 
 use specdec_algorithms::policy::{SpeculationPolicy, StepOutcome};
 
+use super::next_chain_len;
 use super::{AcceptanceProcess, CostCurve, CostModel, SplitMix64, StepCost};
 use crate::error::{HarnessError, Result};
-use crate::policies::next_chain_len;
 
 impl CostModel {
     /// The cost of one batched step where sequence `i` drafts a chain of `ks[i]` (0: plain) (see

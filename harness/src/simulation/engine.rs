@@ -3,10 +3,10 @@
 
 use specdec_algorithms::policy::{SpeculationPolicy, StepOutcome};
 
+use super::next_chain_len;
 use super::{AcceptanceProcess, CostModel, SplitMix64};
 use crate::error::Result;
 use crate::metrics::StepRecord;
-use crate::policies::next_chain_len;
 
 /// KV cache block size (tokens) assumed by the simulation's block count.
 pub const SIM_BLOCK_TOKENS: usize = 16;

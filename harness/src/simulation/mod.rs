@@ -37,8 +37,23 @@ pub use tree::{
 };
 
 use serde::{Deserialize, Serialize};
+use specdec_algorithms::policy::{Budget, SpeculationPolicy};
 
-use crate::error::Result;
+use crate::error::{HarnessError, Result};
+
+/// The next chain length the policy asks for (0 for plain decoding). `who` names the caller in
+/// the error a tree budget gets ([`HarnessError::NotYetAvailable`]: the simulation models
+/// chains only).
+pub fn next_chain_len(policy: &mut dyn SpeculationPolicy, who: &str) -> Result<usize> {
+    match policy.next_budget() {
+        Budget::Plain => Ok(0),
+        Budget::Chain(k) => Ok(k),
+        other => Err(HarnessError::NotYetAvailable(format!(
+            "policy `{}` asked for {other:?}; {who} runs chains only",
+            policy.name()
+        ))),
+    }
+}
 
 /// The `[simulation]` table: what replaces the models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -56,7 +56,7 @@ fn method_code(method: VerifyMethod, inputs: &[VerifyInput<'_, f32>]) -> Result<
             }
             1
         }
-        VerifyMethod::MultiRoundIid => 1,
+        VerifyMethod::MultiRound => 1,
         VerifyMethod::RecursiveRejection => 2,
         VerifyMethod::TargetOnly => 3,
         VerifyMethod::Typical { .. } => {
@@ -477,7 +477,7 @@ mod tests {
             );
             check_method(
                 device,
-                VerifyMethod::MultiRoundIid,
+                VerifyMethod::MultiRound,
                 DraftKind::Iid,
                 false,
                 vocab,

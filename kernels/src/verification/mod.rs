@@ -10,7 +10,7 @@
 //! Methods ([`VerifyMethod`]):
 //! - [`VerifyMethod::Greedy`]: argmax match ([`greedy`]);
 //! - [`VerifyMethod::ChainRejection`]: Leviathan/Chen speculative sampling on a chain;
-//! - [`VerifyMethod::MultiRoundIid`]: SpecInfer-style multi-round sampling for i.i.d. children;
+//! - [`VerifyMethod::MultiRound`]: SpecInfer-style multi-round sampling for i.i.d. children;
 //! - [`VerifyMethod::RecursiveRejection`]: recursive rejection sampling for children drawn
 //!   without replacement ([`multi_round`] covers these three);
 //! - [`VerifyMethod::TargetOnly`]: target-only tree sampling for deterministic trees;
@@ -44,7 +44,7 @@ pub enum VerifyMethod {
     /// Chain rejection sampling with residual and bonus; the tree must be a chain.
     ChainRejection,
     /// Multi-round rejection sampling, children drawn i.i.d. from `q` (SpecInfer).
-    MultiRoundIid,
+    MultiRound,
     /// Recursive rejection sampling, children drawn from `q` without replacement.
     RecursiveRejection,
     /// Sample from the target and follow a matching child.
@@ -59,15 +59,15 @@ pub enum VerifyMethod {
 }
 
 impl VerifyMethod {
-    /// A short name for tables: `greedy`, `chain`, `specinfer`, `recursive`, `target-only`,
-    /// `typical`.
+    /// The method's name, as configs and tables spell it: `greedy`, `chain_rejection`,
+    /// `multi_round`, `recursive_rejection`, `target_only`, `typical`.
     pub fn name(&self) -> &'static str {
         match self {
             VerifyMethod::Greedy => "greedy",
-            VerifyMethod::ChainRejection => "chain",
-            VerifyMethod::MultiRoundIid => "specinfer",
-            VerifyMethod::RecursiveRejection => "recursive",
-            VerifyMethod::TargetOnly => "target-only",
+            VerifyMethod::ChainRejection => "chain_rejection",
+            VerifyMethod::MultiRound => "multi_round",
+            VerifyMethod::RecursiveRejection => "recursive_rejection",
+            VerifyMethod::TargetOnly => "target_only",
             VerifyMethod::Typical { .. } => "typical",
         }
     }
@@ -98,7 +98,7 @@ pub fn verify_one<N: Prob, D: Decisions<N> + ?Sized>(
             }
             multi_round::verify_multi_round(input, decisions, SiblingDraws::Independent)
         }
-        VerifyMethod::MultiRoundIid => {
+        VerifyMethod::MultiRound => {
             multi_round::verify_multi_round(input, decisions, SiblingDraws::Independent)
         }
         VerifyMethod::RecursiveRejection => {
@@ -297,11 +297,7 @@ mod tests {
             ..input
         };
         assert!(matches!(
-            verify_one(
-                VerifyMethod::MultiRoundIid,
-                &short,
-                &mut Replay::production(0)
-            ),
+            verify_one(VerifyMethod::MultiRound, &short, &mut Replay::production(0)),
             Err(KernelError::ShapeMismatch { .. })
         ));
     }

@@ -1,0 +1,302 @@
+//! The drafter entries: one file each, one line each in [`DRAFTERS`].
+//!
+//! A drafter entry is a parameter struct implementing [`DrafterKind`]: its name, aliases and
+//! help ([`Kind`]), what it needs from the backend, and [`DrafterKind::build`], which turns the
+//! parameters into a [`Drafter`] using what the backend lends ([`DraftContext`]). The set-up
+//! every drafter over a draft model shares (open the model, cut its vocabulary, time a pass for
+//! the cost model, wrap it as a [`DraftModel`](specdec_algorithms::drafters::DraftModel)) is
+//! [`model_drafter_setup`].
+
+mod chain;
+mod dynamic_tree;
+mod layer_skip;
+mod ngram;
+mod plain;
+mod sequoia;
+mod staged;
+mod tree;
+
+pub use chain::Chain;
+pub use dynamic_tree::DynamicTree;
+pub use layer_skip::LayerSkip;
+pub use ngram::Ngram;
+pub use plain::Plain;
+pub use sequoia::{Sequoia, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH};
+pub use staged::Staged;
+pub use tree::Tree;
+
+use specdec_algorithms::drafters::{ChainDrafter, ChainMode, Drafter, ShapeDrafter, TreeFill};
+use specdec_algorithms::trees::TreeShape;
+use specdec_kernels::sampling::SamplingParams;
+use specdec_models::LanguageModel;
+
+use super::spec::{Entry, Kind, Registered, Role};
+use crate::engine::LmDraftModel;
+use crate::error::{HarnessError, Result};
+
+/// Every drafter, in the order `--help` lists them.
+pub static DRAFTERS: &[&dyn DrafterEntry] = &[
+    &Registered::<Plain>::ENTRY,
+    &Registered::<Chain>::ENTRY,
+    &Registered::<Tree>::ENTRY,
+    &Registered::<DynamicTree>::ENTRY,
+    &Registered::<Sequoia>::ENTRY,
+    &Registered::<Ngram>::ENTRY,
+    &Registered::<Staged>::ENTRY,
+    &Registered::<LayerSkip>::ENTRY,
+];
+
+/// The drafter role of [`super::Spec`].
+pub enum DrafterRole {}
+
+impl Role for DrafterRole {
+    const WHAT: &'static str = "drafter";
+    type Entry = dyn DrafterEntry;
+    fn entries() -> &'static [&'static dyn DrafterEntry] {
+        DRAFTERS
+    }
+}
+
+/// A model on whichever device the run uses.
+pub type DeviceModel = Box<dyn LanguageModel>;
+
+/// What a backend lends the drafters it builds: models, timings and settings.
+pub trait DraftContext {
+    /// Sampling applied to the target and, by drafters, to `q`.
+    fn sampling(&self) -> SamplingParams;
+    /// Requests in flight at once (sizes the draft models' KV pools).
+    fn batch_size(&self) -> usize;
+    /// The run's draft model name (`models.draft`), if any.
+    fn default_draft(&self) -> Option<String>;
+    /// The draft model `name` (a registry name or GGUF path; `layer_skip`: the target with its
+    /// default blocks skipped), checked to share the target's tokenizer, with KV room for the
+    /// run's sequences.
+    ///
+    /// # Errors
+    /// A model that cannot be opened, another tokenizer, a backend without draft models.
+    fn draft_model(&mut self, name: &str) -> Result<DeviceModel>;
+    /// The target running only blocks `keep` (its weights shared); without `keep`, the default
+    /// subset, or with `tune` the subset measured best on the run's first prompt.
+    ///
+    /// # Errors
+    /// A backend whose target has no block subsets, bad block indices.
+    fn layer_skip(&mut self, keep: Option<&[usize]>, tune: bool) -> Result<DeviceModel>;
+    /// Whether this backend measures costs (so the cost-model policy can run on them, with a
+    /// timed draft pass and verify-cost curve as priors).
+    fn measures_costs(&self) -> bool;
+    /// Seconds of one draft pass of `model` (the cost-model policy's prior).
+    ///
+    /// # Errors
+    /// The model's errors; a backend without timings.
+    fn time_draft_pass(&mut self, model: &mut dyn LanguageModel) -> Result<f64>;
+    /// The target's relative forward costs `t(n) / t(1)` for `n = 1..=tokens`.
+    ///
+    /// # Errors
+    /// The target's errors; a backend without timings.
+    fn verify_curve(&mut self, tokens: usize) -> Result<Vec<f64>>;
+}
+
+/// What [`DrafterKind::build`] knows of the method it builds for.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftSetup<'a> {
+    /// The method's name (for messages).
+    pub method: &'a str,
+    /// `MethodConfig::draft_vocab`: compute only the first ids' logits.
+    pub draft_vocab: Option<usize>,
+    /// Whether the policy prices draft passes (time one).
+    pub time_passes: bool,
+}
+
+/// A drafter ready for the engine, with what its policy needs to know of it.
+pub struct BuiltDrafter {
+    /// The drafter.
+    pub drafter: Box<dyn Drafter<f32>>,
+    /// Whether it drafts chains (the policy's K is a chain length) rather than trees (a node
+    /// budget).
+    pub is_chain: bool,
+    /// The largest tree it drafts (caps a tree policy's budget).
+    pub shape: Option<TreeShape>,
+    /// Seconds of one draft pass, when timed (0 for free drafters).
+    pub draft_pass_s: Option<f64>,
+}
+
+/// A drafter's parameters: [`Kind`] plus how it is built.
+pub trait DrafterKind: Kind {
+    /// Whether it drafts chains (else trees).
+    fn is_chain(&self) -> bool;
+    /// Whether it needs the run's draft model (`models.draft`).
+    fn needs_draft_model(&self) -> bool {
+        false
+    }
+    /// Whether it runs a model at all (so `draft_vocab` applies).
+    fn uses_model(&self) -> bool {
+        self.needs_draft_model()
+    }
+    /// The drafter `specdec generate --method NAME` runs (its budget from `--k`), when it can
+    /// run from flags alone; `draft` is the `--draft` model.
+    fn for_generate(draft: Option<&str>) -> Option<Self> {
+        let _ = draft;
+        None
+    }
+    /// Builds the drafter.
+    ///
+    /// # Errors
+    /// What the backend cannot lend, invalid parameters.
+    fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter>;
+}
+
+/// The object-safe face of a drafter entry (see [`DrafterKind`]).
+pub trait DrafterEntry: Entry {
+    /// [`DrafterKind::is_chain`] of `params` (true when they do not parse).
+    fn is_chain(&self, params: &toml::Table) -> bool;
+    /// [`DrafterKind::needs_draft_model`] of `params`.
+    fn needs_draft_model(&self, params: &toml::Table) -> bool;
+    /// [`DrafterKind::uses_model`] of `params`.
+    fn uses_model(&self, params: &toml::Table) -> bool;
+    /// [`DrafterKind::for_generate`] as config parameters.
+    fn generate_params(&self, draft: Option<&str>) -> Option<toml::Table>;
+    /// Parses `params` and builds the drafter.
+    ///
+    /// # Errors
+    /// The parse error, as [`DrafterKind::build`].
+    fn build(
+        &self,
+        params: &toml::Table,
+        ctx: &mut dyn DraftContext,
+        setup: &DraftSetup<'_>,
+    ) -> Result<BuiltDrafter>;
+}
+
+impl<K: DrafterKind> DrafterEntry for Registered<K> {
+    fn is_chain(&self, params: &toml::Table) -> bool {
+        Self::parse(params).map_or(true, |k| k.is_chain())
+    }
+    fn needs_draft_model(&self, params: &toml::Table) -> bool {
+        Self::parse(params).is_ok_and(|k| k.needs_draft_model())
+    }
+    fn uses_model(&self, params: &toml::Table) -> bool {
+        Self::parse(params).is_ok_and(|k| k.uses_model())
+    }
+    fn generate_params(&self, draft: Option<&str>) -> Option<toml::Table> {
+        match toml::Value::try_from(K::for_generate(draft)?) {
+            Ok(toml::Value::Table(table)) => Some(table),
+            _ => None,
+        }
+    }
+    fn build(
+        &self,
+        params: &toml::Table,
+        ctx: &mut dyn DraftContext,
+        setup: &DraftSetup<'_>,
+    ) -> Result<BuiltDrafter> {
+        let kind = Self::parse(params).map_err(HarnessError::InvalidEngine)?;
+        kind.build(ctx, setup)
+    }
+}
+
+/// How chains are drawn at the run's temperature: argmax at T = 0, sampled from `q` above.
+pub fn chain_mode(sampling: &SamplingParams) -> ChainMode {
+    if sampling.temperature == 0.0 {
+        ChainMode::Argmax
+    } else {
+        ChainMode::Sample
+    }
+}
+
+/// How static trees are filled: top-ranked at T = 0, sampled without replacement above.
+pub fn tree_fill(sampling: &SamplingParams) -> TreeFill {
+    if sampling.temperature == 0.0 {
+        TreeFill::TopRanked
+    } else {
+        TreeFill::WithoutReplacement
+    }
+}
+
+/// The run's draft model for `kind`'s method, or an error saying to set one.
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] naming the method when `models.draft` is not set.
+pub fn run_draft_model(
+    ctx: &mut dyn DraftContext,
+    setup: &DraftSetup<'_>,
+    kind: &str,
+) -> Result<DeviceModel> {
+    let name = ctx.default_draft().ok_or_else(|| {
+        HarnessError::InvalidEngine(format!(
+            "method `{}` ({kind}) needs a draft model: set models.draft (e.g. \
+             \"qwen2.5-coder-0.5b\"), or use an ngram or layer_skip drafter",
+            setup.method
+        ))
+    })?;
+    ctx.draft_model(&name)
+}
+
+/// The set-up every drafter over a model shares: `model`'s vocabulary cut to `draft_vocab`,
+/// one pass timed when the policy prices passes, and the model wrapped for drafters with the
+/// run's sampling — `ranked` for top-ranked trees, whose siblings come from the plain softmax
+/// (T = 1) at T = 0 (a one-hot `q` would leave one child; greedy verification reads no `q`).
+///
+/// # Errors
+/// A bad `draft_vocab`, the timing's errors.
+pub fn model_drafter_setup(
+    ctx: &mut dyn DraftContext,
+    setup: &DraftSetup<'_>,
+    mut model: DeviceModel,
+    ranked: bool,
+) -> Result<(LmDraftModel<DeviceModel>, Option<f64>)> {
+    if let Some(rows) = setup.draft_vocab {
+        model.limit_logits(rows).map_err(|err| {
+            HarnessError::InvalidEngine(format!("method `{}`: draft_vocab: {err}", setup.method))
+        })?;
+    }
+    let pass_s = match setup.time_passes {
+        true => Some(ctx.time_draft_pass(model.as_mut())?),
+        false => None,
+    };
+    let mut sampling = ctx.sampling();
+    if ranked && sampling.temperature == 0.0 {
+        sampling.temperature = 1.0;
+    }
+    let lm = LmDraftModel::new(model, sampling, ctx.batch_size() + 2);
+    Ok((lm, pass_s))
+}
+
+/// A chain drafter over `model` ([`model_drafter_setup`], drawn as [`chain_mode`] says).
+///
+/// # Errors
+/// As [`model_drafter_setup`].
+pub fn chain_over(
+    ctx: &mut dyn DraftContext,
+    setup: &DraftSetup<'_>,
+    model: DeviceModel,
+) -> Result<BuiltDrafter> {
+    let (lm, draft_pass_s) = model_drafter_setup(ctx, setup, model, false)?;
+    Ok(BuiltDrafter {
+        drafter: Box::new(ChainDrafter::new(lm, chain_mode(&ctx.sampling()))),
+        is_chain: true,
+        shape: None,
+        draft_pass_s,
+    })
+}
+
+/// A drafter filling `shape` from the run's draft model ([`model_drafter_setup`], filled as
+/// [`tree_fill`] says).
+///
+/// # Errors
+/// No draft model; as [`model_drafter_setup`].
+pub fn shape_over(
+    ctx: &mut dyn DraftContext,
+    setup: &DraftSetup<'_>,
+    kind: &str,
+    shape: TreeShape,
+) -> Result<BuiltDrafter> {
+    let model = run_draft_model(ctx, setup, kind)?;
+    let (lm, draft_pass_s) = model_drafter_setup(ctx, setup, model, true)?;
+    let fill = tree_fill(&ctx.sampling());
+    Ok(BuiltDrafter {
+        drafter: Box::new(ShapeDrafter::new(lm, fill, shape.clone())),
+        is_chain: false,
+        shape: Some(shape),
+        draft_pass_s,
+    })
+}

@@ -1,0 +1,144 @@
+//! What the engine backend lends the method registry: [`ModelSet`], its [`DraftContext`] —
+//! draft models on the run's device (checked to share the target's tokenizer), layer-skip views
+//! of the CPU target, and the timings the cost-model policy starts from.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use specdec_kernels::cuda::Device;
+use specdec_kernels::sampling::SamplingParams;
+use specdec_kernels::TreeTopology;
+use specdec_models::llama::default_skip_layers;
+use specdec_models::{LanguageModel, SequenceStep};
+
+use super::layer_skip_tune::tune_layer_skip;
+use super::models::{
+    check_same_tokenizer, kv_options, time_forward, DeviceModel, LoadedModel, Target,
+};
+use crate::error::{HarnessError, Result};
+use crate::methods::DraftContext;
+
+/// What [`crate::methods::build_method`] may borrow from the engine backend: the target (for
+/// layer skip and timings), the models it may load as drafts and the sampling settings.
+pub struct ModelSet<'m> {
+    /// The target model (its weights are shared by layer-skip drafters on the CPU).
+    pub target: &'m mut Target,
+    /// The target's file.
+    pub target_file: &'m LoadedModel,
+    /// Draft models opened so far, by name (the config's `models.draft` among them).
+    pub drafts: &'m mut HashMap<String, LoadedModel>,
+    /// The config's `models.draft`, if any.
+    pub default_draft: Option<&'m str>,
+    /// Sampling applied to target and drafts.
+    pub sampling: SamplingParams,
+    /// Requests in flight at once (sizes the draft KV pools).
+    pub batch_size: usize,
+    /// Where draft models run (the target's device).
+    pub device: Device,
+    /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
+    pub calibration: Option<&'m [u32]>,
+    /// The target's relative forward costs `t(n) / t(1)` (index `n - 1`) timed so far, shared by
+    /// the run's cost-model policies (timed on first use, `ModelSet::verify_curve`).
+    pub verify_curve: &'m mut Vec<f64>,
+}
+
+impl ModelSet<'_> {
+    /// The kept blocks [`tune_layer_skip`] picks on `prompt` (its table goes to stderr).
+    fn tuned_keep(&mut self, prompt: &[u32]) -> Result<Vec<usize>> {
+        let target = self.target.cpu("layer-skip tuning")?;
+        let ranked = tune_layer_skip(target, prompt, kv_options(1))?;
+        eprintln!(
+            "layer-skip tuning on {} prompt tokens (best first):",
+            prompt.len()
+        );
+        for c in &ranked {
+            eprintln!(
+                "  {:<12} {:>2} blocks  agreement {:.3}  cost {:.3}  score {:.3} (K={})",
+                c.label,
+                c.keep.len(),
+                c.agreement,
+                c.cost,
+                c.score,
+                c.best_k
+            );
+        }
+        ranked.into_iter().next().map(|c| c.keep).ok_or_else(|| {
+            HarnessError::InvalidEngine("layer-skip tuning: the model has one block".into())
+        })
+    }
+}
+
+impl DraftContext for ModelSet<'_> {
+    fn sampling(&self) -> SamplingParams {
+        self.sampling
+    }
+
+    fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
+    fn default_draft(&self) -> Option<String> {
+        self.default_draft.map(str::to_string)
+    }
+
+    /// Opened once per name (and checked against the target's tokenizer then); each call gives
+    /// a fresh instance with KV room for the batch (+ 2).
+    fn draft_model(&mut self, name: &str) -> Result<DeviceModel> {
+        if name == "layer_skip" {
+            return self.layer_skip(None, false);
+        }
+        if !self.drafts.contains_key(name) {
+            let loaded = LoadedModel::open(name)?;
+            check_same_tokenizer(self.target_file, &loaded)?;
+            self.drafts.insert(name.to_string(), loaded);
+        }
+        self.drafts[name].instantiate_on(self.device, self.batch_size + 2)
+    }
+
+    /// A view of the CPU target sharing its weights; `tune` without `keep` measures the
+    /// candidates on the run's first prompt ([`tune_layer_skip`]).
+    fn layer_skip(&mut self, keep: Option<&[usize]>, tune: bool) -> Result<DeviceModel> {
+        let tuned = match (keep, tune, self.calibration) {
+            (None, true, Some(prompt)) => Some(self.tuned_keep(prompt)?),
+            _ => None,
+        };
+        let sequences = self.batch_size + 2;
+        let target = self.target.cpu("layer-skip drafting")?;
+        let default = default_skip_layers(target.active_layers());
+        let keep = keep.or(tuned.as_deref()).unwrap_or(&default);
+        Ok(Box::new(target.layer_skip(keep, kv_options(sequences))?))
+    }
+
+    fn measures_costs(&self) -> bool {
+        true
+    }
+
+    /// A single-token forward on an empty sequence (no prefill), best of two.
+    fn time_draft_pass(&mut self, model: &mut dyn LanguageModel) -> Result<f64> {
+        let mut best = f64::INFINITY;
+        for _ in 0..2 {
+            let seq = model.new_sequence()?;
+            let t0 = Instant::now();
+            let forward =
+                model.forward(&[SequenceStep::chain(seq, &[100], &TreeTopology::chain(1))]);
+            best = best.min(t0.elapsed().as_secs_f64());
+            model.release(seq)?;
+            forward?;
+        }
+        Ok(best)
+    }
+
+    /// Timed with [`time_forward`] the first time a size is asked for and kept for the run.
+    fn verify_curve(&mut self, tokens: usize) -> Result<Vec<f64>> {
+        if self.verify_curve.len() < tokens {
+            let model = self.target.model();
+            let t1 = time_forward(model, 1)?;
+            let mut curve = vec![1.0];
+            for n in 2..=tokens {
+                curve.push(time_forward(model, n)? / t1);
+            }
+            *self.verify_curve = curve;
+        }
+        Ok(self.verify_curve[..tokens].to_vec())
+    }
+}

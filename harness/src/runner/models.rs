@@ -1,0 +1,190 @@
+//! Real models for the engine backend: files opened once, instantiated on the run's device, and
+//! the checks and timings the backend needs of them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use specdec_kernels::cuda::Device;
+use specdec_kernels::TreeTopology;
+use specdec_models::gguf::GgufFile;
+use specdec_models::llama::cuda::GpuMatmul;
+use specdec_models::llama::{load_on_device, DeviceModelOptions, LlamaModel, LlamaOptions};
+use specdec_models::tokenizer::Tokenizer;
+use specdec_models::{registry, LanguageModel, SequenceStep};
+
+use crate::error::{HarnessError, Result};
+pub use crate::methods::DeviceModel;
+
+/// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
+pub const KV_TOKENS_PER_SEQUENCE: usize = 2048;
+
+/// A model file opened once: its parsed GGUF and tokenizer.
+pub struct LoadedModel {
+    /// The name it was asked by (registry name or path).
+    pub name: String,
+    /// The file.
+    pub path: PathBuf,
+    file: Arc<GgufFile>,
+    /// Its tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl LoadedModel {
+    /// Opens `name` (a registry name such as `smollm2-135m`, or a path to a GGUF file).
+    ///
+    /// # Errors
+    /// [`HarnessError::Model`] when the name is unknown, the file is missing from the cache (the
+    /// message names `scripts/fetch-models.sh`), or the file is not a usable GGUF.
+    pub fn open(name: &str) -> Result<Self> {
+        let path = registry::resolve(name)?;
+        let file = Arc::new(GgufFile::open(&path)?);
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
+        Ok(Self {
+            name: name.to_string(),
+            path,
+            file,
+            tokenizer,
+        })
+    }
+
+    /// A runnable model with room for `sequences` sequences of `KV_TOKENS_PER_SEQUENCE` (2048) tokens.
+    ///
+    /// # Errors
+    /// As [`LlamaModel::from_gguf`].
+    pub fn instantiate(&self, sequences: usize) -> Result<LlamaModel> {
+        Ok(LlamaModel::from_gguf(&self.file, kv_options(sequences))?)
+    }
+
+    /// [`LoadedModel::instantiate`] on `device`: the CPU runner, or the CUDA runner in its
+    /// batch-invariant mode (the engine's greedy equality rests on batch invariance).
+    ///
+    /// # Errors
+    /// As [`load_on_device`]: no usable GPU is an error naming the problem.
+    pub fn instantiate_on(&self, device: Device, sequences: usize) -> Result<DeviceModel> {
+        if device == Device::Cpu {
+            return Ok(Box::new(self.instantiate(sequences)?));
+        }
+        let cpu = kv_options(sequences);
+        let options = DeviceModelOptions {
+            device,
+            kv_capacity_tokens: cpu.kv_capacity_tokens,
+            kv_block_size: cpu.kv_block_size,
+            cpu_matmul: cpu.matmul,
+            gpu_matmul: GpuMatmul::BatchInvariant,
+        };
+        Ok(load_on_device(&self.file, options)?)
+    }
+}
+
+/// The target of an [`EngineBackend`]: the CPU runner (whose layers a layer-skip drafter can
+/// share), or another runner behind the trait (the CUDA one).
+pub enum Target {
+    /// The CPU Llama-family runner.
+    Cpu(Box<LlamaModel>),
+    /// A runner on another device.
+    Device(DeviceModel),
+}
+
+impl Target {
+    /// The model, whatever its device.
+    pub fn model(&mut self) -> &mut dyn LanguageModel {
+        match self {
+            Target::Cpu(m) => m.as_mut(),
+            Target::Device(m) => m.as_mut(),
+        }
+    }
+
+    /// The model, read-only.
+    pub fn model_ref(&self) -> &dyn LanguageModel {
+        match self {
+            Target::Cpu(m) => m.as_ref(),
+            Target::Device(m) => m.as_ref(),
+        }
+    }
+
+    /// The CPU runner, for what only it offers (`what` names the feature for the error).
+    ///
+    /// # Errors
+    /// [`HarnessError::InvalidEngine`] when the target runs on another device.
+    pub fn cpu(&mut self, what: &str) -> Result<&mut LlamaModel> {
+        match self {
+            Target::Cpu(m) => Ok(m.as_mut()),
+            Target::Device(_) => Err(HarnessError::InvalidEngine(format!(
+                "{what} needs the CPU runner (models.device = \"cpu\"): the GPU runner has no \
+                 layer subsets"
+            ))),
+        }
+    }
+}
+
+/// KV options with room for `sequences` sequences of [`KV_TOKENS_PER_SEQUENCE`] tokens.
+pub fn kv_options(sequences: usize) -> LlamaOptions {
+    LlamaOptions {
+        kv_capacity_tokens: sequences.max(1) * KV_TOKENS_PER_SEQUENCE,
+        ..LlamaOptions::default()
+    }
+}
+
+/// Refuses a draft whose tokenizer differs from the target's: same vocabulary size and the same
+/// strings at a spread of token ids (first, last, and 14 in between).
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] naming both models and the first difference.
+pub fn check_same_tokenizer(target: &LoadedModel, draft: &LoadedModel) -> Result<()> {
+    let (t, d) = (&target.tokenizer, &draft.tokenizer);
+    let refuse = |what: String| {
+        Err(HarnessError::InvalidEngine(format!(
+            "draft `{}` cannot draft for target `{}`: their tokenizers differ ({what}); \
+             speculative decoding needs the same token ids — use an n-gram or layer_skip \
+             drafter instead",
+            draft.name, target.name
+        )))
+    };
+    if t.vocab_size() != d.vocab_size() {
+        return refuse(format!(
+            "vocabulary {} vs {} tokens",
+            t.vocab_size(),
+            d.vocab_size()
+        ));
+    }
+    let n = t.vocab_size() as u32;
+    for i in 0..16u32 {
+        let id = (n - 1) * i / 15;
+        if t.token_str(id) != d.token_str(id) {
+            return refuse(format!(
+                "token {id} is {:?} vs {:?}",
+                t.token_str(id),
+                d.token_str(id)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Median seconds of a forward of `n` chained tokens after a 32-token prefix (3 runs): one
+/// point of a model's cost curve over tokens per pass.
+///
+/// # Errors
+/// The model's errors (no free sequence, KV capacity).
+pub fn time_forward(model: &mut dyn LanguageModel, n: usize) -> Result<f64> {
+    let seq = model.new_sequence()?;
+    let result = (|| -> Result<f64> {
+        let prefix: Vec<u32> = (0..32u32).map(|i| 100 + i).collect();
+        let chain = TreeTopology::chain(prefix.len());
+        model.forward(&[SequenceStep::chain(seq, &prefix, &chain)])?;
+        model.commit(seq, &(0..prefix.len()).collect::<Vec<_>>())?;
+        let tokens: Vec<u32> = (0..n as u32).map(|i| 200 + i).collect();
+        let tree = TreeTopology::chain(n);
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            model.forward(&[SequenceStep::chain(seq, &tokens, &tree)])?;
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[1].max(1e-9))
+    })();
+    model.release(seq)?;
+    result
+}
