@@ -538,6 +538,12 @@ pub fn eagle_chain(
     tokens: &[u32],
 ) -> Result<EagleChainOutput> {
     let n = tokens.len();
+    if n == 0 && features.is_empty() {
+        return Ok(EagleChainOutput {
+            features: Vec::new(),
+            logits: Vec::new(),
+        });
+    }
     let model = EagleHead::from_head_file(head, n)?;
     let g = model.geom.clone();
     if g.hidden != target.config().hidden || features.len() != n * g.feature_dim {

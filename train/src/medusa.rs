@@ -192,6 +192,9 @@ pub fn medusa_logits(
             head.meta.target.hidden
         )));
     }
+    if features.is_empty() {
+        return Ok(vec![Vec::new(); head.meta.medusa_heads]);
+    }
     if !features.len().is_multiple_of(h) {
         return Err(bad(format!(
             "{} values are not rows of {h}",

@@ -63,8 +63,9 @@ pub struct TrainHeadOptions {
     /// Head kind.
     #[arg(long, value_enum)]
     pub kind: KindArg,
-    /// The head file [default: <cache>/heads/<target-name>-<kind>.safetensors]; its checkpoint
-    /// (NAME.ckpt.safetensors) and loss curve (NAME.loss.svg) go next to it.
+    /// The head file [default: CACHE/heads/TARGET-KIND.safetensors, CACHE being
+    /// $SPECDEC_CACHE or ~/.cache/specdec, TARGET the registry name or the GGUF file stem]; its
+    /// checkpoint (NAME.ckpt.safetensors) and loss curve (NAME.loss.svg) go next to it.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Training data: a ShareGPT JSON array (`[{id, conversations: [{from, value}]}]`, may be
@@ -98,7 +99,8 @@ pub struct TrainHeadOptions {
     /// Stop cleanly once this many steps are done; continue later with --resume.
     #[arg(long)]
     pub pause_at: Option<u64>,
-    /// Continue the run from its checkpoint (same settings required).
+    /// Continue the run from its checkpoint (same settings required); without it a new run
+    /// starts and replaces that checkpoint.
     #[arg(long)]
     pub resume: bool,
     /// Seed of initialisation and data order.

@@ -193,14 +193,17 @@ impl TrainReport {
             ));
         }
         out.push_str(&format!(
-            "{} head: {}/{} steps ({:?}), {} positions in {:.1} s = {:.0} positions/s\n",
+            "{} head: {}/{} steps ({:?}), {} positions ({} head positions) in {:.1} s = {:.0} \
+             positions/s ({:.0} head positions/s)\n",
             self.kind.name(),
             self.steps,
             self.steps_planned,
             self.stop,
             self.positions_seen,
+            self.tokens_seen,
             self.train_seconds,
-            self.positions_per_s
+            self.positions_per_s,
+            self.tokens_seen as f64 / self.train_seconds.max(1e-9)
         ));
         out.push_str(&format!(
             "loss: first tenth {:.4}, last tenth {:.4}",
