@@ -22,7 +22,7 @@ use super::product::ProductInput;
 use super::step_checks::check_commit_path;
 use super::weights::LayerWeights;
 use crate::error::{ModelError, Result};
-use crate::model::SeqId;
+use crate::model::{SeqId, SequenceStep};
 use crate::shard::{Communicator, ShardPlan};
 
 /// The widths and constants of a block as one rank runs it (its share of the heads and FFN
@@ -99,6 +99,19 @@ pub(crate) struct BlockSeq<'a> {
     pub(crate) seq: SeqId,
     /// The shape of its new rows.
     pub(crate) tree: &'a TreeTopology,
+}
+
+impl<'a> BlockSeq<'a> {
+    /// The sequences of a forward's steps, in step order.
+    pub(crate) fn of_steps(steps: &[SequenceStep<'a>]) -> Vec<Self> {
+        steps
+            .iter()
+            .map(|step| BlockSeq {
+                seq: step.seq,
+                tree: step.tree,
+            })
+            .collect()
+    }
 }
 
 /// The tensor-parallel group a rank's block combines its partial products over.

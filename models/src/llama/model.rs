@@ -6,6 +6,11 @@ use std::sync::Arc;
 use specdec_kernels::kv::{KvLayout, PagedKvCache};
 use specdec_kernels::ops::{embed_rows, rms_norm, RopeAngles};
 use specdec_kernels::quant::SimdLevel;
+#[cfg(doc)]
+use specdec_kernels::quant::{
+    int8::Q8_BLOCK, int8_supported, q32_supported, quant_matmul_int8, quant_matmul_q32,
+    Q8Activations, Q8Blocks32,
+};
 use specdec_kernels::TreeTopology;
 
 use super::block::{
@@ -258,6 +263,23 @@ impl LlamaModel {
         self.kv.cache()
     }
 
+    /// The token embedding `[vocab, hidden]` (as stored; shared, cheap to clone), which the
+    /// forward gathers rows of. Draft heads embed their tokens with it.
+    pub fn token_embedding(&self) -> &WeightMatrix {
+        &self.weights.token_embd
+    }
+
+    /// The final RMSNorm gains `[hidden]` (applied with `config().rms_eps` before the LM head).
+    pub fn output_norm(&self) -> &[f32] {
+        &self.weights.output_norm
+    }
+
+    /// This rank's weights, shared (draft heads keep them for the token embedding and the final
+    /// norm, which every rank holds whole).
+    pub(crate) fn shared_weights(&self) -> &Arc<ModelWeights> {
+        &self.weights
+    }
+
     fn check_steps(&self, steps: &[SequenceStep<'_>]) -> Result<()> {
         check_steps(steps, self.config.vocab_size, self.max_context(), |seq| {
             self.kv.len(seq)
@@ -277,13 +299,7 @@ impl LlamaModel {
         if steps.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
-        let seqs: Vec<BlockSeq<'_>> = steps
-            .iter()
-            .map(|step| BlockSeq {
-                seq: step.seq,
-                tree: step.tree,
-            })
-            .collect();
+        let seqs = BlockSeq::of_steps(steps);
         self.kv.reserve(&seqs, "LlamaOptions::kv_capacity_tokens")?;
         let c = &self.config;
         let hidden = c.hidden;
