@@ -25,24 +25,11 @@ use std::collections::HashMap;
 
 use specdec_kernels::sampling::Prob;
 use specdec_kernels::TreeTopology;
+use specdec_models::heads::HeadStep;
 use specdec_models::SeqId;
 
 use crate::drafters::{DraftFeedback, DraftModel};
 use crate::error::{AlgorithmError, Result};
-
-/// The new pairs of one sequence in one head pass: node `i` is (`features` row `i`,
-/// `tokens[i]`) at position `held + depth(i)`, `held` being the pairs the sequence has committed.
-#[derive(Debug, Clone, Copy)]
-pub struct FeatureStep<'a> {
-    /// The head's sequence.
-    pub seq: SeqId,
-    /// One token per node.
-    pub tokens: &'a [u32],
-    /// `[nodes, feature_dim]` input features, row-major.
-    pub features: &'a [f32],
-    /// The nodes' shape (a chain, or a tree whose root is the first new pair).
-    pub tree: &'a TreeTopology,
-}
 
 /// What a head pass gives for one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +64,7 @@ pub trait FeatureHead<N> {
     ///
     /// # Errors
     /// Shapes, unknown sequences, a full cache.
-    fn forward(&mut self, steps: &[FeatureStep<'_>]) -> Result<Vec<Vec<FeatureOutput<N>>>>;
+    fn forward(&mut self, steps: &[HeadStep<'_>]) -> Result<Vec<Vec<FeatureOutput<N>>>>;
     /// Keeps the nodes on `path` (root first) of the last forward of `seq`.
     ///
     /// # Errors
@@ -167,7 +154,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
         }
         let tokens = &state.context[state.held + 1..=committed];
         let tree = TreeTopology::chain(rows);
-        let step = FeatureStep {
+        let step = HeadStep {
             seq: state.seq,
             tokens,
             features: &state.pending,
@@ -214,7 +201,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                     let parent = &state.outputs[&path[..chain.len()]];
                     let token = [path[chain.len()]];
                     let tree = TreeTopology::chain(1);
-                    let step = FeatureStep {
+                    let step = HeadStep {
                         seq: state.seq,
                         tokens: &token,
                         features: &parent.feature,
@@ -267,7 +254,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                 state.pending = state.root_feature.clone();
             }
             let tree = TreeTopology::from_parents(&parents)?;
-            let step = FeatureStep {
+            let step = HeadStep {
                 seq: state.seq,
                 tokens: &tokens,
                 features: &features,

@@ -16,7 +16,9 @@ use specdec_kernels::sampling::Prob;
 use specdec_models::toy::ToyModel;
 use specdec_models::{Features, SeqId};
 
-use crate::drafters::{FeatureHead, FeatureOutput, FeatureStep};
+use specdec_models::heads::HeadStep;
+
+use crate::drafters::{FeatureHead, FeatureOutput};
 use crate::error::{AlgorithmError, Result};
 
 /// Width of a toy feature: (previous token, token).
@@ -137,7 +139,7 @@ impl<N: Prob> FeatureHead<N> for ToyFeatureHead {
             .ok_or_else(|| unknown(seq))
     }
 
-    fn forward(&mut self, steps: &[FeatureStep<'_>]) -> Result<Vec<Vec<FeatureOutput<N>>>> {
+    fn forward(&mut self, steps: &[HeadStep<'_>]) -> Result<Vec<Vec<FeatureOutput<N>>>> {
         let mut all = Vec::with_capacity(steps.len());
         for step in steps {
             let held = self

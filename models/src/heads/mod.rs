@@ -78,6 +78,15 @@ pub use file::{
 pub use medusa::MedusaHeads;
 
 use crate::error::{ModelError, Result};
+
+/// Where `specdec train-head` writes, and the `eagle` / `medusa` drafters look for, the head of
+/// `kind` for the target called `target` (its registry name or file stem):
+/// `<cache>/heads/<target>-<kind>.safetensors`.
+pub fn default_head_path(target: &str, kind: HeadKind) -> std::path::PathBuf {
+    crate::registry::cache_dir()
+        .join("heads")
+        .join(format!("{target}-{}.safetensors", kind.name()))
+}
 use crate::llama::{LlamaModel, MatmulPath, ModelWeights, WeightMatrix};
 
 /// How a head's matrices are stored and multiplied at inference.
