@@ -15,7 +15,8 @@ fn registry_lists_the_pinned_files() {
             "smollm2-135m",
             "qwen2.5-coder-0.5b",
             "qwen2.5-coder-1.5b",
-            "humaneval"
+            "humaneval",
+            "mtbench"
         ]
     );
     for e in registry::entries() {
