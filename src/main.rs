@@ -65,6 +65,10 @@ enum Command {
         /// Where the models run: cpu, cuda (GPU 0) or cuda:N.
         #[arg(long, default_value = "cpu")]
         device: String,
+        /// A trained head file (safetensors) for --method eagle or medusa [default: the one
+        /// `specdec train-head` wrote for the target into the cache].
+        #[arg(long)]
+        head: Option<String>,
     },
     /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
     ///
@@ -159,6 +163,7 @@ fn main() -> anyhow::Result<()> {
             chat,
             seed,
             device,
+            head,
         } => {
             let options = GenerateOptions {
                 target,
@@ -171,6 +176,7 @@ fn main() -> anyhow::Result<()> {
                 chat,
                 seed,
                 device,
+                head,
             };
             let summary = generate(&options, &mut std::io::stdout().lock())?;
             eprintln!("{}", summary.line());

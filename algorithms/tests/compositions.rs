@@ -5,8 +5,8 @@
 //! dynamic K changes the drafts along the way), and the resulting distribution of the first
 //! `N` generated tokens must equal the target's own exactly. Every composition runs under a
 //! [`FallbackPolicy`], alone or with a second drafter that drafts where the first one's policy
-//! steps aside. A negative control (a staged drafter whose level 1 forwards an unchecked
-//! level-0 token) must be caught.
+//! steps aside. Negative controls (a staged drafter whose level 1 forwards an unchecked
+//! level-0 token; a feature head recording `q` from a stale feature) must be caught.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -14,14 +14,17 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use specdec_algorithms::drafters::{
-    ngram_chain, ChainDrafter, ChainMode, DraftModel, DraftRequest, Drafter, DynamicTreeDrafter,
-    FnModel, NgramConfig, NgramDrafter, ShapeDrafter, StagedDrafter, TreeBuilder, TreeFill,
+    ngram_chain, ChainDrafter, ChainMode, DraftFeedback, DraftModel, DraftRequest, Drafter,
+    DynamicTreeDrafter, FeatureDraftModel, FnModel, NgramConfig, NgramDrafter, ShapeDrafter,
+    StagedDrafter, TreeBuilder, TreeFill,
 };
 use specdec_algorithms::policy::{
     AimdPolicy, Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, DrafterChoice,
     FallbackPolicy, FixedPolicy, PidPolicy, SpeculationPolicy, StepOutcome, StepTiming, TreeSearch,
 };
-use specdec_algorithms::proof::{enumerate, target_distribution, Distribution};
+use specdec_algorithms::proof::{
+    enumerate, target_distribution, toy_features, Distribution, ToyFeatureHead,
+};
 use specdec_algorithms::trees::{sequoia_tree, TreeShape};
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_algorithms::Result;
@@ -86,6 +89,7 @@ impl Setup {
     ) -> Result<RoundResult> {
         let mut context = self.prompt.clone();
         context.extend_from_slice(generated);
+        tell_features(drafter, &context)?;
         let request = DraftRequest {
             sequence: 0,
             step,
@@ -240,6 +244,25 @@ impl Setup {
         );
         self.budgets_seen.borrow().clone()
     }
+}
+
+/// Tells a feature drafter the toy target's features of `context` as one admission: each
+/// enumerated branch has its own context, so the drafter starts afresh every round (drafting
+/// after incremental verdicts equals drafting afresh: `drafters::feature`'s tests).
+fn tell_features(drafter: &mut dyn Drafter<Q>, context: &[u32]) -> Result<()> {
+    if !drafter.wants_features() {
+        return Ok(());
+    }
+    drafter.release(0)?;
+    let committed = context.len() - 1;
+    let features = toy_features(context, 0..committed);
+    drafter.observe(&DraftFeedback {
+        sequence: 0,
+        context,
+        committed,
+        accepted: 0,
+        features: Some(&features),
+    })
 }
 
 fn pair(seed: u64) -> ToyPair {
@@ -605,4 +628,133 @@ proptest! {
         let mut staged = StagedDrafter::new(chain0, model(&pair.draft, params));
         setup.assert_lossless("random staged", &mut staged, FixedPolicy::chain(2));
     }
+}
+
+/// A toy EAGLE-style head over a reduced draft vocabulary (ids 0 and 2 of 3).
+fn feature_head() -> ToyFeatureHead {
+    ToyFeatureHead::new(
+        ToyModel::seeded(48, 3, 3, ToyStyle::default()).unwrap(),
+        vec![0, 2],
+    )
+}
+
+#[test]
+fn feature_heads_draft_losslessly_in_chain_and_tree_form() {
+    let pair = pair(47);
+    let prompt = [1, 2, 0];
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::ChainRejection,
+        DraftKind::Iid,
+        &prompt,
+        3,
+    );
+    let mut chain = ChainDrafter::new(FeatureDraftModel::new(feature_head()), ChainMode::Sample);
+    setup.assert_lossless(
+        "feature head, sampled chain K=2",
+        &mut chain,
+        FixedPolicy::chain(2),
+    );
+    setup.assert_lossless("feature head, sampled chain × AIMD", &mut chain, aimd());
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::RecursiveRejection,
+        DraftKind::WithoutReplacement,
+        &prompt,
+        3,
+    );
+    let mut tree = ShapeDrafter::new(
+        FeatureDraftModel::new(feature_head()),
+        TreeFill::WithoutReplacement,
+        TreeShape::from_branching(&[2, 1]),
+    );
+    setup.assert_lossless(
+        "feature head, tree without replacement",
+        &mut tree,
+        FixedPolicy::new(Budget::TreeNodes(4)),
+    );
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::TargetOnly,
+        DraftKind::Deterministic,
+        &prompt,
+        3,
+    );
+    let mut dynamic =
+        DynamicTreeDrafter::new(FeatureDraftModel::new(feature_head()), 3, 2, 2).unwrap();
+    setup.assert_lossless(
+        "feature head, dynamic tree (target-only)",
+        &mut dynamic,
+        FixedPolicy::new(Budget::TreeNodes(3)),
+    );
+}
+
+/// Negative control: tokens drawn from the fresh feature's `q`, but the tree records the `q` of
+/// the stale one (the feature one position back).
+struct StaleQ {
+    fresh: ChainDrafter<FeatureDraftModel<Q, ToyFeatureHead>>,
+    stale: FeatureDraftModel<Q, ToyFeatureHead>,
+}
+
+impl Drafter<Q> for StaleQ {
+    fn name(&self) -> String {
+        "feature head with a stale q".into()
+    }
+    fn kind(&self) -> DraftKind {
+        DraftKind::Iid
+    }
+    fn wants_features(&self) -> bool {
+        true
+    }
+    fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
+        self.fresh.observe(feedback)?;
+        self.stale.observe(feedback)
+    }
+    fn release(&mut self, sequence: u64) -> Result<()> {
+        self.fresh.release(sequence)?;
+        self.stale.release(sequence)
+    }
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn Decisions<Q>,
+    ) -> Result<DraftTree<Q>> {
+        let drawn = self.fresh.propose(request, decisions)?;
+        let mut tree = TreeBuilder::new(drawn.token(0));
+        let mut tokens = request.context.to_vec();
+        let mut node = 0;
+        for n in 1..drawn.len() {
+            let stale_q = self.stale.next_probs(request.sequence, &tokens)?;
+            tree.set_draft_probs(node, stale_q);
+            node = tree.push(node, drawn.token(n));
+            tokens.push(drawn.token(n));
+        }
+        tree.finish(DraftKind::Iid)
+    }
+}
+
+#[test]
+fn negative_control_q_from_a_stale_feature_is_caught() {
+    let pair = pair(47);
+    let setup = Setup::new(
+        &pair.target,
+        VerifyMethod::ChainRejection,
+        DraftKind::Iid,
+        &[1, 2, 0],
+        3,
+    );
+    let mut broken = StaleQ {
+        fresh: ChainDrafter::new(FeatureDraftModel::new(feature_head()), ChainMode::Sample),
+        stale: FeatureDraftModel::new(feature_head().stale()),
+    };
+    let got = setup.exact(&mut broken, FixedPolicy::chain(2));
+    let want = target_distribution(&setup.target, &setup.params, &setup.prompt, 3).unwrap();
+    assert!(
+        got.total_variation(&want) > num_traits::Zero::zero(),
+        "recording a stale q must change the distribution"
+    );
+    assert!(
+        got.total() == num_traits::One::one(),
+        "still a distribution"
+    );
 }

@@ -75,6 +75,8 @@ pub struct GenerateOptions {
     pub seed: u64,
     /// Where the models run: `cpu`, `cuda` or `cuda:N`.
     pub device: String,
+    /// A trained head file for `eagle` / `medusa` (default: the cache's head for the target).
+    pub head: Option<String>,
 }
 
 /// The summary of one generation.
@@ -187,6 +189,25 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
     Ok(method)
 }
 
+/// `drafter` with its `head` parameter set to `head`.
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] when the drafter reads no head file (only `eagle` and
+/// `medusa` do).
+pub fn with_head(drafter: &DrafterConfig, head: &str) -> Result<DrafterConfig> {
+    let mut params = drafter.params().clone();
+    params.insert("head".into(), toml::Value::String(head.to_string()));
+    let with = DrafterConfig::new(drafter.kind(), params);
+    let entry = with.entry().map_err(HarnessError::InvalidEngine)?;
+    entry.check(with.params()).map_err(|_| {
+        HarnessError::InvalidEngine(format!(
+            "--head is for the trained-head drafters (eagle, medusa), not for `{}`",
+            drafter.kind()
+        ))
+    })?;
+    Ok(with)
+}
+
 /// Runs one prompt, writing the text to `out` as it is generated, and returns the summary (the
 /// caller prints [`GenerateSummary::line`]).
 ///
@@ -194,7 +215,10 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
 /// Model loading (a missing model names `scripts/fetch-models.sh`), a draft with another
 /// tokenizer, an unknown method, engine errors; writing to `out`.
 pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<GenerateSummary> {
-    let method = method_for(&options.method, options.k, options.draft.as_deref())?;
+    let mut method = method_for(&options.method, options.k, options.draft.as_deref())?;
+    if let Some(head) = &options.head {
+        method.drafter = with_head(&method.drafter, head)?;
+    }
     let sampling = SamplingParams {
         temperature: options.temperature,
         top_k: None,
@@ -267,6 +291,14 @@ mod tests {
         ] {
             assert_eq!(method_for(alias, 4, None).unwrap().drafter.kind(), kind);
         }
+        let eagle = method_for("eagle", 4, None).unwrap();
+        let with = with_head(&eagle.drafter, "h.safetensors").unwrap();
+        assert_eq!(with.params()["head"].as_str(), Some("h.safetensors"));
+        let ngram = method_for("ngram", 4, None).unwrap();
+        let err = with_head(&ngram.drafter, "h.safetensors")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--head") && err.contains("ngram"), "{err}");
         let err = method_for("hydra", 4, None).unwrap_err().to_string();
         assert!(err.contains("hydra") && err.contains("ngram"), "{err}");
         assert!(method_for("ngram", 0, None).is_err());

@@ -109,14 +109,7 @@ impl RegistryEntry {
     /// [`ModelError::ModelNotFound`] when the hash differs.
     pub fn verify_sha256(&self) -> Result<PathBuf> {
         let path = self.locate()?;
-        let mut file = std::fs::File::open(&path).map_err(|source| io_error(&path, source))?;
-        let mut hasher = Sha256::new();
-        std::io::copy(&mut file, &mut hasher).map_err(|source| io_error(&path, source))?;
-        let digest: String = hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let digest = sha256_of_file(&path)?;
         if digest != self.sha256 {
             return Err(ModelError::ModelNotFound(format!(
                 "{}: {} has SHA-256 {digest}, expected {}; run `scripts/fetch-models.sh {}` again",
@@ -128,6 +121,63 @@ impl RegistryEntry {
         }
         Ok(path)
     }
+}
+
+/// The SHA-256 of a file's bytes, lower-case hex (about 1 s per GB).
+///
+/// # Errors
+/// [`ModelError::Io`] naming the file.
+pub fn sha256_of_file(path: &Path) -> Result<String> {
+    let mut file = std::fs::File::open(path).map_err(|source| io_error(path, source))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(|source| io_error(path, source))?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// A model file and who it is: what a trained head records of its target and checks again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelIdentity {
+    /// The file.
+    pub path: PathBuf,
+    /// Its file name (for messages and head metadata).
+    pub file_name: String,
+    /// The registry name, or the file stem: the `<target>` of default head paths
+    /// (`heads/<target>-<kind>.safetensors`).
+    pub short_name: String,
+    /// SHA-256 of the file: the registry's pinned one for a registered model, else hashed.
+    pub sha256: String,
+}
+
+/// The identity of a model argument (a registry name or a path to a file, as [`resolve`]).
+///
+/// # Errors
+/// As [`resolve`]; [`ModelError::Io`] when hashing an unregistered file fails.
+pub fn identify(name_or_path: &str) -> Result<ModelIdentity> {
+    let path = resolve(name_or_path)?;
+    let (short_name, sha256) = match entry(name_or_path) {
+        Some(e) => (e.name.clone(), e.sha256.clone()),
+        None => (
+            path.file_stem().map_or_else(
+                || name_or_path.to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            ),
+            sha256_of_file(&path)?,
+        ),
+    };
+    let file_name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    Ok(ModelIdentity {
+        path,
+        file_name,
+        short_name,
+        sha256,
+    })
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> ModelError {

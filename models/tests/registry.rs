@@ -16,6 +16,7 @@ fn registry_lists_the_pinned_files() {
             "qwen2.5-coder-0.5b",
             "qwen2.5-coder-1.5b",
             "humaneval",
+            "mtbench",
             "sharegpt"
         ]
     );

@@ -82,6 +82,8 @@ macro_rules! feedback_to_model {
 mod builder;
 mod chain;
 mod dynamic;
+pub mod feature;
+mod heads;
 mod model;
 pub mod ngram;
 mod shaped;
@@ -90,6 +92,8 @@ mod staged;
 pub use builder::TreeBuilder;
 pub use chain::{ChainDrafter, ChainMode};
 pub use dynamic::DynamicTreeDrafter;
+pub use feature::{FeatureDraftModel, FeatureHead, FeatureOutput};
+pub use heads::{EagleFeatureHead, MedusaDraftModel};
 pub use model::{check_along, ranked_tokens, DraftModel, FnModel, Namespaced};
 pub use ngram::{
     find_matches, ngram_chain, ngram_tree, NgramConfig, NgramDrafter, NgramMatch, TokenTree,

@@ -269,6 +269,10 @@ impl ExperimentConfig {
             PromptSet::Humaneval { count: Some(0) } | PromptSet::File { count: Some(0), .. } => {
                 return Err(invalid("prompts.count", "must be at least 1".into()))
             }
+            PromptSet::Mtbench {
+                per_category: Some(0),
+                ..
+            } => return Err(invalid("prompts.per_category", "must be at least 1".into())),
             _ => {}
         }
         let mut names = HashSet::new();

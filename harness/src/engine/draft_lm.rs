@@ -305,26 +305,16 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
             .collect()
     }
 
-    /// Keeps the K/V of the tokens the target committed (the kept draft path agrees with the
-    /// new context up to there, the rest is rewound), without comparing tokens to find them.
-    ///
-    /// # Errors
-    /// [`AlgorithmError::InvalidParameter`] when the kept tokens are not the context's (the
-    /// drafter forwarded something else than the path it drafted); the model's errors.
+    /// Keeps the K/V of at most the tokens the target committed and drops the rest. What was
+    /// forwarded agrees with the new context up to the first rejected draft — unless the
+    /// drafter forwarded tokens off its final draft (the staged drafter's level 1 reads the
+    /// level-0 proposal), so the kept part is cut where it stops agreeing.
     fn observe(&mut self, feedback: &DraftFeedback<'_>) -> specdec_algorithms::Result<()> {
         let Some(entry) = self.entries.get_mut(&feedback.sequence) else {
             return Ok(());
         };
-        let keep = entry.tokens.len().min(feedback.committed);
-        if entry.tokens[..keep] != feedback.context[..keep] {
-            return Err(AlgorithmError::InvalidParameter {
-                name: "feedback",
-                reason: format!(
-                    "sequence {}: the draft model's kept tokens are not the committed context",
-                    feedback.sequence
-                ),
-            });
-        }
+        let bound = entry.tokens.len().min(feedback.committed);
+        let keep = common_prefix(&entry.tokens[..bound], &feedback.context[..bound]);
         let drop = entry.tokens.len() - keep;
         if drop > 0 {
             self.model

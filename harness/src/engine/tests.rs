@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use specdec_algorithms::drafters::{
-    ChainDrafter, ChainMode, DraftModel, NgramConfig, NgramDrafter, ShapeDrafter, TreeFill,
+    ChainDrafter, ChainMode, DraftModel, NgramConfig, NgramDrafter, ShapeDrafter, StagedDrafter,
+    TreeFill,
 };
 use specdec_algorithms::policy::{FixedPolicy, SpeculationPolicy};
 use specdec_algorithms::proof::{g_test_samples, target_distribution};
@@ -104,14 +105,19 @@ fn greedy_speculation_equals_plain_decoding_for_every_drafter_and_batch() {
                 TreeShape::from_branching(&[2, 2]),
             );
             let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
-            let drafters: [(&mut dyn Drafter<f32>, Box<dyn SpeculationPolicy>); 3] = [
+            let mut staged = StagedDrafter::new(
+                NgramDrafter::new(NgramConfig::default(), 3).unwrap(),
+                draft_lm(&pair, greedy),
+            );
+            let drafters: [(&mut dyn Drafter<f32>, Box<dyn SpeculationPolicy>); 4] = [
                 (&mut chain, Box::new(FixedPolicy::chain(3))),
                 (&mut tree, Box::new(FixedPolicy::chain(6))),
                 (&mut ngram, Box::new(FixedPolicy::chain(3))),
+                (&mut staged, Box::new(FixedPolicy::chain(3))),
             ];
             for (drafter, policy) in drafters {
                 let name = drafter.name();
-                let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+                let verifier = paired(VerifyMethod::Greedy, drafter.kind());
                 let got = run(
                     &pair,
                     drafter,
@@ -782,18 +788,55 @@ fn the_draft_model_keeps_exactly_what_the_target_committed() {
     assert_eq!(lm.forwarded_tokens(), forwarded + 1);
     let mut alone = draft_lm(&pair, greedy);
     assert_eq!(fresh, alone.next_probs(1, &after).unwrap());
-    // a verdict the kept path contradicts is refused
-    let wrong = [1u32, 2, 0, 0];
-    let err = lm
-        .observe(&DraftFeedback {
-            sequence: 9,
-            context: &wrong,
-            committed: 3,
-            accepted: 0,
-            features: None,
-        })
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("sequence 9"), "{err}");
+    // tokens forwarded off the final draft (as a staged drafter's level 1 does) are dropped
+    // where they stop agreeing with the context
+    let forwarded = lm.forwarded_tokens();
+    let other = [1u32, 2, (path[2] + 1) % VOCAB as u32, 0];
+    lm.observe(&DraftFeedback {
+        sequence: 9,
+        context: &other,
+        committed: 3,
+        accepted: 0,
+        features: None,
+    })
+    .unwrap();
+    assert_eq!(
+        lm.next_probs(9, &other).unwrap(),
+        alone.next_probs(2, &other).unwrap()
+    );
+    assert_eq!(
+        lm.forwarded_tokens(),
+        forwarded + 2,
+        "kept [1, 2], forwarded the rest"
+    );
     lm.release(9).unwrap();
+}
+
+#[test]
+fn a_staged_drafter_whose_level_1_read_past_its_final_draft_stays_exact() {
+    // Level 1 forwards level 0's whole proposal; when it replaces the last proposed token by
+    // its own and the target accepts the result, the draft model holds a token the context
+    // does not: the verdict must cut it, not trust the kept path.
+    let greedy = SamplingParams::greedy();
+    for seed in 0..12 {
+        let pair = pair(seed);
+        let reqs = requests(6, 40);
+        let expected = plain(&pair, options(greedy, 1), &reqs);
+        // level 1 is the target itself: whatever it puts in place of a proposed token is accepted
+        let itself = ToyPair::new(pair.target.clone(), pair.target.clone()).unwrap();
+        let mut staged = StagedDrafter::new(
+            NgramDrafter::new(NgramConfig::default(), 3).unwrap(),
+            draft_lm(&itself, greedy),
+        );
+        let got = run(
+            &pair,
+            &mut staged,
+            paired(VerifyMethod::Greedy, DraftKind::Iid),
+            Box::new(FixedPolicy::chain(2)),
+            options(greedy, 2),
+            &reqs,
+        );
+        let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+        assert_eq!(got, expected, "seed {seed}");
+    }
 }

@@ -240,7 +240,7 @@ impl Backend for EngineBackend {
             .map(|spec| {
                 Ok(Request {
                     id: spec.index as u64,
-                    prompt: self.encode(&spec.prompt.text, false)?,
+                    prompt: self.encode(&spec.prompt.text, spec.prompt.chat)?,
                     stop: stop.clone(),
                 })
             })

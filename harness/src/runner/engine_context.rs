@@ -8,12 +8,19 @@ use std::time::Instant;
 use specdec_kernels::cuda::Device;
 use specdec_kernels::sampling::SamplingParams;
 use specdec_kernels::TreeTopology;
+use std::path::PathBuf;
+
+use specdec_models::heads::{
+    default_head_path, EagleHead, HeadFile, HeadKind, HeadOptions, HeadPrecision, MedusaHeads,
+};
 use specdec_models::llama::default_skip_layers;
+use specdec_models::registry;
 use specdec_models::{LanguageModel, SequenceStep};
 
 use super::layer_skip_tune::tune_layer_skip;
 use super::models::{
     check_same_tokenizer, kv_options, time_forward, DeviceModel, LoadedModel, Target,
+    KV_TOKENS_PER_SEQUENCE,
 };
 use crate::error::{HarnessError, Result};
 use crate::methods::DraftContext;
@@ -68,6 +75,39 @@ impl ModelSet<'_> {
     }
 }
 
+impl ModelSet<'_> {
+    /// The head file of `kind` at `path` (default: the cache's head for the target), checked to
+    /// have been trained for the target file.
+    fn head_file(&mut self, kind: HeadKind, path: Option<&str>) -> Result<HeadFile> {
+        let target = registry::identify(&self.target_file.name)?;
+        let path = match path {
+            Some(path) => PathBuf::from(path),
+            None => default_head_path(&target.short_name, kind),
+        };
+        if !path.is_file() {
+            return Err(HarnessError::InvalidEngine(format!(
+                "no {} head at {}: train one with `specdec train-head --target {} --kind {}`, or \
+                 give its path (head = \"...\", --head)",
+                kind.name(),
+                path.display(),
+                self.target_file.name,
+                kind.name()
+            )));
+        }
+        let file = HeadFile::load(&path)?;
+        if file.meta.kind != kind {
+            return Err(HarnessError::InvalidEngine(format!(
+                "{} holds a {} head, not a {} head",
+                path.display(),
+                file.meta.kind.name(),
+                kind.name()
+            )));
+        }
+        file.check_target(&target.file_name, &target.sha256)?;
+        Ok(file)
+    }
+}
+
 impl DraftContext for ModelSet<'_> {
     fn sampling(&self) -> SamplingParams {
         self.sampling
@@ -107,6 +147,29 @@ impl DraftContext for ModelSet<'_> {
         let default = default_skip_layers(target.active_layers());
         let keep = keep.or(tuned.as_deref()).unwrap_or(&default);
         Ok(Box::new(target.layer_skip(keep, kv_options(sequences))?))
+    }
+
+    fn eagle_head(&mut self, path: Option<&str>, precision: HeadPrecision) -> Result<EagleHead> {
+        let file = self.head_file(HeadKind::Eagle, path)?;
+        let options = HeadOptions {
+            precision,
+            kv_capacity_tokens: (self.batch_size + 2) * KV_TOKENS_PER_SEQUENCE,
+            ..HeadOptions::default()
+        };
+        let target = self.target.cpu("an EAGLE head")?;
+        target.tap_features(&file.meta.feature_blocks)?;
+        Ok(EagleHead::new(&file, target, options)?)
+    }
+
+    fn medusa_heads(
+        &mut self,
+        path: Option<&str>,
+        precision: HeadPrecision,
+    ) -> Result<MedusaHeads> {
+        let file = self.head_file(HeadKind::Medusa, path)?;
+        let target = self.target.cpu("Medusa heads")?;
+        target.tap_features(&file.meta.feature_blocks)?;
+        Ok(MedusaHeads::new(&file, target, precision)?)
     }
 
     fn measures_costs(&self) -> bool {

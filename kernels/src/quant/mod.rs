@@ -1,5 +1,6 @@
 //! GGUF block formats: the tensor types ([`QuantType`]), their exact byte layouts,
-//! dequantisation to f32, and the quantised matrix product that consumes the blocks directly.
+//! dequantisation to f32 (and quantisation from it for the float types and Q8_0,
+//! [`quantize`]), and the quantised matrix product that consumes the blocks directly.
 //!
 //! Layouts are documented on [`QuantType`]; the arithmetic order of dequantisation on
 //! [`dequant`]. Both are the contract the CUDA port follows.
@@ -26,6 +27,7 @@ pub mod int8_packed;
 pub mod int8_packed_q32;
 pub mod int8_q32;
 pub mod matmul;
+pub mod quantize;
 pub mod synthetic;
 pub mod types;
 
@@ -56,5 +58,6 @@ pub use int8_packed_q32::{
 };
 pub use int8_q32::{q32_supported, quant_matmul_q32, quant_matmul_q32_with, Q8Blocks32};
 pub use matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
+pub use quantize::quantize_values;
 pub use synthetic::synthetic_weights;
 pub use types::QuantType;

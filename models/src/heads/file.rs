@@ -16,6 +16,7 @@ use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
+use crate::llama::{LlamaConfig, RopeLayout};
 
 /// The version of the layout [`HeadFile`] writes; a file of another version is refused.
 pub const HEAD_FORMAT_VERSION: u32 = 1;
@@ -82,6 +83,76 @@ pub struct EagleShape {
     pub rope_layout: String,
 }
 
+impl EagleShape {
+    /// The shape of an EAGLE layer for `target`: its attention geometry, bias, epsilon and RoPE,
+    /// with an FFN of `ffn` rows.
+    pub fn for_target(target: &LlamaConfig, ffn: usize) -> Self {
+        Self {
+            n_heads: target.n_heads,
+            n_kv_heads: target.n_kv_heads,
+            head_dim: target.head_dim,
+            ffn,
+            qkv_bias: target.qkv_bias,
+            rms_eps: target.rms_eps,
+            rope_base: target.rope_base,
+            rope_layout: rope_layout_name(target.rope_layout).to_string(),
+        }
+    }
+
+    /// The RoPE layout `rope_layout` names.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] for a name other than `interleaved` and `half_split`.
+    pub fn rope(&self) -> Result<RopeLayout> {
+        match self.rope_layout.as_str() {
+            "interleaved" => Ok(RopeLayout::Interleaved),
+            "half_split" => Ok(RopeLayout::HalfSplit),
+            other => Err(ModelError::Config(format!(
+                "EAGLE rope_layout `{other}` (interleaved or half_split expected)"
+            ))),
+        }
+    }
+
+    /// Checks that the layer can run: non-zero sizes, query heads a multiple of the KV heads,
+    /// an even head width, positive epsilon and RoPE base, a known RoPE layout.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming the first bad value.
+    pub fn check(&self) -> Result<()> {
+        let fail = |reason: String| Err(ModelError::Config(format!("EAGLE shape: {reason}")));
+        if self.n_heads == 0 || self.ffn == 0 || self.head_dim == 0 {
+            return fail(format!(
+                "zero size ({} heads, head width {}, FFN {})",
+                self.n_heads, self.head_dim, self.ffn
+            ));
+        }
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return fail(format!(
+                "{} query heads are not a multiple of {} KV heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return fail(format!("head width {} is not even", self.head_dim));
+        }
+        if !(self.rms_eps > 0.0 && self.rope_base > 0.0 && self.rope_base.is_finite()) {
+            return fail(format!(
+                "rms epsilon {} and rope base {} must be positive",
+                self.rms_eps, self.rope_base
+            ));
+        }
+        self.rope().map(drop)
+    }
+}
+
+/// The name [`EagleShape::rope_layout`] gives `layout`: `interleaved` or `half_split`.
+pub fn rope_layout_name(layout: RopeLayout) -> &'static str {
+    match layout {
+        RopeLayout::Interleaved => "interleaved",
+        RopeLayout::HalfSplit => "half_split",
+    }
+}
+
 /// How a head was trained (for provenance; the loader checks none of it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrainingInfo {
@@ -118,6 +189,19 @@ pub struct HeadMeta {
     pub medusa_heads: usize,
     /// How it was trained.
     pub training: TrainingInfo,
+}
+
+impl HeadTarget {
+    /// The identity of a target of `config` stored as the file `name` with SHA-256 `sha256`.
+    pub fn for_target(config: &LlamaConfig, name: &str, sha256: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            sha256: sha256.to_string(),
+            architecture: config.arch.key_prefix().to_string(),
+            hidden: config.hidden,
+            vocab_size: config.vocab_size,
+        }
+    }
 }
 
 impl HeadMeta {
@@ -241,10 +325,19 @@ impl HeadFile {
                 "a head needs at least one feature block and a hidden size".into(),
             ));
         }
+        if let (HeadKind::Eagle, Some(shape)) = (m.kind, &m.eagle) {
+            shape.check()?;
+        }
         if m.kind == HeadKind::Medusa && m.medusa_heads == 0 {
             return Err(ModelError::Config(
                 "a Medusa head file holds no head".into(),
             ));
+        }
+        if m.kind == HeadKind::Medusa && m.feature_blocks.len() != 1 {
+            return Err(ModelError::Config(format!(
+                "a Medusa head reads one feature block, this file lists {:?}",
+                m.feature_blocks
+            )));
         }
         if self.d2t.len() != m.draft_vocab || m.draft_vocab == 0 {
             return Err(ModelError::Config(format!(
@@ -562,31 +655,60 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// Asserts that `kind`'s test head, changed by `change`, is refused with a message
+    /// holding `fault`.
+    fn assert_invalid(kind: HeadKind, change: impl FnOnce(&mut HeadFile), fault: &str) {
+        let mut h = head(kind);
+        change(&mut h);
+        let err = h.validate().unwrap_err().to_string();
+        assert!(err.contains(fault), "`{fault}` is not in: {err}");
+    }
+
     #[test]
     fn bad_heads_are_refused_naming_the_fault() {
-        let mut h = head(HeadKind::Eagle);
-        h.tensors.remove("wk");
-        assert!(h.validate().unwrap_err().to_string().contains("`wk`"));
-        let mut h = head(HeadKind::Eagle);
-        h.tensors.get_mut("fc").unwrap().shape = vec![4, 4];
-        assert!(h
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("`fc` has shape"));
-        let mut h = head(HeadKind::Medusa);
-        h.d2t = vec![1, 1, 2];
-        assert!(h.validate().unwrap_err().to_string().contains("twice"));
-        h.d2t = vec![1, 2, 10];
-        assert!(h.validate().unwrap_err().to_string().contains("outside"));
-        let mut h = head(HeadKind::Medusa);
-        h.tensors
-            .insert("wq".into(), HeadTensor::new(vec![1], vec![0.0]).unwrap());
-        assert!(h
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("does not belong"));
+        use HeadKind::{Eagle, Medusa};
+        let eagle = |h: &mut HeadFile| h.meta.eagle.clone().unwrap();
+        assert_invalid(Eagle, |h| drop(h.tensors.remove("wk")), "`wk`");
+        assert_invalid(
+            Eagle,
+            |h| h.tensors.get_mut("fc").unwrap().shape = vec![4, 4],
+            "`fc` has shape",
+        );
+        assert_invalid(
+            Eagle,
+            |h| {
+                h.meta.eagle = Some(EagleShape {
+                    rope_layout: "spiral".into(),
+                    ..eagle(h)
+                })
+            },
+            "`spiral`",
+        );
+        assert_invalid(
+            Eagle,
+            |h| {
+                h.meta.eagle = Some(EagleShape {
+                    n_kv_heads: 3,
+                    ..eagle(h)
+                })
+            },
+            "2 query heads are not a multiple of 3 KV heads",
+        );
+        assert_invalid(
+            Medusa,
+            |h| h.meta.feature_blocks = vec![0, 1],
+            "one feature block",
+        );
+        assert_invalid(Medusa, |h| h.d2t = vec![1, 1, 2], "twice");
+        assert_invalid(Medusa, |h| h.d2t = vec![1, 2, 10], "outside");
+        assert_invalid(
+            Medusa,
+            |h| {
+                let stray = HeadTensor::new(vec![1], vec![0.0]).unwrap();
+                h.tensors.insert("wq".into(), stray);
+            },
+            "does not belong",
+        );
     }
 
     #[test]

@@ -4,15 +4,18 @@
 //! Forward of a batch of `N` new tokens (all sequences concatenated), per layer:
 //! `h = rmsnorm(x)`, `q, k, v = h·Wqᵀ (+b)`, RoPE on q and k at `prefix_len + depth`, K/V written
 //! to the sequence's speculative cache slots, tree attention (prefix, then ancestors), `x += o·Woᵀ`,
-//! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`.
+//! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`. The block
+//! body (`block`) is shared with the EAGLE draft head ([`crate::heads::EagleHead`]).
 
+pub(crate) mod block;
 mod config;
 pub mod cuda;
 mod device;
 mod layer_skip;
 mod load;
 mod model;
-mod step_checks;
+pub(crate) mod product;
+pub(crate) mod step_checks;
 pub mod synthetic;
 mod weights;
 

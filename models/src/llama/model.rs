@@ -1,24 +1,26 @@
 //! [`LlamaModel`]: a (possibly sharded) Llama-family decoder with its own paged KV cache.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
 use specdec_kernels::kv::{KvLayout, PagedKvCache};
-use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
-use specdec_kernels::quant::int8::Q8_BLOCK;
+use specdec_kernels::ops::{embed_rows, rms_norm, RopeAngles};
+use specdec_kernels::quant::SimdLevel;
+#[cfg(doc)]
 use specdec_kernels::quant::{
-    int8_supported, q32_supported, quant_matmul_int8, quant_matmul_int8_packed,
-    quant_matmul_int8_packed_many, quant_matmul_q32, quant_matmul_q32_packed,
-    quant_matmul_q32_packed_many, Int8PackedMatrix, PackedProduct, Q8Activations, Q8Blocks32,
-    QuantType, SimdLevel,
+    int8::Q8_BLOCK, int8_supported, q32_supported, quant_matmul_int8, quant_matmul_q32,
+    Q8Activations, Q8Blocks32,
 };
 use specdec_kernels::TreeTopology;
 
+use super::block::{
+    interleave, on_pool, BlockPass, BlockScratch, BlockSeq, BlockShape, SpeculativeCache,
+    TensorParallel,
+};
 use super::config::LlamaConfig;
 use super::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
-use super::step_checks::{check_commit_path, check_steps};
+use super::product::ProductInput;
+use super::step_checks::check_steps;
 use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
@@ -94,109 +96,6 @@ impl Default for LlamaOptions {
     }
 }
 
-/// One layer input (`[n, cols]` f32 rows) as read by the products that consume it: on the
-/// [`MatmulPath::Int8`] path each of its 8-bit quantisations (256-blocks, 32-blocks) is made on
-/// first use and shared by every later matrix reading the same input.
-struct ProductInput<'a> {
-    x: &'a [f32],
-    n: usize,
-    path: MatmulPath,
-    q8: Option<Q8Activations>,
-    q32: Option<Q8Blocks32>,
-}
-
-impl<'a> ProductInput<'a> {
-    fn new(x: &'a [f32], n: usize, path: MatmulPath) -> Self {
-        Self {
-            x,
-            n,
-            path,
-            q8: None,
-            q32: None,
-        }
-    }
-
-    /// `out = x · wᵀ` on the chosen path (`out: [n, w.rows()]`).
-    fn product(&mut self, w: &WeightMatrix, out: &mut [f32]) -> Result<()> {
-        let ty = w.quant_type();
-        if self.path != MatmulPath::Int8 {
-            return w.matmul(self.x, self.n, out);
-        }
-        if int8_supported(ty) && w.cols().is_multiple_of(Q8_BLOCK) {
-            let acts = match &mut self.q8 {
-                Some(acts) => acts,
-                slot => slot.insert(Q8Activations::quantize(self.x, self.n, w.cols())?),
-            };
-            return Ok(match w.int8_packed() {
-                Some(packed) => quant_matmul_int8_packed(packed, acts, out),
-                None => quant_matmul_int8(&w.view(), acts, out),
-            }?);
-        }
-        if q32_supported(ty) {
-            let acts = match &mut self.q32 {
-                Some(acts) => acts,
-                slot => slot.insert(Q8Blocks32::quantize(self.x, self.n, w.cols())?),
-            };
-            return Ok(match w.int8_packed() {
-                Some(packed) => quant_matmul_q32_packed(packed, acts, out),
-                None => quant_matmul_q32(&w.view(), acts, out),
-            }?);
-        }
-        w.matmul(self.x, self.n, out)
-    }
-
-    /// Several products of this input, `out = x · wᵀ` for each `(w, out)` pair, each output
-    /// exactly as [`Self::product`] makes it. When every matrix is packed for the 8-bit path
-    /// and of one activation format, they run as one fused call (one parallel region for all
-    /// their tiles); otherwise one after the other.
-    fn products(&mut self, pairs: &mut [(&WeightMatrix, &mut [f32])]) -> Result<()> {
-        let packed: Option<Vec<&Int8PackedMatrix>> =
-            pairs.iter().map(|(w, _)| w.int8_packed()).collect();
-        let fuse = self.path == MatmulPath::Int8 && pairs.len() > 1;
-        if let (true, Some(packed)) = (fuse, packed) {
-            let cols = packed[0].cols();
-            let all = |f: fn(QuantType) -> bool| {
-                packed.iter().all(|w| f(w.quant_type()) && w.cols() == cols)
-            };
-            let mut fused: Vec<PackedProduct<'_>> = packed
-                .iter()
-                .zip(pairs.iter_mut())
-                .map(|(&w, (_, out))| PackedProduct { w, out })
-                .collect();
-            if all(int8_supported) && cols.is_multiple_of(Q8_BLOCK) {
-                let acts = match &mut self.q8 {
-                    Some(acts) => acts,
-                    slot => slot.insert(Q8Activations::quantize(self.x, self.n, cols)?),
-                };
-                return Ok(quant_matmul_int8_packed_many(&mut fused, acts)?);
-            }
-            if all(q32_supported) {
-                let acts = match &mut self.q32 {
-                    Some(acts) => acts,
-                    slot => slot.insert(Q8Blocks32::quantize(self.x, self.n, cols)?),
-                };
-                return Ok(quant_matmul_q32_packed_many(&mut fused, acts)?);
-            }
-        }
-        for (w, out) in pairs.iter_mut() {
-            self.product(w, out)?;
-        }
-        Ok(())
-    }
-}
-
-impl WeightMatrix {
-    /// `out = x · selfᵀ` (`x: [n, cols]`, `out: [n, rows]`) on `path`, exactly as the model's
-    /// forward computes it (activations quantised per call here; the forward shares them among
-    /// the matrices reading one input). For benchmarks of the model's products.
-    ///
-    /// # Errors
-    /// Shape mismatches and non-finite activations, as the kernels report them.
-    pub fn product_on(&self, path: MatmulPath, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
-        ProductInput::new(x, n, path).product(self, out)
-    }
-}
-
 /// A Llama / Qwen2 decoder implementing [`LanguageModel`]: quantised weights, paged KV cache,
 /// tree attention. As one rank of a tensor-parallel group (see [`crate::shard`]) it holds its
 /// slice of the weights and of the KV heads, and its `forward` must be called on every rank of
@@ -209,9 +108,9 @@ pub struct LlamaModel {
     /// layer-skip view (see [`super::layer_skip`]). KV layer `i` belongs to block `layers[i]`.
     layers: Vec<usize>,
     comm: Arc<dyn Communicator>,
-    cache: PagedKvCache,
+    /// The KV cache and the tree of each sequence's last forward.
+    kv: SpeculativeCache,
     special: SpecialTokens,
-    last_trees: HashMap<SeqId, TreeTopology>,
     matmul: MatmulPath,
     /// The LM head's first rows when only the logits of token ids `0..rows` are computed
     /// ([`LanguageModel::limit_logits`]).
@@ -307,16 +206,14 @@ impl LlamaModel {
             config.head_dim,
             options.kv_block_size,
         )?;
-        let blocks = options.kv_capacity_tokens.div_ceil(options.kv_block_size);
         Ok(Self {
-            cache: PagedKvCache::new(layout, blocks)?,
+            kv: SpeculativeCache::new(layout, options.kv_capacity_tokens)?,
             config,
             plan,
             weights,
             layers,
             comm,
             special,
-            last_trees: HashMap::new(),
             matmul: options.matmul,
             limited_head: None,
             taps: Vec::new(),
@@ -363,37 +260,30 @@ impl LlamaModel {
 
     /// The KV cache (for metrics: blocks in use).
     pub fn cache(&self) -> &PagedKvCache {
-        &self.cache
+        self.kv.cache()
+    }
+
+    /// The token embedding `[vocab, hidden]` (as stored; shared, cheap to clone), which the
+    /// forward gathers rows of. Draft heads embed their tokens with it.
+    pub fn token_embedding(&self) -> &WeightMatrix {
+        &self.weights.token_embd
+    }
+
+    /// The final RMSNorm gains `[hidden]` (applied with `config().rms_eps` before the LM head).
+    pub fn output_norm(&self) -> &[f32] {
+        &self.weights.output_norm
+    }
+
+    /// This rank's weights, shared (draft heads keep them for the token embedding and the final
+    /// norm, which every rank holds whole).
+    pub(crate) fn shared_weights(&self) -> &Arc<ModelWeights> {
+        &self.weights
     }
 
     fn check_steps(&self, steps: &[SequenceStep<'_>]) -> Result<()> {
         check_steps(steps, self.config.vocab_size, self.max_context(), |seq| {
-            Ok(self.cache.len(seq)?)
+            self.kv.len(seq)
         })
-    }
-
-    /// Discards stale speculative entries and reserves the new tokens' slots, all or nothing.
-    fn reserve(&mut self, steps: &[SequenceStep<'_>]) -> Result<()> {
-        let mut needed = 0;
-        for step in steps {
-            self.cache.rewind(step.seq, 0)?;
-            self.last_trees.remove(&step.seq);
-            needed += self.cache.blocks_needed(step.seq, step.tokens.len())?;
-        }
-        let free = self.cache.allocator().free_blocks();
-        if needed > free {
-            return Err(ModelError::InvalidStep {
-                seq: steps[0].seq.0,
-                reason: format!(
-                    "the batch needs {needed} KV blocks but {free} are free \
-                     (raise LlamaOptions::kv_capacity_tokens)"
-                ),
-            });
-        }
-        for step in steps {
-            self.cache.reserve(step.seq, step.tokens.len())?;
-        }
-        Ok(())
     }
 
     /// The forward pass: each step's logits (with its tapped features attached), and each
@@ -409,103 +299,48 @@ impl LlamaModel {
         if steps.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
-        self.reserve(steps)?;
+        let seqs = BlockSeq::of_steps(steps);
+        self.kv.reserve(&seqs, "LlamaOptions::kv_capacity_tokens")?;
         let c = &self.config;
-        let (hidden, hd) = (c.hidden, c.head_dim);
-        let q_heads = self.plan.q_heads(c).len();
-        let kv_heads = self.plan.kv_heads.len();
-        let (q_w, kv_w) = (q_heads * hd, kv_heads * hd);
+        let hidden = c.hidden;
+        let shape = BlockShape {
+            hidden,
+            head_dim: c.head_dim,
+            q_heads: self.plan.q_heads(c).len(),
+            kv_heads: self.plan.kv_heads.len(),
+            ffn: self.plan.ffn.len(),
+            rms_eps: c.rms_eps,
+            rope_layout: c.rope_layout,
+        };
         let mut positions = Vec::new();
         let mut tokens = Vec::new();
         for step in steps {
-            let len = self.cache.len(step.seq)?;
+            let len = self.kv.len(step.seq)?;
             positions.extend(step.tree.depths().iter().map(|d| len + d));
             tokens.extend_from_slice(step.tokens);
         }
         let n = tokens.len();
-        let angles = RopeAngles::new(&positions, hd, c.rope_base)?;
+        let angles = RopeAngles::new(&positions, c.head_dim, c.rope_base)?;
         let mut x = vec![0.0f32; n * hidden];
         embed_rows(&self.weights.token_embd.view(), &tokens, &mut x)?;
-        let mut h = vec![0.0f32; n * hidden];
-        let mut q = vec![0.0f32; n * q_w];
-        let mut k = vec![0.0f32; n * kv_w];
-        let mut v = vec![0.0f32; n * kv_w];
-        let mut attn = vec![0.0f32; n * q_w];
-        let mut o = vec![0.0f32; n * hidden];
-        let f = self.plan.ffn.len();
-        let mut gate = vec![0.0f32; n * f];
-        let mut up = vec![0.0f32; n * f];
-        let mut act = vec![0.0f32; n * f];
-        let scale = 1.0 / (hd as f32).sqrt();
+        let mut scratch = BlockScratch::new(n, &shape);
         let path = self.matmul;
+        let pass = BlockPass {
+            shape,
+            seqs: &seqs,
+            angles: &angles,
+            path,
+            parallel: Some(TensorParallel {
+                comm: self.comm.as_ref(),
+                plan: &self.plan,
+                q_dim: c.q_dim(),
+            }),
+        };
         let tap_dim = self.taps.len() * hidden;
         let mut tapped = vec![0.0f32; n * tap_dim];
         for (layer, &block) in self.layers.iter().enumerate() {
             let w = &self.weights.layers[block];
-            rms_norm(&x, &w.attn_norm, c.rms_eps, &mut h)?;
-            ProductInput::new(&h, n, path).products(&mut [
-                (&w.wq, &mut q),
-                (&w.wk, &mut k),
-                (&w.wv, &mut v),
-            ])?;
-            for (buf, bias, width) in [
-                (&mut q, &w.bq, q_w),
-                (&mut k, &w.bk, kv_w),
-                (&mut v, &w.bv, kv_w),
-            ] {
-                if let Some(bias) = bias {
-                    for row in buf.chunks_mut(width) {
-                        add(row, bias);
-                    }
-                }
-            }
-            apply_rope(&mut q, q_heads, &angles, c.rope_layout)?;
-            apply_rope(&mut k, kv_heads, &angles, c.rope_layout)?;
-            let mut first = 0;
-            for step in steps {
-                let r = first * kv_w..(first + step.tokens.len()) * kv_w;
-                self.cache
-                    .write_kv(step.seq, layer, 0, &k[r.clone()], &v[r])?;
-                first += step.tokens.len();
-            }
-            let mut batch = Vec::with_capacity(steps.len());
-            let mut first = 0;
-            for step in steps {
-                let rows = step.tokens.len();
-                batch.push(AttentionSeq {
-                    queries: &q[first * q_w..(first + rows) * q_w],
-                    block_table: self.cache.block_table(step.seq)?,
-                    prefix_len: self.cache.len(step.seq)?,
-                    tree: step.tree,
-                });
-                first += rows;
-            }
-            let params = AttentionParams {
-                layer,
-                num_q_heads: q_heads,
-                scale,
-            };
-            tree_attention_into(&self.cache.pages(), &params, &batch, &mut attn)?;
-            if self.plan.gather_attention {
-                let full = interleave(&self.comm.all_gather(&attn)?, n);
-                let cols = self.plan.o_cols.clone();
-                let selected: Vec<f32> = full
-                    .chunks(c.q_dim())
-                    .flat_map(|row| row[cols.clone()].iter().copied())
-                    .collect();
-                ProductInput::new(&selected, n, path).product(&w.wo, &mut o)?;
-            } else {
-                ProductInput::new(&attn, n, path).product(&w.wo, &mut o)?;
-            }
-            self.comm.all_reduce_sum(&mut o)?;
-            add(&mut x, &o);
-            rms_norm(&x, &w.ffn_norm, c.rms_eps, &mut h)?;
-            ProductInput::new(&h, n, path)
-                .products(&mut [(&w.w_gate, &mut gate), (&w.w_up, &mut up)])?;
-            swiglu(&gate, &up, &mut act)?;
-            ProductInput::new(&act, n, path).product(&w.w_down, &mut o)?;
-            self.comm.all_reduce_sum(&mut o)?;
-            add(&mut x, &o);
+            pass.run(w, layer, self.kv.cache_mut(), &mut x, &mut scratch)?;
             for (slot, _) in self.taps.iter().enumerate().filter(|(_, &t)| t == block) {
                 for (row, out) in x.chunks(hidden).zip(tapped.chunks_mut(tap_dim)) {
                     out[slot * hidden..(slot + 1) * hidden].copy_from_slice(row);
@@ -527,14 +362,15 @@ impl LlamaModel {
         }
         if !with_logits {
             for step in steps {
-                self.last_trees.insert(step.seq, step.tree.clone());
+                self.kv.record_tree(step.seq, step.tree);
             }
             return Ok((Vec::new(), features));
         }
-        rms_norm(&x, &self.weights.output_norm, c.rms_eps, &mut h)?;
+        let h = &mut scratch.h;
+        rms_norm(&x, &self.weights.output_norm, c.rms_eps, h)?;
         let head = self.limited_head.as_ref().unwrap_or(&self.weights.output);
         let mut logits = vec![0.0f32; n * head.rows()];
-        ProductInput::new(&h, n, path).product(head, &mut logits)?;
+        ProductInput::new(h, n, path).product(head, &mut logits)?;
         if self.plan.world > 1 {
             logits = interleave(&self.comm.all_gather(&logits)?, n);
         }
@@ -559,7 +395,7 @@ impl LlamaModel {
             }
             out.push(step_logits);
             first += rows;
-            self.last_trees.insert(step.seq, step.tree.clone());
+            self.kv.record_tree(step.seq, step.tree);
         }
         Ok((out, features))
     }
@@ -575,40 +411,18 @@ fn widen_rows(rows: &[f32], width: usize, to: usize, fill: f32) -> Vec<f32> {
     out
 }
 
-/// `x += y` element-wise.
-fn add(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
-}
-
-/// Joins per-rank `[n, width_r]` row-major parts into `[n, Σ width_r]`, rank after rank in
-/// each row.
-fn interleave(parts: &[Vec<f32>], n: usize) -> Vec<f32> {
-    let total: usize = parts.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(total);
-    for t in 0..n {
-        for part in parts {
-            let w = part.len() / n;
-            out.extend_from_slice(&part[t * w..(t + 1) * w]);
-        }
-    }
-    out
-}
-
 impl LlamaModel {
     /// [`LlamaModel::forward_impl`] on the thread pool. A single rank runs its whole forward on
-    /// a rayon worker (`rayon::scope` moves it into the pool once), so the ~7 parallel products
-    /// per layer start from a pool thread instead of handing off from, and waking, an outside
-    /// caller each time. Ranks of a tensor-parallel group stay on their own threads: they block
-    /// in collectives and must not hold pool threads the other ranks' products need.
+    /// a rayon worker ([`on_pool`]), so the ~7 parallel products per layer start from a pool
+    /// thread. Ranks of a tensor-parallel group stay on their own threads: they block in
+    /// collectives and must not hold pool threads the other ranks' products need.
     fn forward_on_pool(
         &mut self,
         steps: &[SequenceStep<'_>],
         with_logits: bool,
     ) -> Result<(Vec<Logits>, Vec<Option<Features>>)> {
-        if self.comm.world_size() == 1 && rayon::current_thread_index().is_none() {
-            return rayon::scope(|_| self.forward_impl(steps, with_logits));
+        if self.comm.world_size() == 1 {
+            return on_pool(|| self.forward_impl(steps, with_logits));
         }
         self.forward_impl(steps, with_logits)
     }
@@ -679,21 +493,19 @@ impl LanguageModel for LlamaModel {
     }
 
     fn new_sequence(&mut self) -> Result<SeqId> {
-        Ok(self.cache.create_sequence())
+        Ok(self.kv.create_sequence())
     }
 
     fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
-        Ok(self.cache.fork(seq)?)
+        self.kv.fork(seq)
     }
 
     fn release(&mut self, seq: SeqId) -> Result<()> {
-        self.cache.free_sequence(seq)?;
-        self.last_trees.remove(&seq);
-        Ok(())
+        self.kv.release(seq)
     }
 
     fn seq_len(&self, seq: SeqId) -> Result<usize> {
-        Ok(self.cache.len(seq)?)
+        self.kv.len(seq)
     }
 
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
@@ -716,16 +528,10 @@ impl LanguageModel for LlamaModel {
     }
 
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
-        self.cache.len(seq)?;
-        check_commit_path(seq, path, self.last_trees.get(&seq))?;
-        self.cache.commit(seq, path)?;
-        self.last_trees.remove(&seq);
-        Ok(())
+        self.kv.commit(seq, path)
     }
 
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
-        self.cache.rewind(seq, n)?;
-        self.last_trees.remove(&seq);
-        Ok(())
+        self.kv.rewind(seq, n)
     }
 }

@@ -13,7 +13,7 @@ use crate::model::{SeqId, SequenceStep};
 ///
 /// # Errors
 /// [`ModelError::InvalidStep`] naming the sequence; `len_of`'s error for an unknown sequence.
-pub(super) fn check_steps(
+pub(crate) fn check_steps(
     steps: &[SequenceStep<'_>],
     vocab: usize,
     max_context: usize,
@@ -47,7 +47,7 @@ pub(super) fn check_steps(
 ///
 /// # Errors
 /// [`ModelError::InvalidStep`] naming the first bad entry (or that nothing was forwarded).
-pub(super) fn check_commit_path(
+pub(crate) fn check_commit_path(
     seq: SeqId,
     path: &[usize],
     last: Option<&TreeTopology>,

@@ -14,7 +14,7 @@ use crate::gguf::{GgufFile, GgufWriter};
 use crate::llama::Architecture;
 
 /// Deterministic values in `[lo, hi)` from `(seed, index)`.
-fn uniform(seed: u64, i: u64, lo: f32, hi: f32) -> f32 {
+pub(crate) fn uniform(seed: u64, i: u64, lo: f32, hi: f32) -> f32 {
     lo + (hi - lo) * ((mix64(seed.wrapping_mul(0x9e37_79b9) ^ i) >> 40) as f32 / 16_777_216.0)
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use specdec_kernels::quant::int8::Q8_BLOCK;
 use specdec_kernels::quant::{
-    int8_supported, quant_matmul, Int8PackedMatrix, QuantMatrix, QuantType,
+    int8_supported, quant_matmul, quantize_values, Int8PackedMatrix, QuantMatrix, QuantType,
 };
 
 use crate::error::{ModelError, Result};
@@ -103,8 +103,27 @@ impl WeightMatrix {
     /// # Errors
     /// [`ModelError::Shape`] when the length differs.
     pub fn from_f32(rows: usize, cols: usize, values: &[f32]) -> Result<Self> {
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        Self::from_bytes(QuantType::F32, rows, cols, bytes)
+        Self::quantize(rows, cols, values, QuantType::F32)
+    }
+
+    /// A `[rows, cols]` matrix holding `values` (row-major) stored as `ty`: F32 exactly, F16 /
+    /// BF16 rounded to nearest, or Q8_0 blocks of 32 (rounding as [`quantize_values`]), so the
+    /// products take it as they take a GGUF matrix of that type.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when `values.len() != rows * cols` or `cols` is not a whole number
+    /// of `ty`'s blocks; a kernel error for a type without a quantiser (not F32, F16, BF16 or
+    /// Q8_0) or a non-finite value stored as Q8_0.
+    pub fn quantize(rows: usize, cols: usize, values: &[f32], ty: QuantType) -> Result<Self> {
+        let shape_error = |reason: String| ModelError::Shape {
+            what: format!("{ty} matrix [{rows} x {cols}]"),
+            reason,
+        };
+        if values.len() != rows * cols {
+            return Err(shape_error(format!("{} values given", values.len())));
+        }
+        ty.row_bytes(cols).map_err(|e| shape_error(e.to_string()))?;
+        Self::from_bytes(ty, rows, cols, quantize_values(ty, values)?)
     }
 
     fn check_len(&self, what: &str) -> Result<()> {
@@ -357,6 +376,59 @@ mod tests {
     fn matrix(ty: QuantType, rows: usize, cols: usize) -> WeightMatrix {
         let bytes = synthetic_weights(ty, rows, cols, 3).unwrap();
         WeightMatrix::from_bytes(ty, rows, cols, bytes).unwrap()
+    }
+
+    #[test]
+    fn quantised_matrices_hold_their_values_on_both_paths() {
+        let (rows, cols) = (5, 64);
+        let values: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 29) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let x: Vec<f32> = (0..2 * cols)
+            .map(|i| ((i * 13) % 31) as f32 / 15.0 - 1.0)
+            .collect();
+        let exact = WeightMatrix::from_f32(rows, cols, &values).unwrap();
+        assert_eq!(exact.quant_type(), QuantType::F32);
+        let mut want = vec![0.0; 2 * rows];
+        exact.matmul(&x, 2, &mut want).unwrap();
+        // |w|, |x| <= 1: an output moves by at most cols · (weight step + activation step)
+        for (ty, weight_step) in [
+            (QuantType::F32, 0.0),
+            (QuantType::F16, 1.0 / 2048.0),
+            (QuantType::BF16, 1.0 / 256.0),
+            (QuantType::Q8_0, 1.0 / 254.0 + 1.0 / 2048.0),
+        ] {
+            let mut m = WeightMatrix::quantize(rows, cols, &values, ty).unwrap();
+            assert_eq!((m.quant_type(), m.rows(), m.cols()), (ty, rows, cols));
+            for path in [MatmulPath::Exact, MatmulPath::Int8] {
+                let activation_step = if path == MatmulPath::Int8 && ty == QuantType::Q8_0 {
+                    1.0 / 254.0
+                } else {
+                    0.0
+                };
+                let bound = cols as f32 * (weight_step + activation_step) + 1e-5;
+                let mut got = vec![0.0; 2 * rows];
+                m.product_on(path, &x, 2, &mut got).unwrap();
+                for (g, w) in got.iter().zip(&want) {
+                    assert!((g - w).abs() <= bound, "{ty} {path:?}: {g} vs {w}");
+                }
+            }
+            m.pack_for_int8().unwrap();
+        }
+        let shape = |r: Result<WeightMatrix>| matches!(r, Err(ModelError::Shape { .. }));
+        assert!(shape(WeightMatrix::quantize(
+            rows,
+            cols,
+            &values[1..],
+            QuantType::BF16
+        )));
+        assert!(shape(WeightMatrix::quantize(
+            2,
+            48,
+            &values[..96],
+            QuantType::Q8_0
+        )));
+        assert!(WeightMatrix::quantize(1, 256, &values[..256], QuantType::Q4_K).is_err());
     }
 
     #[test]

@@ -9,7 +9,9 @@
 
 mod chain;
 mod dynamic_tree;
+mod eagle;
 mod layer_skip;
+mod medusa;
 mod ngram;
 mod plain;
 mod sequoia;
@@ -18,7 +20,9 @@ mod tree;
 
 pub use chain::Chain;
 pub use dynamic_tree::DynamicTree;
+pub use eagle::Eagle;
 pub use layer_skip::LayerSkip;
+pub use medusa::Medusa;
 pub use ngram::Ngram;
 pub use plain::Plain;
 pub use sequoia::{Sequoia, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH};
@@ -28,6 +32,7 @@ pub use tree::Tree;
 use specdec_algorithms::drafters::{ChainDrafter, ChainMode, Drafter, ShapeDrafter, TreeFill};
 use specdec_algorithms::trees::TreeShape;
 use specdec_kernels::sampling::SamplingParams;
+use specdec_models::heads::{EagleHead, HeadPrecision, MedusaHeads};
 use specdec_models::LanguageModel;
 
 use super::spec::{Entry, Kind, Registered, Role};
@@ -44,6 +49,8 @@ pub static DRAFTERS: &[&dyn DrafterEntry] = &[
     &Registered::<Ngram>::ENTRY,
     &Registered::<Staged>::ENTRY,
     &Registered::<LayerSkip>::ENTRY,
+    &Registered::<Eagle>::ENTRY,
+    &Registered::<Medusa>::ENTRY,
 ];
 
 /// The drafter role of [`super::Spec`].
@@ -81,6 +88,33 @@ pub trait DraftContext {
     /// # Errors
     /// A backend whose target has no block subsets, bad block indices.
     fn layer_skip(&mut self, keep: Option<&[usize]>, tune: bool) -> Result<DeviceModel>;
+    /// The trained EAGLE head at `path` (default: the cache's head for the run's target,
+    /// [`specdec_models::heads::default_head_path`]), refused unless trained for the target, with
+    /// the target made to hand back the features it reads.
+    ///
+    /// # Errors
+    /// A missing or invalid file, a head for another target, a target without features (the
+    /// GPU runner), a backend without trained heads (the default).
+    fn eagle_head(&mut self, path: Option<&str>, precision: HeadPrecision) -> Result<EagleHead> {
+        let _ = (path, precision);
+        Err(HarnessError::NotYetAvailable(
+            "this backend has no trained heads (they run on real models)".into(),
+        ))
+    }
+    /// The trained Medusa heads at `path`, as [`DraftContext::eagle_head`].
+    ///
+    /// # Errors
+    /// As [`DraftContext::eagle_head`].
+    fn medusa_heads(
+        &mut self,
+        path: Option<&str>,
+        precision: HeadPrecision,
+    ) -> Result<MedusaHeads> {
+        let _ = (path, precision);
+        Err(HarnessError::NotYetAvailable(
+            "this backend has no trained heads (they run on real models)".into(),
+        ))
+    }
     /// Whether this backend measures costs (so the cost-model policy can run on them, with a
     /// timed draft pass and verify-cost curve as priors).
     fn measures_costs(&self) -> bool;

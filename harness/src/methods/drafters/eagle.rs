@@ -1,0 +1,165 @@
+//! `eagle`: a trained EAGLE-style head drafting from the target's own features.
+
+use serde::{Deserialize, Serialize};
+use specdec_algorithms::drafters::{
+    ChainDrafter, DynamicTreeDrafter, EagleFeatureHead, FeatureDraftModel, ShapeDrafter,
+};
+use specdec_algorithms::trees::TreeShape;
+use std::time::Instant;
+
+use specdec_kernels::TreeTopology;
+use specdec_models::heads::{DraftHead, EagleHead, HeadPrecision, HeadStep};
+
+use super::{chain_mode, tree_fill, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
+use crate::error::{HarnessError, Result};
+use crate::methods::Kind;
+
+/// A trained EAGLE-style head (`specdec train-head --kind eagle`): one decoder layer over the
+/// pairs (target feature, token), its own KV cache, the draft vocabulary of its file. Drafts a
+/// chain of K (argmax at T = 0, sampled above), or with `nodes` an EAGLE-2 dynamic tree
+/// (deterministic: greedy / target-only verification), or with `branching` a static tree
+/// (top-ranked at T = 0, sampled without replacement above: recursive rejection).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Eagle {
+    /// The head file [default: `<cache>/heads/<target>-eagle.safetensors`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// EAGLE-2 dynamic tree of this many nodes (≥ 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<usize>,
+    /// Children considered per expanded node of the dynamic tree [default: 4].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// A static tree instead: children per node at each depth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branching: Option<Vec<usize>>,
+    /// `int8` (Q8_0 matrices, the fast path; default) or `bf16` (exact products).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+}
+
+/// `precision` as the models crate names it.
+pub(super) fn head_precision(
+    precision: Option<&str>,
+) -> std::result::Result<HeadPrecision, String> {
+    match precision {
+        None | Some("int8") => Ok(HeadPrecision::Int8),
+        Some("bf16") => Ok(HeadPrecision::Bf16),
+        Some(other) => Err(format!("precision `{other}`: use int8 or bf16")),
+    }
+}
+
+impl Kind for Eagle {
+    const NAME: &'static str = "eagle";
+    const SUMMARY: &'static str =
+        "a trained EAGLE head drafts from the target's features: a chain, \
+                                   or an EAGLE-2 dynamic tree with `nodes` (specdec train-head)";
+
+    fn check(&self) -> std::result::Result<(), String> {
+        head_precision(self.precision.as_deref())?;
+        if self.nodes.is_some() && self.branching.is_some() {
+            return Err(
+                "eagle: give `nodes` (dynamic tree) or `branching` (static), not both".into(),
+            );
+        }
+        if self.top_k.is_some() && self.nodes.is_none() {
+            return Err("eagle: `top_k` belongs to a dynamic tree; give `nodes` too".into());
+        }
+        if self.nodes == Some(0) || self.top_k == Some(0) {
+            return Err("eagle: nodes and top_k must be at least 1".into());
+        }
+        if let Some(branching) = &self.branching {
+            if branching.is_empty() || branching.contains(&0) {
+                return Err("eagle.branching: give ≥ 1 children per depth, e.g. [3, 2, 1]".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DrafterKind for Eagle {
+    fn is_chain(&self) -> bool {
+        self.nodes.is_none() && self.branching.is_none()
+    }
+    fn uses_model(&self) -> bool {
+        true
+    }
+    fn for_generate(_draft: Option<&str>) -> Option<Self> {
+        Some(Eagle::default())
+    }
+    fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter> {
+        if setup.draft_vocab.is_some() {
+            return Err(HarnessError::InvalidEngine(format!(
+                "method `{}`: an eagle head has its own draft vocabulary (draft_vocab does not apply)",
+                setup.method
+            )));
+        }
+        let precision =
+            head_precision(self.precision.as_deref()).map_err(HarnessError::InvalidEngine)?;
+        let mut head = ctx.eagle_head(self.head.as_deref(), precision)?;
+        let draft_pass_s = match setup.time_passes {
+            true => Some(time_head_pass(&mut head)?),
+            false => None,
+        };
+        let mut sampling = ctx.sampling();
+        let ranked = !self.is_chain() && sampling.temperature == 0.0;
+        if ranked {
+            // siblings by the plain softmax; greedy verification reads no q
+            sampling.temperature = 1.0;
+        }
+        let model = FeatureDraftModel::new(EagleFeatureHead::new(head, sampling)?);
+        Ok(match (&self.nodes, &self.branching) {
+            (Some(nodes), _) => {
+                let top_k = self.top_k.unwrap_or(4);
+                BuiltDrafter {
+                    drafter: Box::new(DynamicTreeDrafter::new(model, *nodes, top_k, top_k)?),
+                    is_chain: false,
+                    shape: Some(TreeShape::chain(*nodes)),
+                    draft_pass_s,
+                }
+            }
+            (None, Some(branching)) => {
+                let shape = TreeShape::from_branching(branching);
+                BuiltDrafter {
+                    drafter: Box::new(ShapeDrafter::new(
+                        model,
+                        tree_fill(&ctx.sampling()),
+                        shape.clone(),
+                    )),
+                    is_chain: false,
+                    shape: Some(shape),
+                    draft_pass_s,
+                }
+            }
+            (None, None) => BuiltDrafter {
+                drafter: Box::new(ChainDrafter::new(model, chain_mode(&ctx.sampling()))),
+                is_chain: true,
+                shape: None,
+                draft_pass_s,
+            },
+        })
+    }
+}
+
+/// Seconds of one head pass of one pair on an empty sequence, best of two (the cost-model
+/// policy's prior for a draft pass).
+fn time_head_pass(head: &mut EagleHead) -> Result<f64> {
+    let features = vec![0.0; head.feature_dim()];
+    let tree = TreeTopology::chain(1);
+    let mut best = f64::INFINITY;
+    for _ in 0..2 {
+        let seq = head.new_sequence()?;
+        let t0 = Instant::now();
+        let pass = head.forward(&[HeadStep {
+            seq,
+            tokens: &[0],
+            features: &features,
+            tree: &tree,
+        }]);
+        best = best.min(t0.elapsed().as_secs_f64());
+        head.release(seq)?;
+        pass?;
+    }
+    Ok(best)
+}

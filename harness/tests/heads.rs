@@ -1,0 +1,248 @@
+//! Trained-head drafters in the engine, end to end over a real decoder (the synthetic Llama and
+//! Qwen2 of `specdec_models::llama::synthetic`, with random heads of
+//! `specdec_models::heads::synthetic`): the target hands its features to the drafters after
+//! every verdict, the EAGLE head catches up, drafts chains, dynamic and static trees, Medusa
+//! heads draft static trees, and greedy speculative output equals plain greedy output token for
+//! token at batch sizes 1 and 3.
+
+use std::sync::Arc;
+
+use specdec_algorithms::drafters::{
+    ChainDrafter, ChainMode, Drafter, DynamicTreeDrafter, EagleFeatureHead, FeatureDraftModel,
+    MedusaDraftModel, ShapeDrafter, TreeFill,
+};
+use specdec_algorithms::policy::FixedPolicy;
+use specdec_algorithms::trees::TreeShape;
+use specdec_algorithms::verify::{PairedVerifier, Verifier};
+use specdec_harness::engine::{Engine, EngineOptions, NoDrafter, Penalties, Request, StopRule};
+use specdec_kernels::sampling::SamplingParams;
+use specdec_kernels::verification::{DraftKind, VerifyMethod};
+use specdec_models::heads::synthetic::random_head;
+use specdec_models::heads::{EagleHead, HeadKind, HeadOptions, HeadPrecision, MedusaHeads};
+use specdec_models::llama::synthetic::synthetic;
+use specdec_models::llama::{Architecture, LlamaModel, LlamaOptions, MatmulPath};
+use specdec_models::LanguageModel;
+
+fn target(arch: Architecture) -> LlamaModel {
+    let mut model = LlamaModel::from_gguf(
+        &synthetic(arch, 31),
+        LlamaOptions {
+            kv_capacity_tokens: 2048,
+            kv_block_size: 16,
+            matmul: MatmulPath::Int8,
+        },
+    )
+    .unwrap();
+    let last = model.config().n_layers - 1;
+    model.tap_features(&[last]).unwrap();
+    model
+}
+
+fn requests() -> Vec<Request> {
+    (0..4u32)
+        .map(|i| Request {
+            id: u64::from(i),
+            prompt: (0..4 + 3 * i).map(|t| (t * 5 + i * 13) % 60).collect(),
+            stop: StopRule::new(18, &[]),
+        })
+        .collect()
+}
+
+/// Tokens of every request and the drafts proposed over all steps.
+fn run(
+    target: &mut dyn LanguageModel,
+    drafter: &mut dyn Drafter<f32>,
+    k: usize,
+    batch_size: usize,
+) -> (Vec<Vec<u32>>, usize) {
+    let verifier: Arc<dyn Verifier<f32>> = Arc::new(VerifyMethod::Greedy);
+    let verifier = PairedVerifier::new(verifier, drafter.kind()).expect("greedy pairs with all");
+    let options = EngineOptions {
+        method: format!("k{k}"),
+        sampling: SamplingParams::greedy(),
+        penalties: Penalties::default(),
+        seed: 3,
+        batch_size,
+    };
+    let policy = Box::new(FixedPolicy::chain(k));
+    let mut engine =
+        Engine::new(target, drafter, verifier, policy, options).expect("the engine starts");
+    let generations = engine.run(&requests(), &mut |_| {}).expect("the run ends");
+    let proposed = generations
+        .iter()
+        .flat_map(|g| &g.steps)
+        .map(|s| s.proposed)
+        .sum();
+    (
+        generations.into_iter().map(|g| g.tokens).collect(),
+        proposed,
+    )
+}
+
+/// Siblings are ranked by the plain softmax at T = 0 (greedy verification reads no q).
+fn ranked() -> SamplingParams {
+    SamplingParams::with_temperature(1.0)
+}
+
+#[test]
+fn greedy_speculation_with_trained_heads_equals_plain_decoding() {
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let mut target = target(arch);
+        let config = target.config().clone();
+        let eagle = random_head(HeadKind::Eagle, &config, "synthetic.gguf", "00", 40, 5).unwrap();
+        let medusa = random_head(HeadKind::Medusa, &config, "synthetic.gguf", "00", 40, 6).unwrap();
+        let eagle_head = |sampling| {
+            let head = EagleHead::new(&eagle, &target, HeadOptions::default()).unwrap();
+            FeatureDraftModel::new(EagleFeatureHead::new(head, sampling).unwrap())
+        };
+        let mut chain = ChainDrafter::new(eagle_head(SamplingParams::greedy()), ChainMode::Argmax);
+        let mut dynamic = DynamicTreeDrafter::new(eagle_head(ranked()), 6, 2, 2).unwrap();
+        let mut static_tree = ShapeDrafter::new(
+            eagle_head(ranked()),
+            TreeFill::TopRanked,
+            TreeShape::from_branching(&[2, 2]),
+        );
+        let heads = MedusaHeads::new(&medusa, &target, HeadPrecision::Int8).unwrap();
+        let mut medusa_tree = ShapeDrafter::new(
+            MedusaDraftModel::new(heads, ranked()),
+            TreeFill::TopRanked,
+            TreeShape::from_branching(&[2, 2]),
+        );
+        let (plain, _) = run(&mut target, &mut NoDrafter, 0, 1);
+        assert!(plain.iter().all(|t| t.len() == 18));
+        let drafters: [(&str, &mut dyn Drafter<f32>, usize); 4] = [
+            ("eagle chain", &mut chain, 3),
+            ("eagle dynamic tree", &mut dynamic, 6),
+            ("eagle static tree", &mut static_tree, 6),
+            ("medusa tree", &mut medusa_tree, 6),
+        ];
+        for (name, drafter, k) in drafters {
+            assert!(drafter.wants_features(), "{name}");
+            for batch_size in [1, 3] {
+                let (spec, proposed) = run(&mut target, drafter, k, batch_size);
+                assert!(
+                    proposed > 0,
+                    "{arch:?} {name} batch {batch_size}: nothing drafted"
+                );
+                assert_eq!(
+                    spec, plain,
+                    "{arch:?} {name} batch {batch_size}: speculative ≠ plain"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_feature_drafter_needs_a_target_that_taps_features() {
+    let mut plain = LlamaModel::from_gguf(
+        &synthetic(Architecture::Llama, 31),
+        LlamaOptions::with_matmul(MatmulPath::Int8),
+    )
+    .unwrap();
+    let config = plain.config().clone();
+    let eagle = random_head(HeadKind::Eagle, &config, "synthetic.gguf", "00", 40, 5).unwrap();
+    let head = EagleHead::new(&eagle, &plain, HeadOptions::default()).unwrap();
+    let model =
+        FeatureDraftModel::new(EagleFeatureHead::new(head, SamplingParams::greedy()).unwrap());
+    let mut drafter = ChainDrafter::new(model, ChainMode::Argmax);
+    let verifier: Arc<dyn Verifier<f32>> = Arc::new(VerifyMethod::Greedy);
+    let verifier = PairedVerifier::new(verifier, DraftKind::Deterministic).unwrap();
+    let options = EngineOptions {
+        method: "eagle".into(),
+        sampling: SamplingParams::greedy(),
+        penalties: Penalties::default(),
+        seed: 0,
+        batch_size: 1,
+    };
+    let err = Engine::new(
+        &mut plain,
+        &mut drafter,
+        verifier,
+        Box::new(FixedPolicy::chain(2)),
+        options,
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        err.contains("features") && err.contains("taps none"),
+        "{err}"
+    );
+}
+
+/// A drafter checking that every verdict carries the target's own features of the tokens it
+/// committed (recomputed by a second instance of the target, bit for bit).
+struct CheckingFeatures<D> {
+    inner: D,
+    reference: LlamaModel,
+    checked_rows: usize,
+}
+
+impl<D: Drafter<f32>> Drafter<f32> for CheckingFeatures<D> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn kind(&self) -> DraftKind {
+        self.inner.kind()
+    }
+    fn propose(
+        &mut self,
+        request: &specdec_algorithms::drafters::DraftRequest<'_>,
+        decisions: &mut dyn specdec_kernels::sampling::Decisions<f32>,
+    ) -> specdec_algorithms::Result<specdec_kernels::verification::DraftTree<f32>> {
+        self.inner.propose(request, decisions)
+    }
+    fn wants_features(&self) -> bool {
+        true
+    }
+    fn observe(
+        &mut self,
+        feedback: &specdec_algorithms::drafters::DraftFeedback<'_>,
+    ) -> specdec_algorithms::Result<()> {
+        let features = feedback.features.expect("features handed over");
+        let seq = self.reference.new_sequence().unwrap();
+        let all = self
+            .reference
+            .prefill(seq, &feedback.context[..feedback.committed])
+            .unwrap()
+            .unwrap();
+        self.reference.release(seq).unwrap();
+        let rows = features.rows();
+        let first = feedback.committed - rows;
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(features.as_slice()),
+            bits(&all.as_slice()[first * all.dim()..]),
+            "sequence {}: the verdict's features are not the target's",
+            feedback.sequence
+        );
+        self.checked_rows += rows;
+        self.inner.observe(feedback)
+    }
+    fn release(&mut self, sequence: u64) -> specdec_algorithms::Result<()> {
+        self.inner.release(sequence)
+    }
+}
+
+#[test]
+fn every_verdict_carries_the_targets_features_of_what_it_committed() {
+    let mut target = target(Architecture::Qwen2);
+    let config = target.config().clone();
+    let eagle = random_head(HeadKind::Eagle, &config, "synthetic.gguf", "00", 40, 5).unwrap();
+    let head = EagleHead::new(&eagle, &target, HeadOptions::default()).unwrap();
+    let model =
+        FeatureDraftModel::new(EagleFeatureHead::new(head, SamplingParams::greedy()).unwrap());
+    let mut drafter = CheckingFeatures {
+        inner: ChainDrafter::new(model, ChainMode::Argmax),
+        reference: self::target(Architecture::Qwen2),
+        checked_rows: 0,
+    };
+    let (_, proposed) = run(&mut target, &mut drafter, 3, 2);
+    assert!(proposed > 0);
+    assert!(
+        drafter.checked_rows > 20,
+        "{} rows checked",
+        drafter.checked_rows
+    );
+}
