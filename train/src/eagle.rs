@@ -20,7 +20,6 @@
 use candle_core::{Device, Tensor, D};
 use specdec_kernels::ops::RopeLayout;
 use specdec_models::heads::{EagleShape, HeadFile, HeadKind, HeadMeta};
-use specdec_models::llama::LlamaConfig;
 
 use crate::batch::{Batch, Frozen};
 use crate::error::{Result, TensorContext, TrainError};
@@ -33,26 +32,6 @@ use crate::target::FrozenTarget;
 
 /// Additive mask value of a hidden key (finite, so no row ever becomes NaN).
 const HIDDEN: f32 = -1e9;
-
-/// The EAGLE layer's shape for a head of `config`'s target: the target's attention geometry
-/// (heads, KV heads, head width), RMSNorm epsilon, RoPE base and layout and QKV bias, with FFN
-/// width `ffn` (the target's when `None`).
-pub fn eagle_shape(config: &LlamaConfig, ffn: Option<usize>) -> EagleShape {
-    EagleShape {
-        n_heads: config.n_heads,
-        n_kv_heads: config.n_kv_heads,
-        head_dim: config.head_dim,
-        ffn: ffn.unwrap_or(config.ffn),
-        qkv_bias: config.qkv_bias,
-        rms_eps: config.rms_eps,
-        rope_base: config.rope_base,
-        rope_layout: match config.rope_layout {
-            RopeLayout::Interleaved => "interleaved",
-            RopeLayout::HalfSplit => "half_split",
-        }
-        .into(),
-    }
-}
 
 /// What the layer computes with: the head file's shape, the widths, the parsed RoPE layout.
 #[derive(Debug, Clone)]
@@ -67,7 +46,8 @@ impl Geometry {
     /// The geometry `meta` describes.
     ///
     /// # Errors
-    /// [`TrainError::Data`] for metadata that is not EAGLE's or names an unknown RoPE layout.
+    /// [`TrainError::Data`] for metadata that is not EAGLE's or whose shape cannot run
+    /// ([`EagleShape::check`]).
     fn of(meta: &HeadMeta) -> Result<Self> {
         let bad = |reason: String| TrainError::Data {
             path: "head metadata".into(),
@@ -77,11 +57,8 @@ impl Geometry {
             (HeadKind::Eagle, Some(e)) => e.clone(),
             _ => return Err(bad("not an EAGLE head".into())),
         };
-        let rope_layout = match shape.rope_layout.as_str() {
-            "interleaved" => RopeLayout::Interleaved,
-            "half_split" => RopeLayout::HalfSplit,
-            other => return Err(bad(format!("unknown RoPE layout `{other}`"))),
-        };
+        shape.check().map_err(|e| bad(e.to_string()))?;
+        let rope_layout = shape.rope().map_err(|e| bad(e.to_string()))?;
         Ok(Self {
             shape,
             hidden: meta.target.hidden,
@@ -479,6 +456,7 @@ impl HeadModel for EagleHead {
         frozen: &Frozen<'_>,
         batch: &Batch,
         depths: usize,
+        skip_tokens: usize,
     ) -> Result<Vec<Agreement>> {
         let outs = self.forward(frozen, batch, depths)?;
         let h = self.geom.hidden;
@@ -495,9 +473,10 @@ impl HeadModel for EagleHead {
                     return Ok(Agreement::default());
                 }
                 let compute = || -> candle_core::Result<(Tensor, Tensor)> {
-                    let pred = out
-                        .reshape((b * t, h))?
-                        .index_select(&Tensor::new(out_rows.clone(), &Device::Cpu)?, 0)?;
+                    let pred = out.reshape((b * t, h))?.index_select(
+                        &Tensor::from_slice(&out_rows, out_rows.len(), &Device::Cpu)?,
+                        0,
+                    )?;
                     let truth =
                         features.index_select(&Tensor::new(label_rows, &Device::Cpu)?, 0)?;
                     Ok((
@@ -506,7 +485,12 @@ impl HeadModel for EagleHead {
                     ))
                 };
                 let (q, p) = compute().tensor_context("agreement")?;
-                Agreement::of(&q, &p)
+                // output row (b, j) drafts token t_{j+2}
+                let counted: Vec<bool> = out_rows
+                    .iter()
+                    .map(|&r| r as usize % t + 2 >= skip_tokens)
+                    .collect();
+                Agreement::of(&q, &p, &counted)
             })
             .collect()
     }
@@ -620,7 +604,8 @@ mod tests {
             let h = target.config().hidden;
             let d2t: Vec<u32> = (0..40).collect();
             let frozen = Frozen::new(&target, &d2t).unwrap();
-            let meta = meta_for(&target, eagle_shape(target.config(), Some(96)), d2t.len());
+            let shape = EagleShape::for_target(target.config(), 96);
+            let meta = meta_for(&target, shape, d2t.len());
             let settings = EagleSettings {
                 unroll: 3,
                 w_feat: 1.0,

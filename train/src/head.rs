@@ -41,12 +41,13 @@ pub(crate) struct Agreement {
 
 impl Agreement {
     /// Counts the rows where the argmax of `q` equals the argmax of `p` (both `[rows, V]`
-    /// logits or probabilities; ties go to the lowest index).
-    pub(crate) fn of(q: &Tensor, p: &Tensor) -> Result<Self> {
+    /// logits or probabilities; ties go to the lowest index), among the rows `counted` marks.
+    pub(crate) fn of(q: &Tensor, p: &Tensor, counted: &[bool]) -> Result<Self> {
         let (q, p) = (crate::nn::argmax_rows(q)?, crate::nn::argmax_rows(p)?);
+        let rows = || q.iter().zip(&p).zip(counted).filter(|(_, &c)| c);
         Ok(Self {
-            hits: q.iter().zip(&p).filter(|(a, b)| a == b).count() as u64,
-            total: q.len() as u64,
+            hits: rows().filter(|((a, b), _)| a == b).count() as u64,
+            total: rows().count() as u64,
         })
     }
 
@@ -72,11 +73,13 @@ pub(crate) trait HeadModel {
     fn loss(&self, frozen: &Frozen<'_>, batch: &Batch) -> Result<StepLoss>;
 
     /// Top-1 agreement of the head's argmax with the label's argmax at drafting depths
-    /// `1..=depths`.
+    /// `1..=depths`, leaving out the predictions of tokens `t_i` with `i < skip_tokens` (a
+    /// prefix every sequence shares, which says nothing about drafting).
     fn agreement(
         &self,
         frozen: &Frozen<'_>,
         batch: &Batch,
         depths: usize,
+        skip_tokens: usize,
     ) -> Result<Vec<Agreement>>;
 }

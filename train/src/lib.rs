@@ -34,7 +34,7 @@ pub mod trainer;
 pub mod vocab;
 
 pub use checkpoint::LossRecord;
-pub use eagle::{eagle_chain, eagle_shape, ttt_mask, EagleChainOutput, TttMask};
+pub use eagle::{eagle_chain, ttt_mask, EagleChainOutput, TttMask};
 pub use error::{Result, TrainError};
 pub use features::{ExtractionStats, FeatureCache, FeatureCacheKey};
 pub use medusa::medusa_logits;

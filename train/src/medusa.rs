@@ -153,16 +153,24 @@ impl HeadModel for MedusaHead {
         frozen: &Frozen<'_>,
         batch: &Batch,
         depths: usize,
+        skip_tokens: usize,
     ) -> Result<Vec<Agreement>> {
         let outs = self
             .outputs(frozen, batch, depths)
             .tensor_context("agreement")?;
         outs.into_iter()
-            .map(|out| {
+            .enumerate()
+            .map(|(k, out)| {
                 let Some((q, p)) = out else {
                     return Ok(Agreement::default());
                 };
-                Agreement::of(&q, &p)
+                // head k at input row (b, j) drafts token t_{j+k+2}
+                let counted: Vec<bool> = Self::head_rows(batch, k)
+                    .0
+                    .iter()
+                    .map(|&r| r as usize % batch.rows + k + 2 >= skip_tokens)
+                    .collect();
+                Agreement::of(&q, &p, &counted)
             })
             .collect()
     }

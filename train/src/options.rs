@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use specdec_models::heads::HeadKind;
+use specdec_models::heads::{default_head_path, HeadKind};
 use specdec_models::registry;
 use specdec_models::tokenizer::Tokenizer;
 
@@ -15,7 +15,7 @@ use crate::error::{io_error, ModelContext, Result, TrainError};
 use crate::features::{ExtractionStats, FeatureCache, FeatureCacheKey};
 use crate::optim::AdamWConfig;
 use crate::sharegpt::{parse_conversations, tokenize_conversations};
-use crate::target::{sha256_of_file, FrozenTarget};
+use crate::target::FrozenTarget;
 use crate::trainer::{train, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport};
 use crate::vocab::check_draft_vocab;
 
@@ -369,7 +369,8 @@ fn resolve_data(name_or_path: &str) -> Result<DataSource> {
                 .into(),
         });
     }
-    let sha256 = sha256_of_file(&path)?;
+    let sha256 = registry::sha256_of_file(&path)
+        .model_context(|| format!("hashing the training data {}", path.display()))?;
     Ok(DataSource { path, sha256 })
 }
 
@@ -397,13 +398,12 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
         });
     }
     let data = resolve_data(&options.data)?;
-    let paths = TrainPaths::next_to(&options.out.clone().unwrap_or_else(|| {
-        registry::cache_dir().join("heads").join(format!(
-            "{}-{}.safetensors",
-            target.short_name(),
-            config.kind.name()
-        ))
-    }));
+    let paths = TrainPaths::next_to(
+        &options
+            .out
+            .clone()
+            .unwrap_or_else(|| default_head_path(target.short_name(), config.kind)),
+    );
     if options.resume && !paths.checkpoint.exists() {
         return Err(TrainError::Checkpoint {
             path: paths.checkpoint.display().to_string(),

@@ -2,7 +2,6 @@
 //! frozen pieces a head reuses (token embedding, final norm, LM head rows), read from the GGUF
 //! through the models crate's quantised matrices, dequantised row by row on demand.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -12,7 +11,7 @@ use specdec_models::heads::HeadTarget;
 use specdec_models::llama::{read_config, read_weights, LlamaConfig, ModelWeights};
 use specdec_models::registry;
 
-use crate::error::{io_error, ModelContext, Result};
+use crate::error::{ModelContext, Result};
 
 /// A target model opened for training a head against it. Cheap to keep around: the weights stay
 /// in the (memory-mapped) GGUF's quantised blocks.
@@ -34,38 +33,19 @@ impl std::fmt::Debug for FrozenTarget {
 
 impl FrozenTarget {
     /// Opens `name_or_path`: a registry name (`smollm2-135m`, …; its identity is the pinned
-    /// SHA-256 of `models/registry.toml`) or a path to a GGUF file (hashed here).
+    /// SHA-256 of `models/registry.toml`) or a path to a GGUF file (hashed), as
+    /// [`registry::identify`] resolves it.
     ///
     /// # Errors
-    /// [`crate::TrainError::Model`] when the registry file is not cached (naming the fetch command),
-    /// the path does not exist, or the GGUF is not a supported decoder; [`crate::TrainError::Io`] when
-    /// hashing fails.
+    /// [`crate::TrainError::Model`] when the registry file is not cached (naming the fetch
+    /// command), the path does not exist or cannot be hashed, or the GGUF is not a supported
+    /// decoder.
     pub fn open(name_or_path: &str) -> Result<Self> {
-        let (path, sha256, short_name): (PathBuf, String, String) =
-            match registry::entry(name_or_path) {
-                Some(entry) => {
-                    let path = entry
-                        .locate()
-                        .model_context(|| format!("target `{name_or_path}`"))?;
-                    (path, entry.sha256.clone(), entry.name.clone())
-                }
-                None => {
-                    let path = registry::resolve(name_or_path)
-                        .model_context(|| format!("target `{name_or_path}`"))?;
-                    let sha = sha256_of_file(&path)?;
-                    let stem = path
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| name_or_path.to_string());
-                    (path, sha, stem)
-                }
-            };
-        let file = GgufFile::open(&path).model_context(|| format!("target {}", path.display()))?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        Self::from_gguf(Arc::new(file), &name, &short_name, sha256)
+        let id = registry::identify(name_or_path)
+            .model_context(|| format!("target `{name_or_path}`"))?;
+        let file =
+            GgufFile::open(&id.path).model_context(|| format!("target {}", id.path.display()))?;
+        Self::from_gguf(Arc::new(file), &id.file_name, &id.short_name, id.sha256)
     }
 
     /// A target over a parsed GGUF (e.g. a synthetic test model): `name` is its file name (for
@@ -83,15 +63,8 @@ impl FrozenTarget {
         let context = || format!("target {name}");
         let config = read_config(&file).model_context(context)?;
         let weights = read_weights(&file, &config).model_context(context)?;
-        let architecture = file.architecture().model_context(context)?.to_string();
         Ok(Self {
-            identity: HeadTarget {
-                name: name.to_string(),
-                sha256,
-                architecture,
-                hidden: config.hidden,
-                vocab_size: config.vocab_size,
-            },
+            identity: HeadTarget::for_target(&config, name, &sha256),
             short_name: short_name.to_string(),
             config,
             file,
@@ -151,17 +124,6 @@ fn rows_of(
     let mut out = vec![0.0; ids.len() * matrix.cols()];
     embed_rows(&matrix.view(), ids, &mut out).model_context(|| format!("{what} rows"))?;
     Ok(out)
-}
-
-/// SHA-256 of a file's bytes, lower-case hex.
-///
-/// # Errors
-/// [`crate::TrainError::Io`] naming the file.
-pub fn sha256_of_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).map_err(io_error(path))?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(io_error(path))?;
-    Ok(hex(&hasher.finalize()))
 }
 
 /// SHA-256 of `bytes`, lower-case hex.

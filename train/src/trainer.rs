@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use specdec_models::heads::{
-    HeadFile, HeadKind, HeadMeta, StoredDtype, TrainingInfo, HEAD_FORMAT_VERSION,
+    EagleShape, HeadFile, HeadKind, HeadMeta, StoredDtype, TrainingInfo, HEAD_FORMAT_VERSION,
 };
 
 use crate::batch::{Batch, DataOrder, Frozen};
 use crate::checkpoint::{self, CheckpointState, LossRecord};
-use crate::eagle::{eagle_shape, EagleHead, EagleSettings};
+use crate::eagle::{EagleHead, EagleSettings};
 use crate::error::{io_error, ModelContext, Result, TensorContext, TrainError};
 use crate::features::FeatureCache;
 use crate::head::{Agreement, HeadModel};
@@ -158,8 +158,11 @@ pub struct TrainReport {
     pub component_names: Vec<String>,
     /// Every step's record.
     pub history: Vec<LossRecord>,
-    /// Held-out top-1 agreement of the head's argmax with the label's argmax at depths 1, 2.
+    /// Held-out top-1 agreement of the head's argmax with the label's argmax at depths 1, 2,
+    /// leaving out the predictions of tokens in the prefix every sequence shares.
     pub agreement: Vec<f64>,
+    /// Length of that shared prefix (a chat template's system prompt and first role header).
+    pub shared_prefix_tokens: usize,
     /// Held-out positions compared at each depth.
     pub agreement_positions: Vec<u64>,
     /// The draft vocabulary size.
@@ -223,8 +226,9 @@ impl TrainReport {
             .map(|(d, (a, n))| format!("depth {} {:.1}% of {n}", d + 1, 100.0 * a))
             .collect();
         out.push_str(&format!(
-            "held-out top-1 agreement: {}; draft vocabulary {} ids covering {:.1}% of held-out \
-             tokens\n",
+            "held-out top-1 agreement (after the {}-token prefix all sequences share): {}; draft \
+             vocabulary {} ids covering {:.1}% of held-out tokens\n",
+            self.shared_prefix_tokens,
             depths.join(", "),
             self.draft_vocab,
             100.0 * self.draft_vocab_coverage
@@ -315,8 +319,12 @@ fn head_meta(
         target: target.identity().clone(),
         feature_blocks: vec![block],
         draft_vocab,
-        eagle: (config.kind == HeadKind::Eagle)
-            .then(|| eagle_shape(target.config(), config.eagle_ffn)),
+        eagle: (config.kind == HeadKind::Eagle).then(|| {
+            EagleShape::for_target(
+                target.config(),
+                config.eagle_ffn.unwrap_or(target.config().ffn),
+            )
+        }),
         medusa_heads: if config.kind == HeadKind::Medusa {
             config.medusa_heads
         } else {
@@ -461,12 +469,17 @@ pub fn train(
     bar.finish_and_clear();
     checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
 
+    let all_tokens = (0..cache.len())
+        .map(|i| cache.tokens(i))
+        .collect::<Result<Vec<_>>>()?;
+    let shared_prefix_tokens = shared_prefix(&all_tokens);
     let agreements = evaluate(
         head.as_ref(),
         &frozen,
         cache,
         n_train..cache.len(),
         config.batch,
+        shared_prefix_tokens,
     )?;
     let agreement: Vec<f64> = agreements.iter().map(Agreement::rate).collect();
     let (loss_first_tenth, loss_last_tenth) = tenth_means(&state.history);
@@ -491,6 +504,7 @@ pub fn train(
             positions_per_s,
             draft_vocab_coverage,
             stop,
+            shared_prefix_tokens,
         ),
     };
     let file = HeadFile {
@@ -525,6 +539,7 @@ pub fn train(
         history: state.history,
         agreement,
         agreement_positions: agreements.iter().map(|a| a.total).collect(),
+        shared_prefix_tokens,
         draft_vocab: config.draft_vocab,
         draft_vocab_coverage,
         trainable_params: head.params().trainable_count(),
@@ -533,22 +548,39 @@ pub fn train(
     })
 }
 
-/// Agreement at depths `1..=AGREEMENT_DEPTHS` over the sequences `indices`, in batches.
+/// The number of leading tokens every one of (at least two) `sequences` shares — a chat
+/// template's system prompt and first role header — below the shortest one's length; 0 for
+/// fewer than two sequences.
+fn shared_prefix(sequences: &[Vec<u32>]) -> usize {
+    let Some((first, rest)) = sequences.split_first().filter(|(_, rest)| !rest.is_empty()) else {
+        return 0;
+    };
+    rest.iter().fold(first.len().saturating_sub(1), |len, t| {
+        first
+            .iter()
+            .zip(t)
+            .take(len.min(t.len().saturating_sub(1)))
+            .take_while(|(a, b)| a == b)
+            .count()
+    })
+}
+
+/// Agreement at depths `1..=AGREEMENT_DEPTHS` over the sequences `indices`, in batches, leaving
+/// out predictions of tokens in the first `skip_tokens`.
 fn evaluate(
     head: &dyn HeadModel,
     frozen: &Frozen<'_>,
     cache: &FeatureCache,
     indices: std::ops::Range<usize>,
     batch: usize,
+    skip_tokens: usize,
 ) -> Result<Vec<Agreement>> {
     let mut total = vec![Agreement::default(); AGREEMENT_DEPTHS];
     let all: Vec<usize> = indices.collect();
     for chunk in all.chunks(batch.max(1)) {
         let b = Batch::load(cache, chunk)?;
-        for (sum, a) in total
-            .iter_mut()
-            .zip(head.agreement(frozen, &b, AGREEMENT_DEPTHS)?)
-        {
+        let counts = head.agreement(frozen, &b, AGREEMENT_DEPTHS, skip_tokens)?;
+        for (sum, a) in total.iter_mut().zip(counts) {
             sum.hits += a.hits;
             sum.total += a.total;
         }
@@ -568,6 +600,7 @@ fn training_extra(
     positions_per_s: f64,
     draft_vocab_coverage: f64,
     stop: StopReason,
+    shared_prefix_tokens: usize,
 ) -> BTreeMap<String, String> {
     let o = &config.optimizer;
     let mut extra = data.extra.clone();
@@ -611,5 +644,41 @@ fn training_extra(
     for (d, a) in agreement.iter().enumerate() {
         put(&format!("agreement_depth{}", d + 1), format!("{a:.4}"));
     }
+    put(
+        "agreement_skips_shared_prefix",
+        shared_prefix_tokens.to_string(),
+    );
     extra
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_prefix_is_what_every_sequence_starts_with() {
+        let s = |v: &[u32]| v.to_vec();
+        assert_eq!(
+            shared_prefix(&[s(&[1, 2, 3, 4]), s(&[1, 2, 3, 9]), s(&[1, 2, 7])]),
+            2
+        );
+        // never the whole of the shortest sequence, never anything for one sequence
+        assert_eq!(shared_prefix(&[s(&[1, 2, 3]), s(&[1, 2, 3, 4])]), 2);
+        assert_eq!(shared_prefix(&[s(&[1, 2, 3])]), 0);
+        assert_eq!(shared_prefix(&[s(&[5, 2]), s(&[1, 2])]), 0);
+    }
+
+    #[test]
+    fn tenths_are_at_least_one_step() {
+        let record = |loss| LossRecord {
+            step: 0,
+            loss,
+            components: Vec::new(),
+            lr: 0.0,
+            grad_norm: 0.0,
+        };
+        let h: Vec<LossRecord> = (0..20).map(|i| record(i as f32)).collect();
+        assert_eq!(tenth_means(&h), (0.5, 18.5));
+        assert_eq!(tenth_means(&h[..3]), (0.0, 2.0));
+    }
 }

@@ -12,12 +12,12 @@ use common::target;
 use specdec_kernels::ops::rms_norm;
 use specdec_kernels::TreeTopology;
 use specdec_models::heads::{
-    HeadFile, HeadKind, HeadMeta, HeadTensor, TrainingInfo, HEAD_FORMAT_VERSION,
+    EagleShape, HeadFile, HeadKind, HeadMeta, HeadTensor, TrainingInfo, HEAD_FORMAT_VERSION,
 };
 use specdec_models::llama::{Architecture, LlamaModel, LlamaOptions, MatmulPath};
 use specdec_models::LanguageModel;
 use specdec_models::SequenceStep;
-use specdec_train::{eagle_chain, eagle_shape, medusa_logits, FrozenTarget};
+use specdec_train::{eagle_chain, medusa_logits, FrozenTarget};
 
 const TOKENS: [u32; 7] = [5, 17, 42, 3, 9, 28, 61];
 
@@ -55,7 +55,8 @@ fn meta(t: &FrozenTarget, kind: HeadKind) -> HeadMeta {
         target: t.identity().clone(),
         feature_blocks: vec![1],
         draft_vocab: t.config().vocab_size,
-        eagle: (kind == HeadKind::Eagle).then(|| eagle_shape(t.config(), None)),
+        eagle: (kind == HeadKind::Eagle)
+            .then(|| EagleShape::for_target(t.config(), t.config().ffn)),
         medusa_heads: if kind == HeadKind::Medusa { 2 } else { 0 },
         training: TrainingInfo::default(),
     }
@@ -181,4 +182,67 @@ fn medusa_heads_are_the_residual_block_over_the_final_norm() {
         "{}",
         rel_err(&out[1], &want)
     );
+}
+
+/// The trainer's forward equals the inference side's (`specdec_models::heads`) on the same head
+/// file: EAGLE over a chain of pairs, Medusa per feature (BF16 precision: the file's values,
+/// exact f32 products; the two differ only in summation order).
+#[test]
+fn the_trainers_forward_equals_the_inference_heads() {
+    use specdec_models::heads::synthetic::random_head;
+    use specdec_models::heads::{EagleHead, HeadOptions, HeadPrecision, HeadStep, MedusaHeads};
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let t = target(arch, 7);
+        let (_, features, _) = target_run(&t);
+        let id = t.identity();
+        let model = LlamaModel::from_gguf(t.file(), LlamaOptions::default()).unwrap();
+        let eagle = random_head(HeadKind::Eagle, t.config(), &id.name, &id.sha256, 40, 3).unwrap();
+        let mut inference = EagleHead::new(
+            &eagle,
+            &model,
+            HeadOptions {
+                precision: HeadPrecision::Bf16,
+                ..HeadOptions::default()
+            },
+        )
+        .unwrap();
+        let seq = inference.new_sequence().unwrap();
+        let chain = TreeTopology::chain(TOKENS.len());
+        let theirs = inference
+            .forward(&[HeadStep {
+                seq,
+                tokens: &TOKENS,
+                features: &features,
+                tree: &chain,
+            }])
+            .unwrap()
+            .remove(0);
+        let ours = eagle_chain(&eagle, &t, &features, &TOKENS).unwrap();
+        let (e_feat, e_logits) = (
+            rel_err(&ours.features, &theirs.features),
+            rel_err(&ours.logits, &theirs.logits),
+        );
+        assert!(
+            e_feat < 1e-4 && e_logits < 1e-4,
+            "{arch:?} EAGLE: features {e_feat}, logits {e_logits}"
+        );
+
+        let medusa =
+            random_head(HeadKind::Medusa, t.config(), &id.name, &id.sha256, 40, 4).unwrap();
+        let heads = MedusaHeads::new(&medusa, &model, HeadPrecision::Bf16).unwrap();
+        let rows = TOKENS.len();
+        let theirs = heads.forward(&features, rows).unwrap();
+        let ours = medusa_logits(&medusa, &t, &features).unwrap();
+        let k_heads = heads.heads();
+        for (k, ours_k) in ours.iter().enumerate() {
+            let theirs_k: Vec<f32> = (0..rows)
+                .flat_map(|r| {
+                    let at = (r * k_heads + k) * 40;
+                    theirs[at..at + 40].to_vec()
+                })
+                .collect();
+            let e = rel_err(ours_k, &theirs_k);
+            assert!(e < 1e-4, "{arch:?} Medusa head {k}: {e}");
+        }
+    }
 }
