@@ -29,6 +29,7 @@ mod params;
 mod plot;
 mod progress;
 pub mod sharegpt;
+pub mod synthetic;
 pub mod target;
 pub mod trainer;
 pub mod vocab;

@@ -42,9 +42,12 @@ pub struct EngineBackend {
     calibration: Option<Vec<u32>>,
     /// The target's verify-cost curve timed so far (`ModelSet::verify_curve`).
     verify_curve: Vec<f64>,
-    /// Methods built by [`Backend::run_method`], by name: an interleaved schedule calls it once
-    /// per prompt group, and the drafters (with their draft-model KV pools) are built once.
+    /// Methods built by [`Backend::prepare`] or [`Backend::run_method`], by name: an
+    /// interleaved schedule calls `run_method` once per prompt group, and the drafters (with
+    /// their draft-model KV pools) are built once.
     built: HashMap<String, BuiltMethod>,
+    /// Seconds [`Backend::prepare`] spent building each method, reported by its first run.
+    prepared_s: HashMap<String, f64>,
 }
 
 impl EngineBackend {
@@ -105,6 +108,7 @@ impl EngineBackend {
             calibration: None,
             verify_curve: Vec::new(),
             built: HashMap::new(),
+            prepared_s: HashMap::new(),
             device: Device::Cpu,
         })
     }
@@ -123,6 +127,7 @@ impl EngineBackend {
         self.target = Target::Device(target);
         self.device = device;
         self.built.clear();
+        self.prepared_s.clear();
         self.verify_curve.clear();
         Ok(self)
     }
@@ -221,6 +226,26 @@ impl EngineBackend {
 }
 
 impl Backend for EngineBackend {
+    /// Builds every method before any runs (drafters loaded, heads checked, calibrated on the
+    /// first prompt), so that a method that cannot be built stops the run before any work; each
+    /// method's build time is reported as the set-up of its first run.
+    fn prepare(&mut self, methods: &[MethodConfig], first: Option<&RequestSpec<'_>>) -> Result<()> {
+        if let Some(spec) = first {
+            self.calibration = Some(self.encode(&spec.prompt.text, spec.prompt.chat)?);
+        }
+        for method in methods {
+            if self.built.contains_key(&method.name) {
+                continue;
+            }
+            let started = Instant::now();
+            let built = self.build(method)?;
+            self.prepared_s
+                .insert(method.name.clone(), started.elapsed().as_secs_f64());
+            self.built.insert(method.name.clone(), built);
+        }
+        Ok(())
+    }
+
     fn name(&self) -> &str {
         match self.device {
             Device::Cpu => "cpu",
@@ -256,7 +281,8 @@ impl Backend for EngineBackend {
                 self.build(method)?
             }
         };
-        let setup_s = setup_started.elapsed().as_secs_f64();
+        let setup_s = setup_started.elapsed().as_secs_f64()
+            + self.prepared_s.remove(&method.name).unwrap_or(0.0);
         let options = self.engine_options(method);
         let started = Instant::now();
         let generations = built

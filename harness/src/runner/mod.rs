@@ -73,6 +73,17 @@ pub trait Backend {
     /// Short name recorded in provenance (`simulation`, `toy`, `cpu`, `cuda`).
     fn name(&self) -> &str;
 
+    /// Readies every method before the run starts (`first`: the run's first request, to
+    /// calibrate on), so that one that cannot be built stops the run before any work. Default:
+    /// nothing (methods are built by `run_method`).
+    ///
+    /// # Errors
+    /// A method that cannot be built.
+    fn prepare(&mut self, methods: &[MethodConfig], first: Option<&RequestSpec<'_>>) -> Result<()> {
+        let _ = (methods, first);
+        Ok(())
+    }
+
     /// Runs `method` over `requests` (sampling, max_tokens and batch size come from the config the
     /// backend was built with) and calls `on_request_done(index)` as each request retires.
     ///
@@ -169,6 +180,7 @@ pub fn run_experiment_on(
         })
         .collect();
     let mut outcomes: Vec<Vec<RequestOutcome>> = vec![Vec::new(); methods.len()];
+    backend.prepare(methods, specs.first())?;
     for (group, order) in schedule_order(
         config.schedule,
         specs.len(),

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Trained draft heads against every other drafter, on MT-Bench first turns (5 per category, 40,
+# chat template) and 40 HumanEval prompts, 96 tokens, T = 0 and T = 1, methods interleaved with
+# plain decoding in the same run (experiments/heads/*.toml); tables by scripts/heads-table.py.
+#
+#   scripts/heads-bench.sh smollm2        # SmolLM2-135M (heads trained here first if missing)
+#   scripts/heads-bench.sh qwen           # Qwen2.5-Coder-1.5B (and its 0.5B draft)
+#   scripts/heads-bench.sh smollm2 --train-minutes 25   # training budget of a missing head
+#
+# A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1, see the
+# experiments README; Medusa: the defaults) into the cache, where the eagle / medusa drafters
+# look for it; an existing one is used as it is (delete it, or train with --resume, to change).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+model="${1:-}"
+shift || true
+minutes=25
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --train-minutes) minutes="$2"; shift 2 ;;
+    *) echo "heads-bench: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+case "$model" in
+  smollm2) target=smollm2-135m; fetch=(smollm2 humaneval mtbench sharegpt); vocab=8192 ;;
+  qwen) target=qwen2.5-coder-1.5b; fetch=(qwen-0.5b qwen-1.5b humaneval mtbench sharegpt); vocab=16384 ;;
+  -h|--help|"") sed -n 2,12p "$0"; exit 0 ;;
+  *) echo "heads-bench: unknown model '$model' (smollm2 or qwen)" >&2; exit 2 ;;
+esac
+
+scripts/fetch-models.sh "${fetch[@]}"
+cargo build --release --bin specdec
+bin="${CARGO_TARGET_DIR:-target}/release/specdec"
+heads="${SPECDEC_CACHE:-$HOME/.cache/specdec}/heads"
+
+for kind in eagle medusa; do
+  if [ ! -f "$heads/$target-$kind.safetensors" ]; then
+    echo "== training the $kind head for $target ($minutes minutes of steps)"
+    extra=()
+    [ "$kind" = eagle ] && extra=(--w-ce 1 --w-feat 0.1)
+    # about 0.4 optimiser steps per second here (batch 4 x 256 tokens): the schedule's length
+    # fits the budget, which stops the run cleanly (with a checkpoint) if it is slower
+    steps=$(( minutes * 24 ))
+    "$bin" train-head --target "$target" --kind "$kind" --draft-vocab "$vocab" \
+      --steps "$steps" --minutes "$(( minutes * 13 / 10 ))" "${extra[@]}"
+  fi
+done
+
+folders=()
+for source in mtbench humaneval; do
+  for t in 0 1; do
+    name="heads-$model-$source-t$t"
+    echo
+    echo "== specdec run experiments/heads/$model-$source-t$t.toml"
+    "$bin" run "experiments/heads/$model-$source-t$t.toml" --out "results/$name" --quiet
+    folders+=("results/$name")
+  done
+done
+echo
+python3 scripts/heads-table.py "${folders[@]}"
