@@ -28,6 +28,7 @@ mod options;
 mod params;
 mod plot;
 mod progress;
+pub mod regenerate;
 pub mod sharegpt;
 pub mod synthetic;
 pub mod target;

@@ -14,8 +14,9 @@ use crate::batch::permutation;
 use crate::error::{io_error, ModelContext, Result, TrainError};
 use crate::features::{ExtractionStats, FeatureCache, FeatureCacheKey};
 use crate::optim::AdamWConfig;
-use crate::sharegpt::{parse_conversations, tokenize_conversations};
-use crate::target::FrozenTarget;
+use crate::regenerate::{first_turn_prompt, regenerate};
+use crate::sharegpt::{parse_conversations, tokenize_conversations, Conversation, TokenizeStats};
+use crate::target::{sha256_of_bytes, FrozenTarget};
 use crate::trainer::{train, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport};
 use crate::vocab::check_draft_vocab;
 
@@ -151,6 +152,11 @@ pub struct TrainHeadOptions {
     /// Medusa: number of heads K [default: 3].
     #[arg(long)]
     pub medusa_heads: Option<usize>,
+    /// Train on the target's own answers instead of the data's (self-distillation): each
+    /// conversation's first user turn, continued greedily by the target to --max-len tokens
+    /// (regenerated when its feature cache is not complete, in its own cache).
+    #[arg(long)]
+    pub regenerate: bool,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
@@ -418,15 +424,45 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
     let tokenizer = Tokenizer::from_gguf(target.file())
         .model_context(|| format!("the tokenizer of {}", target.identity().name))?;
     let order = permutation(parsed.conversations.len(), options.data_seed);
-    let (sequences, stats) = tokenize_conversations(
-        &parsed.conversations,
-        &order,
-        &tokenizer,
-        options.max_len,
-        MIN_SEQUENCE_TOKENS,
-        options.conversations,
-    )?;
-    if sequences.len() <= options.holdout {
+    let key = FeatureCacheKey {
+        target_sha256: target.identity().sha256.clone(),
+        // regenerated answers are other data: their own cache
+        data_sha256: match options.regenerate {
+            true => sha256_of_bytes(format!("{} regenerated greedily", data.sha256).as_bytes()),
+            false => data.sha256.clone(),
+        },
+        max_len: options.max_len,
+        count: options.conversations,
+        data_seed: options.data_seed,
+    };
+    let dir = registry::cache_dir()
+        .join("features")
+        .join(key.folder_name());
+    let cached = options.regenerate && FeatureCache::open(&dir, &key).is_ok();
+    let (sequences, stats) = match (options.regenerate, cached) {
+        // the complete cache holds the regenerated sequences already
+        (true, true) => (Vec::new(), TokenizeStats::default()),
+        (true, false) => {
+            let (prompts, stats) = first_turn_prompts(
+                &parsed.conversations,
+                &order,
+                &tokenizer,
+                options.conversations,
+            )?;
+            let mut answers = regenerate(&target, &prompts, options.max_len, !options.quiet)?;
+            answers.retain(|a| a.len() >= MIN_SEQUENCE_TOKENS);
+            (answers, stats)
+        }
+        (false, _) => tokenize_conversations(
+            &parsed.conversations,
+            &order,
+            &tokenizer,
+            options.max_len,
+            MIN_SEQUENCE_TOKENS,
+            options.conversations,
+        )?,
+    };
+    if !cached && sequences.len() <= options.holdout {
         return Err(TrainError::Data {
             path: what,
             reason: format!(
@@ -437,20 +473,19 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
             ),
         });
     }
-    let key = FeatureCacheKey {
-        target_sha256: target.identity().sha256.clone(),
-        data_sha256: data.sha256.clone(),
-        max_len: options.max_len,
-        count: options.conversations,
-        data_seed: options.data_seed,
+    let (cache, extraction) = match cached {
+        true => (FeatureCache::open(&dir, &key)?, ExtractionStats::default()),
+        false => FeatureCache::build(&dir, &key, &target, &sequences, !options.quiet)?,
     };
-    let dir = registry::cache_dir()
-        .join("features")
-        .join(key.folder_name());
-    let (cache, extraction) = FeatureCache::build(&dir, &key, &target, &sequences, !options.quiet)?;
     let mut extra = BTreeMap::new();
     extra.insert("data".to_string(), options.data.clone());
-    extra.insert("conversations".into(), sequences.len().to_string());
+    if options.regenerate {
+        extra.insert(
+            "answers".into(),
+            "regenerated greedily by the target".into(),
+        );
+    }
+    extra.insert("conversations".into(), cache.len().to_string());
     extra.insert("conversations_skipped".into(), stats.skipped.to_string());
     extra.insert("data_seed".into(), options.data_seed.to_string());
     extra.insert("max_len".into(), options.max_len.to_string());
@@ -477,6 +512,41 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
         tokens: cache.total_tokens(),
     });
     Ok(report)
+}
+
+/// The tokenized first-turn prompts ([`first_turn_prompt`]) of the first `count` usable
+/// conversations in `order` (a prompt must hold at least one token past the template).
+///
+/// # Errors
+/// Tokenizer errors.
+fn first_turn_prompts(
+    conversations: &[Conversation],
+    order: &[usize],
+    tokenizer: &Tokenizer,
+    count: usize,
+) -> Result<(Vec<Vec<u32>>, TokenizeStats)> {
+    let mut prompts = Vec::with_capacity(count);
+    let mut stats = TokenizeStats::default();
+    for &index in order {
+        if prompts.len() == count {
+            break;
+        }
+        stats.examined += 1;
+        let conversation = &conversations[index];
+        let Some(text) = first_turn_prompt(conversation, tokenizer) else {
+            stats.skipped += 1;
+            continue;
+        };
+        let tokens = tokenizer
+            .encode_prompt(&text)
+            .model_context(|| format!("tokenizing conversation `{}`", conversation.id))?;
+        if tokens.len() < 2 {
+            stats.skipped += 1;
+            continue;
+        }
+        prompts.push(tokens);
+    }
+    Ok((prompts, stats))
 }
 
 /// What feature extraction did for a [`train_head`] run.
