@@ -50,6 +50,25 @@ pub(super) fn head_precision(
     }
 }
 
+/// What both trained-head drafters check first: no `draft_vocab` (a head has its own draft
+/// vocabulary), and the precision.
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] for either.
+pub(super) fn head_setup(
+    kind: &str,
+    setup: &DraftSetup<'_>,
+    precision: Option<&str>,
+) -> Result<HeadPrecision> {
+    if setup.draft_vocab.is_some() {
+        return Err(HarnessError::InvalidEngine(format!(
+            "method `{}`: a {kind} head has its own draft vocabulary (draft_vocab does not apply)",
+            setup.method
+        )));
+    }
+    head_precision(precision).map_err(HarnessError::InvalidEngine)
+}
+
 impl Kind for Eagle {
     const NAME: &'static str = "eagle";
     const SUMMARY: &'static str =
@@ -89,14 +108,7 @@ impl DrafterKind for Eagle {
         Some(Eagle::default())
     }
     fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter> {
-        if setup.draft_vocab.is_some() {
-            return Err(HarnessError::InvalidEngine(format!(
-                "method `{}`: an eagle head has its own draft vocabulary (draft_vocab does not apply)",
-                setup.method
-            )));
-        }
-        let precision =
-            head_precision(self.precision.as_deref()).map_err(HarnessError::InvalidEngine)?;
+        let precision = head_setup(Self::NAME, setup, self.precision.as_deref())?;
         let mut head = ctx.eagle_head(self.head.as_deref(), precision)?;
         let draft_pass_s = match setup.time_passes {
             true => Some(time_head_pass(&mut head)?),

@@ -7,7 +7,7 @@ use specdec_algorithms::drafters::{MedusaDraftModel, ShapeDrafter};
 use specdec_algorithms::trees::TreeShape;
 use specdec_models::heads::DraftHead;
 
-use super::eagle::head_precision;
+use super::eagle::{head_precision, head_setup};
 use super::{tree_fill, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::error::{HarnessError, Result};
 use crate::methods::Kind;
@@ -70,14 +70,7 @@ impl DrafterKind for Medusa {
         Some(Medusa::default())
     }
     fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter> {
-        if setup.draft_vocab.is_some() {
-            return Err(HarnessError::InvalidEngine(format!(
-                "method `{}`: medusa heads have their own draft vocabulary (draft_vocab does not apply)",
-                setup.method
-            )));
-        }
-        let precision =
-            head_precision(self.precision.as_deref()).map_err(HarnessError::InvalidEngine)?;
+        let precision = head_setup(Self::NAME, setup, self.precision.as_deref())?;
         let heads = ctx.medusa_heads(self.head.as_deref(), precision)?;
         let depth = heads.heads();
         let shape = match (&self.choices, &self.branching) {
