@@ -65,7 +65,7 @@ enum Command {
         /// Where the models run: cpu, cuda (GPU 0) or cuda:N.
         #[arg(long, default_value = "cpu")]
         device: String,
-        /// A trained head file (safetensors) for --method eagle or medusa [default: the one
+        /// A trained head file (safetensors) for --method eagle, medusa, or staged --draft eagle [default: the one
         /// `specdec train-head` wrote for the target into the cache].
         #[arg(long)]
         head: Option<String>,

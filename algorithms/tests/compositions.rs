@@ -656,6 +656,14 @@ fn feature_heads_draft_losslessly_in_chain_and_tree_form() {
         FixedPolicy::chain(2),
     );
     setup.assert_lossless("feature head, sampled chain × AIMD", &mut chain, aimd());
+    // n-gram → feature head → target: the head checks the n-gram proposal against its own q
+    let ngram = NgramDrafter::new(NgramConfig::default(), 4).unwrap();
+    let mut staged = StagedDrafter::new(ngram, FeatureDraftModel::new(feature_head()));
+    setup.assert_lossless(
+        "staged: n-gram → feature head",
+        &mut staged,
+        FixedPolicy::chain(2),
+    );
     let setup = Setup::new(
         &pair.target,
         VerifyMethod::RecursiveRejection,

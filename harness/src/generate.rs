@@ -10,7 +10,7 @@ use specdec_models::llama::parse_device;
 use crate::config::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
 use crate::engine::{Generation, Request};
 use crate::error::{HarnessError, Result};
-use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain};
+use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain, Staged};
 use crate::methods::{lookup, normalise, DrafterRole, DRAFTERS};
 use crate::runner::EngineBackend;
 
@@ -75,7 +75,8 @@ pub struct GenerateOptions {
     pub seed: u64,
     /// Where the models run: `cpu`, `cuda` or `cuda:N`.
     pub device: String,
-    /// A trained head file for `eagle` / `medusa` (default: the cache's head for the target).
+    /// A trained head file for `eagle` / `medusa` / `staged` with an `eagle` level (default: the
+    /// cache's head for the target).
     pub head: Option<String>,
 }
 
@@ -192,8 +193,8 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
 /// `drafter` with its `head` parameter set to `head`.
 ///
 /// # Errors
-/// [`HarnessError::InvalidEngine`] when the drafter reads no head file (only `eagle` and
-/// `medusa` do).
+/// [`HarnessError::InvalidEngine`] when the drafter reads no head file (only `eagle`, `medusa`
+/// and `staged` with an `eagle` level do).
 pub fn with_head(drafter: &DrafterConfig, head: &str) -> Result<DrafterConfig> {
     let mut params = drafter.params().clone();
     params.insert("head".into(), toml::Value::String(head.to_string()));
@@ -201,7 +202,8 @@ pub fn with_head(drafter: &DrafterConfig, head: &str) -> Result<DrafterConfig> {
     let entry = with.entry().map_err(HarnessError::InvalidEngine)?;
     entry.check(with.params()).map_err(|_| {
         HarnessError::InvalidEngine(format!(
-            "--head is for the trained-head drafters (eagle, medusa), not for `{}`",
+            "--head is for the trained-head drafters (eagle, medusa, staged with --draft eagle), \
+             not for `{}`",
             drafter.kind()
         ))
     })?;
@@ -225,9 +227,14 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         top_p: None,
     };
     let device = parse_device(&options.device)?;
+    // staged's `--draft layer_skip` / `eagle` levels run on the target: no model to load
+    let draft_model = options
+        .draft
+        .as_deref()
+        .filter(|d| !method.drafter.is::<Staged>() || Staged::level_is_model(d));
     let mut backend = EngineBackend::open(
         &options.target,
-        options.draft.as_deref(),
+        draft_model,
         sampling,
         options.seed,
         options.max_tokens,

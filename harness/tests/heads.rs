@@ -2,14 +2,14 @@
 //! Qwen2 of `specdec_models::llama::synthetic`, with random heads of
 //! `specdec_models::heads::synthetic`): the target hands its features to the drafters after
 //! every verdict, the EAGLE head catches up, drafts chains, dynamic and static trees, Medusa
-//! heads draft static trees, and greedy speculative output equals plain greedy output token for
+//! heads draft static trees, the staged drafter checks n-gram proposals with the EAGLE head, and greedy speculative output equals plain greedy output token for
 //! token at batch sizes 1 and 3.
 
 use std::sync::Arc;
 
 use specdec_algorithms::drafters::{
     ChainDrafter, ChainMode, Drafter, DynamicTreeDrafter, EagleFeatureHead, FeatureDraftModel,
-    MedusaDraftModel, ShapeDrafter, TreeFill,
+    MedusaDraftModel, NgramConfig, NgramDrafter, ShapeDrafter, StagedDrafter, TreeFill,
 };
 use specdec_algorithms::policy::FixedPolicy;
 use specdec_algorithms::trees::TreeShape;
@@ -108,10 +108,15 @@ fn greedy_speculation_with_trained_heads_equals_plain_decoding() {
             TreeFill::TopRanked,
             TreeShape::from_branching(&[2, 2]),
         );
+        let mut staged = StagedDrafter::new(
+            NgramDrafter::new(NgramConfig::default(), 16).unwrap(),
+            eagle_head(SamplingParams::greedy()),
+        );
         let (plain, _) = run(&mut target, &mut NoDrafter, 0, 1);
         assert!(plain.iter().all(|t| t.len() == 18));
-        let drafters: [(&str, &mut dyn Drafter<f32>, usize); 4] = [
+        let drafters: [(&str, &mut dyn Drafter<f32>, usize); 5] = [
             ("eagle chain", &mut chain, 3),
+            ("staged: n-gram → eagle", &mut staged, 3),
             ("eagle dynamic tree", &mut dynamic, 6),
             ("eagle static tree", &mut static_tree, 6),
             ("medusa tree", &mut medusa_tree, 6),

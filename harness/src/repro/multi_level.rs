@@ -87,6 +87,7 @@ pub fn run(dir: &Path, p: &MultiLevelParams) -> Result<ReproOutput> {
             &format!("staged-k{k}"),
             DrafterConfig::of(Staged {
                 levels: vec![DRAFT.into()],
+                head: None,
             }),
             k,
         ),

@@ -156,7 +156,7 @@ impl DrafterKind for Eagle {
 
 /// Seconds of one head pass of one pair on an empty sequence, best of two (the cost-model
 /// policy's prior for a draft pass).
-fn time_head_pass(head: &mut EagleHead) -> Result<f64> {
+pub(super) fn time_head_pass(head: &mut EagleHead) -> Result<f64> {
     let features = vec![0.0; head.feature_dim()];
     let tree = TreeTopology::chain(1);
     let mut best = f64::INFINITY;

@@ -1,23 +1,41 @@
 //! `staged`: multi-level speculation, n-gram → draft model → target.
 
 use serde::{Deserialize, Serialize};
-use specdec_algorithms::drafters::{NgramConfig, NgramDrafter, StagedDrafter};
+use specdec_algorithms::drafters::{
+    EagleFeatureHead, FeatureDraftModel, NgramConfig, NgramDrafter, StagedDrafter,
+};
 
+use super::eagle::{head_setup, time_head_pass};
 use super::{model_drafter_setup, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::config::ModelSource;
-use crate::error::Result;
+use crate::error::{HarnessError, Result};
 use crate::methods::Kind;
+
+/// The level name of a trained EAGLE head (`specdec train-head --kind eagle`).
+const EAGLE_LEVEL: &str = "eagle";
 
 /// Multi-level speculation: an n-gram level 0 proposes, the model level checks it losslessly
 /// against its own distribution and extends it, and the target verifies the result (chain
 /// rejection). `levels` names the model levels, smallest first; today one model level runs:
-/// the last entry (a known name, a `.gguf` path, or `layer_skip` for the target with its
-/// default blocks skipped).
+/// the last entry (a known name, a `.gguf` path, `layer_skip` for the target with its default
+/// blocks skipped, or `eagle` for a trained EAGLE head over the target's features, from `head`
+/// or the cache).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Staged {
     /// Model names, smallest first.
     pub levels: Vec<String>,
+    /// The head file of an `eagle` level [default: `<cache>/heads/<target>-eagle.safetensors`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+}
+
+impl Staged {
+    /// Whether level name `level` is a model to load (a known name or a `.gguf` path), not
+    /// `layer_skip` or `eagle`, which run on the target.
+    pub fn level_is_model(level: &str) -> bool {
+        !matches!(level, "layer_skip" | EAGLE_LEVEL)
+    }
 }
 
 impl Kind for Staged {
@@ -30,8 +48,26 @@ impl Kind for Staged {
         if self.levels.is_empty() {
             return Err("staged.levels is empty".into());
         }
-        for level in self.levels.iter().filter(|l| *l != "layer_skip") {
-            ModelSource::parse(level)?;
+        for level in self.levels.iter() {
+            match level.as_str() {
+                "layer_skip" | EAGLE_LEVEL => {}
+                "medusa" => {
+                    return Err(
+                        "staged.levels: `medusa` cannot be a level (its heads give no \
+                                distribution past their last one, so they cannot extend a chain \
+                                to any K); use `eagle`"
+                            .into(),
+                    )
+                }
+                other => {
+                    ModelSource::parse(other)?;
+                }
+            }
+        }
+        if self.head.is_some() && self.levels.last().map(String::as_str) != Some(EAGLE_LEVEL) {
+            return Err(
+                "staged.head is the file of an `eagle` level; the last level is not `eagle`".into(),
+            );
         }
         Ok(())
     }
@@ -48,12 +84,28 @@ impl DrafterKind for Staged {
     fn for_generate(draft: Option<&str>) -> Option<Self> {
         Some(Staged {
             levels: vec![draft.unwrap_or("layer_skip").to_string()],
+            head: None,
         })
     }
     fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter> {
-        self.check().map_err(crate::HarnessError::InvalidEngine)?;
+        self.check().map_err(HarnessError::InvalidEngine)?;
         let name = self.levels.last().expect("checked non-empty");
         let level0 = NgramDrafter::new(NgramConfig::default(), 16)?;
+        if name == EAGLE_LEVEL {
+            let precision = head_setup(EAGLE_LEVEL, setup, None)?;
+            let mut head = ctx.eagle_head(self.head.as_deref(), precision)?;
+            let draft_pass_s = match setup.time_passes {
+                true => Some(time_head_pass(&mut head)?),
+                false => None,
+            };
+            let level1 = FeatureDraftModel::new(EagleFeatureHead::new(head, ctx.sampling())?);
+            return Ok(BuiltDrafter {
+                drafter: Box::new(StagedDrafter::new(level0, level1)),
+                is_chain: true,
+                shape: None,
+                draft_pass_s,
+            });
+        }
         let model = ctx.draft_model(name)?;
         let (lm, draft_pass_s) = model_drafter_setup(ctx, setup, model, false)?;
         Ok(BuiltDrafter {
@@ -62,5 +114,33 @@ impl DrafterKind for Staged {
             shape: None,
             draft_pass_s,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged(levels: &[&str], head: Option<&str>) -> Staged {
+        Staged {
+            levels: levels.iter().map(|l| l.to_string()).collect(),
+            head: head.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn levels_and_head_are_checked() {
+        assert!(staged(&["eagle"], Some("h.safetensors")).check().is_ok());
+        assert!(staged(&["layer_skip"], None).check().is_ok());
+        let medusa = staged(&["medusa"], None).check().unwrap_err();
+        assert!(
+            medusa.contains("medusa") && medusa.contains("eagle"),
+            "{medusa}"
+        );
+        let stray = staged(&["layer_skip"], Some("h.safetensors"))
+            .check()
+            .unwrap_err();
+        assert!(stray.contains("staged.head"), "{stray}");
+        assert!(staged(&[], None).check().is_err());
     }
 }
