@@ -115,7 +115,10 @@ pub static MATMUL_INVARIANT: KernelSource = KernelSource {
 pub static DEQUANT: KernelSource = KernelSource {
     name: "dequant.cu",
     family: "quant",
-    code: include_str!("../quant/dequant.cu"),
+    code: concat!(
+        include_str!("../quant/blocks.cuh"),
+        include_str!("../quant/dequant.cu")
+    ),
     entries: &[
         "dequant_q8_0_bf16",
         "dequant_q8_0_f16",
@@ -146,6 +149,33 @@ pub static DEQUANT: KernelSource = KernelSource {
     needs_sm90a: false,
 };
 
+/// Products (batch-invariant, fixed order) and embedding gathers that read GGUF blocks directly.
+pub static QMATMUL: KernelSource = KernelSource {
+    name: "qmatmul.cu",
+    family: "quant",
+    code: concat!(
+        include_str!("../quant/blocks.cuh"),
+        include_str!("../quant/qmatmul.cu")
+    ),
+    entries: &[
+        "qmatmul_q8_0",
+        "qmatmul_q4_0",
+        "qmatmul_q4_1",
+        "qmatmul_q5_0",
+        "qmatmul_q4_k",
+        "qmatmul_q5_k",
+        "qmatmul_q6_k",
+        "qgather_q8_0",
+        "qgather_q4_0",
+        "qgather_q4_1",
+        "qgather_q5_0",
+        "qgather_q4_k",
+        "qgather_q5_k",
+        "qgather_q6_k",
+    ],
+    needs_sm90a: false,
+};
+
 /// Device bandwidth probe used by the GPU bundle (a plain vectorised copy).
 pub static BENCH_COPY: KernelSource = KernelSource {
     name: "copy.cu",
@@ -164,5 +194,6 @@ pub static ALL: &[&KernelSource] = &[
     &OPS,
     &MATMUL_INVARIANT,
     &DEQUANT,
+    &QMATMUL,
     &BENCH_COPY,
 ];

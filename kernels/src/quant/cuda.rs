@@ -24,8 +24,9 @@ impl DequantOutput for half::f16 {
     const SUFFIX: &'static str = "f16";
 }
 
-fn kernel_name(ty: QuantType, out: &str) -> Result<String> {
-    let base = match ty {
+/// The kernel-name stem of a GGUF block type (`q4_k`, …), `None` for the float types.
+fn block_stem(ty: QuantType) -> Option<&'static str> {
+    Some(match ty {
         QuantType::Q8_0 => "q8_0",
         QuantType::Q4_0 => "q4_0",
         QuantType::Q4_1 => "q4_1",
@@ -33,8 +34,15 @@ fn kernel_name(ty: QuantType, out: &str) -> Result<String> {
         QuantType::Q4_K => "q4_k",
         QuantType::Q5_K => "q5_k",
         QuantType::Q6_K => "q6_k",
-        QuantType::F16 if out != "f16" => "f16",
-        QuantType::BF16 if out != "bf16" => "bf16",
+        _ => return None,
+    })
+}
+
+fn kernel_name(ty: QuantType, out: &str) -> Result<String> {
+    let base = match (block_stem(ty), ty) {
+        (Some(stem), _) => stem,
+        (None, QuantType::F16) if out != "f16" => "f16",
+        (None, QuantType::BF16) if out != "bf16" => "bf16",
         _ => {
             return Err(KernelError::InvalidParameter {
                 what: "dequantisation",
@@ -43,6 +51,166 @@ fn kernel_name(ty: QuantType, out: &str) -> Result<String> {
         }
     };
     Ok(format!("dequant_{base}_{out}"))
+}
+
+/// Whether [`qmatmul_cuda`] and [`qgather_cuda`] read blocks of type `ty` (the GGUF block
+/// types; float matrices go through `matmul_invariant` instead).
+pub fn qmatmul_supported(ty: QuantType) -> bool {
+    block_stem(ty).is_some()
+}
+
+/// The stem of `ty` for the block-reading kernels, or the error naming it.
+fn qmatmul_stem(ty: QuantType, what: &'static str) -> Result<&'static str> {
+    block_stem(ty).ok_or_else(|| KernelError::InvalidParameter {
+        what,
+        reason: format!("{ty} is not a GGUF block type (use matmul_invariant for floats)"),
+    })
+}
+
+/// `out = a · wᵀ` on the device reading `w`'s GGUF blocks (`w_rows` rows of `k` elements of
+/// `ty`; `a`: `[m × k]` f32; `out`: `[m × w_rows]` f32), each output the in-order FMA chain of
+/// [`qmatmul_fma`](super::qmatmul_fma), bit for bit: batch-invariant.
+///
+/// # Errors
+/// [`KernelError::InvalidParameter`] for a float type or a shape past the launch grid;
+/// [`KernelError::ShapeMismatch`] / [`KernelError::NotBlockAligned`] for buffers that do not
+/// fit; [`KernelError::Cuda`] on CUDA errors.
+pub fn qmatmul_cuda(
+    gpu: &Gpu,
+    ty: QuantType,
+    a: &CudaSlice<f32>,
+    w: &CudaSlice<u8>,
+    w_rows: usize,
+    k: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let stem = qmatmul_stem(ty, "qmatmul")?;
+    let row_bytes = ty.row_bytes(k)?;
+    if w.len() != w_rows * row_bytes {
+        return Err(KernelError::ShapeMismatch {
+            what: format!("{ty} weight bytes for [{w_rows} x {k}]"),
+            expected: w_rows * row_bytes,
+            actual: w.len(),
+        });
+    }
+    if k == 0 || !a.len().is_multiple_of(k) {
+        return Err(KernelError::ShapeMismatch {
+            what: format!("activations (a multiple of the {k} columns)"),
+            expected: a.len().div_ceil(k.max(1)) * k,
+            actual: a.len(),
+        });
+    }
+    let m = a.len() / k;
+    if out.len() != m * w_rows {
+        return Err(KernelError::ShapeMismatch {
+            what: "product output [tokens x rows]".into(),
+            expected: m * w_rows,
+            actual: out.len(),
+        });
+    }
+    if m == 0 || w_rows == 0 {
+        return Ok(());
+    }
+    if m.div_ceil(64) > 65_535 || [m, w_rows, k].iter().any(|&d| d > u32::MAX as usize) {
+        return Err(KernelError::InvalidParameter {
+            what: "qmatmul",
+            reason: format!("[{m} x {k}] x [{w_rows} x {k}] exceeds the launch grid"),
+        });
+    }
+    let name = format!("qmatmul_{stem}");
+    let f = gpu.function(&sources::QMATMUL, &name)?;
+    let (r, c, kk, rb) = (m as u32, w_rows as u32, k as u32, row_bytes as u64);
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(a)
+        .arg(w)
+        .arg(&mut *out)
+        .arg(&r)
+        .arg(&c)
+        .arg(&kk)
+        .arg(&rb);
+    let cfg = LaunchConfig {
+        grid_dim: (c.div_ceil(64), r.div_ceil(64), 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: argument order matches qmatmul_<type> (a, w, out, rows, cols, k, row_bytes); a
+    // holds m x k f32, w w_rows rows of row_bytes, out m x w_rows f32 (all checked above); the
+    // grid covers the output in 64 x 64 tiles, each thread guarding its bounds.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error(&format!("launch {name}"), e))?;
+    Ok(())
+}
+
+/// `out[t] = w[ids[t]]` dequantised on the device (`w`: rows of `width` elements of `ty`;
+/// `out`: `[ids.len() × width]` f32), equal to [`qgather_rows`](super::qgather_rows).
+///
+/// # Errors
+/// [`KernelError::OutOfRange`] for an id past the last row (checked on the host before the
+/// launch); shapes and CUDA errors as [`qmatmul_cuda`].
+pub fn qgather_cuda(
+    gpu: &Gpu,
+    ty: QuantType,
+    w: &CudaSlice<u8>,
+    width: usize,
+    ids: &[u32],
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let stem = qmatmul_stem(ty, "qgather")?;
+    let row_bytes = ty.row_bytes(width)?;
+    if row_bytes == 0 || !w.len().is_multiple_of(row_bytes) {
+        return Err(KernelError::ShapeMismatch {
+            what: format!("{ty} table bytes (whole rows of {width})"),
+            expected: w.len().div_ceil(row_bytes.max(1)) * row_bytes,
+            actual: w.len(),
+        });
+    }
+    let rows = w.len() / row_bytes;
+    if out.len() != ids.len() * width {
+        return Err(KernelError::ShapeMismatch {
+            what: "gathered rows [ids x width]".into(),
+            expected: ids.len() * width,
+            actual: out.len(),
+        });
+    }
+    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
+        return Err(KernelError::OutOfRange {
+            what: "token id".into(),
+            index: bad as usize,
+            limit: rows,
+        });
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    if ids.len() > u32::MAX as usize || width > u32::MAX as usize {
+        return Err(KernelError::InvalidParameter {
+            what: "qgather",
+            reason: format!("{} ids of width {width} exceed the launch grid", ids.len()),
+        });
+    }
+    let st = gpu.stream();
+    let ids_d = st
+        .clone_htod(ids)
+        .map_err(|e| cuda_error("upload token ids", e))?;
+    let name = format!("qgather_{stem}");
+    let f = gpu.function(&sources::QMATMUL, &name)?;
+    let (n, wd, rb) = (ids.len() as u32, width as u32, row_bytes as u64);
+    let mut l = st.launch_builder(&f);
+    l.arg(w)
+        .arg(&ids_d)
+        .arg(&mut *out)
+        .arg(&n)
+        .arg(&wd)
+        .arg(&rb);
+    let total = ids.len() * width;
+    let cfg = LaunchConfig {
+        grid_dim: (total.div_ceil(256).min(132 * 32) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: argument order matches qgather_<type> (w, ids, out, n_ids, width, row_bytes);
+    // every id is below the table's rows (checked), out holds n_ids x width f32; grid-stride.
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error(&format!("launch {name}"), e))?;
+    Ok(())
 }
 
 /// Dequantises `n` elements of type `ty` (`src`: whole blocks, `ty.row_bytes(n)` bytes) into
@@ -173,5 +341,67 @@ mod tests {
             dequantize_cuda(&gpu, QuantType::Q8_0, &src, 32, &mut out).is_err(),
             "short input refused"
         );
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn qmatmul_and_qgather_match_their_cpu_twins_bit_for_bit() {
+        use crate::quant::{qgather_rows, qmatmul_fma, QuantMatrix};
+        let Some(gpu) = gpu_for_test("quant::cuda::qmatmul") else {
+            return;
+        };
+        let st = gpu.stream();
+        for ty in [
+            QuantType::Q8_0,
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+            QuantType::Q5_0,
+            QuantType::Q4_K,
+            QuantType::Q5_K,
+            QuantType::Q6_K,
+        ] {
+            // 70 rows: two column tiles, the second partial; k = 768: 24 k-steps, 3 K-blocks
+            let (w_rows, k, m) = (70usize, 768usize, 67usize);
+            let bytes = random_blocks(ty, w_rows * k, 7 + ty.ggml_id() as u64);
+            let w = QuantMatrix::new(ty, w_rows, k, &bytes).unwrap();
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| (mix64(i as u64) % 2001) as f32 / 1000.0 - 1.0)
+                .collect();
+            let mut want = vec![0.0; m * w_rows];
+            qmatmul_fma(&a, &w, &mut want).unwrap();
+            let (ad, wd) = (st.clone_htod(&a).unwrap(), st.clone_htod(&bytes).unwrap());
+            let mut od = st.alloc_zeros::<f32>(m * w_rows).unwrap();
+            qmatmul_cuda(&gpu, ty, &ad, &wd, w_rows, k, &mut od).unwrap();
+            let got = st.clone_dtoh(&od).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{ty} product");
+            // one row alone (a different tile position): the same bits
+            let one = st.clone_htod(&a[66 * k..]).unwrap();
+            let mut o1 = st.alloc_zeros::<f32>(w_rows).unwrap();
+            qmatmul_cuda(&gpu, ty, &one, &wd, w_rows, k, &mut o1).unwrap();
+            assert_eq!(
+                bits(&st.clone_dtoh(&o1).unwrap()),
+                bits(&want[66 * w_rows..]),
+                "{ty} alone"
+            );
+            let ids = [69u32, 0, 5, 69];
+            let mut rows_want = vec![0.0; ids.len() * k];
+            qgather_rows(&w, &ids, &mut rows_want).unwrap();
+            let mut gd = st.alloc_zeros::<f32>(ids.len() * k).unwrap();
+            qgather_cuda(&gpu, ty, &wd, k, &ids, &mut gd).unwrap();
+            assert_eq!(
+                bits(&st.clone_dtoh(&gd).unwrap()),
+                bits(&rows_want),
+                "{ty} gather"
+            );
+            assert!(
+                qgather_cuda(&gpu, ty, &wd, k, &[70], &mut gd).is_err(),
+                "{ty} bad id"
+            );
+        }
+        let f32s = st.alloc_zeros::<u8>(4 * 32).unwrap();
+        let a = st.alloc_zeros::<f32>(32).unwrap();
+        let mut out = st.alloc_zeros::<f32>(1).unwrap();
+        assert!(qmatmul_cuda(&gpu, QuantType::F32, &a, &f32s, 1, 32, &mut out).is_err());
     }
 }

@@ -5,6 +5,9 @@
 //! Layouts are documented on [`QuantType`]; the arithmetic order of dequantisation on
 //! [`dequant`]. Both are the contract the CUDA port follows.
 //!
+//! [`qmatmul_fma`] ([`qmatmul`]) is the CPU twin of the device product that reads the blocks
+//! (`qmatmul.cu`): one in-order FMA chain per output, bit-identical on both.
+//!
 //! Three products, all batch-invariant and bit-identical on every [`SimdLevel`]:
 //! - [`quant_matmul`] ([`matmul`]): exact f32 activations, every type; the reference path
 //!   (closest to an f32 PyTorch reference).
@@ -27,6 +30,7 @@ pub mod int8_packed;
 pub mod int8_packed_q32;
 pub mod int8_q32;
 pub mod matmul;
+pub mod qmatmul;
 pub mod quantize;
 pub mod synthetic;
 pub mod types;
@@ -58,6 +62,7 @@ pub use int8_packed_q32::{
 };
 pub use int8_q32::{q32_supported, quant_matmul_q32, quant_matmul_q32_with, Q8Blocks32};
 pub use matmul::{quant_matmul, quant_matmul_with, QuantMatrix, SimdLevel};
+pub use qmatmul::{qgather_rows, qmatmul_fma};
 pub use quantize::quantize_values;
 pub use synthetic::synthetic_weights;
 pub use types::QuantType;
