@@ -211,6 +211,29 @@ fn bench_kv_commit(gpu: &Arc<Gpu>, ceiling_gbs: f64) -> Res<Row> {
     })
 }
 
+/// The block product over Q4_K weights (decoded in registers), at decode and verify sizes: the
+/// bytes that must move are the blocks (0.5625 B per weight), the activations and the output.
+fn bench_qmatmul(gpu: &Arc<Gpu>, rows: usize, cols: usize, k: usize, ceiling_gbs: f64) -> Res<Row> {
+    use specdec_kernels::quant::{cuda::qmatmul_cuda, QuantType};
+    let stream = gpu.stream();
+    let ty = QuantType::Q4_K;
+    let a: CudaSlice<f32> = stream.alloc_zeros(rows * k)?;
+    let w: CudaSlice<u8> = stream.alloc_zeros(cols * ty.row_bytes(k)?)?;
+    let mut out: CudaSlice<f32> = stream.alloc_zeros(rows * cols)?;
+    let ms = time_ms(gpu, || {
+        Ok(qmatmul_cuda(gpu, ty, &a, &w, cols, k, &mut out)?)
+    })?;
+    let bytes = (rows * k * 4 + cols * ty.row_bytes(k)? + rows * cols * 4) as f64;
+    Ok(Row {
+        kernel: "qmatmul q4_K (invariant)".into(),
+        shape: format!("{rows}x{k} @ {cols}x{k}"),
+        ms,
+        rate: bytes / (ms * 1e6),
+        unit: "GB/s",
+        ceiling: ceiling_gbs,
+    })
+}
+
 fn bench_dequant(gpu: &Arc<Gpu>, ceiling_gbs: f64) -> Res<Row> {
     let n = 4096usize * 4096;
     let stream = gpu.stream();
@@ -392,6 +415,18 @@ fn main() -> Res<()> {
         "matmul_invariant 4096",
         bench_matmul_invariant(&gpu, 4096, tf, gbs),
     );
+    // Qwen2.5-1.5B's MLP up projection (8960 x 1536) and a 4096 x 4096 square, 1 and 16 tokens
+    for (rows, cols, k) in [
+        (1, 8960, 1536),
+        (16, 8960, 1536),
+        (1, 4096, 4096),
+        (16, 4096, 4096),
+    ] {
+        run(
+            &format!("qmatmul {rows}x{k} @ {cols}x{k}"),
+            bench_qmatmul(&gpu, rows, cols, k, gbs),
+        );
+    }
     run("kv commit", bench_kv_commit(&gpu, gbs));
     run("dequant", bench_dequant(&gpu, gbs));
     run("rms_norm", bench_rms_norm(&gpu, gbs));

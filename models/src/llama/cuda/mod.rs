@@ -11,12 +11,12 @@
 //! [`ModelError::Config`](crate::ModelError::Config) naming the problem (the probe never panics).
 //!
 //! # Memory layout (device)
-//! - Weight matrices: bf16 `[rows × cols]` row-major (GGUF's row order), dequantised on the
-//!   device from the uploaded GGUF blocks (`dequantize_cuda::<bf16>`; F32 matrices are rounded on
-//!   the host, BF16 ones copied). A tied LM head is the embedding itself (stored once). Device
-//!   bytes: 2 per parameter of every matrix ([`device_weight_bytes`]), e.g. ≈3.1 GB for
-//!   Qwen2.5-1.5B against ≈1.1 GB of Q4_K_M blocks on disk; the blocks are freed after
-//!   conversion.
+//! - Weight matrices in GGUF block types (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, …) stay as their blocks
+//!   ([`DeviceLayout::Blocks`]): the products decode each weight in registers, so the device
+//!   holds about the file's bytes ([`device_weight_bytes`]; ≈1.1 GB for Qwen2.5-1.5B Q4_K_M
+//!   against ≈3.1 GB as bf16). F32 / BF16 / F16 matrices are bf16 `[rows × cols]` row-major (F32
+//!   rounded on the host, F16 on the device). A tied LM head is the embedding itself (stored
+//!   once), gathered row by row from its blocks.
 //! - Norm gains and QKV biases: f32. Activations: f32 `[tokens × width]` row-major, every
 //!   sequence's new tokens concatenated in step order.
 //! - KV cache: one f32 pool of blocks in [`KvLayout`](specdec_kernels::kv::KvLayout) order
@@ -26,17 +26,19 @@
 //!   `kv::cuda::move_slots`, whole-block remaps move nothing.
 //!
 //! # Precision
-//! Weights are rounded once to bf16 (relative error ≤ 2⁻⁹ per weight; GGUF's 4–6-bit formats
-//! are far coarser, so the rounding adds little to what quantisation already lost). In the
-//! default [`GpuMatmul::Fast`] mode activations are also rounded to bf16 before each cuBLAS
-//! product (tensor cores, f32 accumulation and output); norms, RoPE, attention, SwiGLU and the
-//! residual stream stay f32. Logits therefore differ from the CPU's exact f32 path by a few
-//! per mille of the logit scale (the GPU tests bound it), and greedy tokens agree wherever the
-//! top two logits are not within that noise.
+//! Block weights are decoded exactly (the f32 value the CPU reader gives); float weights are
+//! rounded once to bf16 (relative error ≤ 2⁻⁹ per weight). In the default [`GpuMatmul::Fast`]
+//! mode, products of up to [`BLOCK_PRODUCT_MAX_TOKENS`] tokens (decode, verification) read the
+//! blocks in f32; larger ones (prefill) dequantise the matrix to a bf16 scratch and round the
+//! activations to bf16 for a cuBLAS product (tensor cores, f32 accumulation and output). Norms,
+//! RoPE, attention, SwiGLU and the residual stream stay f32. Logits therefore differ from the
+//! CPU's exact f32 path by a few per mille of the logit scale at most (the GPU tests bound it),
+//! and greedy tokens agree wherever the top two logits are not within that noise.
 //!
 //! # Batch-invariant mode
-//! [`GpuMatmul::BatchInvariant`] replaces cuBLAS by a fixed-order kernel (one in-order FMA chain
-//! per output, f32 activations, bf16 weights); every other kernel of the forward is
+//! [`GpuMatmul::BatchInvariant`] uses one fixed-order product for every number of tokens (one
+//! in-order FMA chain per output, f32 activations; the block weights decoded in registers by
+//! `qmatmul_cuda`, bf16 ones widened by `matmul_invariant_cuda`); every other kernel of the forward is
 //! batch-invariant already (one block per row for RMSNorm, elementwise ops, tree attention over
 //! a fixed key order). A token's logits are then bit-identical alone, in a chain, in a tree or in
 //! a batch, as the trait asks. Cost: decode steps (few rows) are bound by reading the weights and
@@ -62,9 +64,11 @@ mod weights;
 mod tests;
 
 pub use kv_mirror::{physical_slots, KvMirror, SlotMoves};
-pub use matmul::{gemm_dims, product, GpuMatmul};
+pub use matmul::{gemm_dims, product, GpuMatmul, BLOCK_PRODUCT_MAX_TOKENS};
 pub use model::{CudaLlamaModel, CudaLlamaOptions};
-pub use weights::{device_weight_bytes, Bf16Route, DeviceLayer, DeviceMatrix, DeviceWeights};
+pub use weights::{
+    device_weight_bytes, DeviceLayer, DeviceLayout, DeviceMatrix, DeviceStorage, DeviceWeights,
+};
 
 /// A CUDA failure as the crate's error: the call that failed and the driver's message (an
 /// out-of-memory shows as `CUDA_ERROR_OUT_OF_MEMORY`).

@@ -10,9 +10,7 @@ use specdec_kernels::attention::{AttentionParams, AttentionSeq};
 use specdec_kernels::cuda::Gpu;
 use specdec_kernels::kv::cuda::{append, move_slots, KvShape};
 use specdec_kernels::kv::KvLayout;
-use specdec_kernels::ops::cuda::{
-    add_broadcast_cuda, embedding_gather_cuda, rms_norm_cuda, rope_cuda, swiglu_cuda,
-};
+use specdec_kernels::ops::cuda::{add_broadcast_cuda, rms_norm_cuda, rope_cuda, swiglu_cuda};
 use specdec_kernels::ops::RopeAngles;
 use specdec_kernels::TreeTopology;
 
@@ -265,13 +263,9 @@ impl CudaLlamaModel {
         let cos = upload_f32(&self.gpu, "rope cosines", angles.cos())?;
         let sin = upload_f32(&self.gpu, "rope sines", angles.sin())?;
         let mut x = self.alloc("residual", n * hidden)?;
-        embedding_gather_cuda(
-            &self.gpu,
-            self.weights.token_embd.data(),
-            hidden,
-            &tokens,
-            &mut x,
-        )?;
+        self.weights
+            .token_embd
+            .gather_rows(&self.gpu, &tokens, &mut x)?;
         let mut h = self.alloc("normed", n * hidden)?;
         let mut q = self.alloc("queries", n * q_w)?;
         let mut k = self.alloc("keys", n * kv_w)?;

@@ -136,37 +136,65 @@ fn loading_without_a_gpu_names_the_problem() {
 }
 
 #[test]
-fn weight_routes_and_device_bytes() {
-    assert_eq!(Bf16Route::for_type(QuantType::BF16), Bf16Route::Verbatim);
-    assert_eq!(Bf16Route::for_type(QuantType::F32), Bf16Route::HostRound);
+fn weight_layouts_and_device_bytes() {
     assert_eq!(
-        Bf16Route::for_type(QuantType::Q4_K),
-        Bf16Route::DeviceDequant
+        DeviceLayout::for_type(QuantType::BF16),
+        DeviceLayout::Bf16Verbatim
     );
     assert_eq!(
-        Bf16Route::for_type(QuantType::F16),
-        Bf16Route::DeviceDequant
+        DeviceLayout::for_type(QuantType::F32),
+        DeviceLayout::Bf16HostRound
     );
+    assert_eq!(
+        DeviceLayout::for_type(QuantType::F16),
+        DeviceLayout::Bf16DeviceDequant
+    );
+    for ty in [
+        QuantType::Q4_K,
+        QuantType::Q6_K,
+        QuantType::Q8_0,
+        QuantType::Q5_0,
+        QuantType::Q4_1,
+    ] {
+        assert_eq!(DeviceLayout::for_type(ty), DeviceLayout::Blocks, "{ty}");
+    }
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let file = synthetic(arch, 2);
         let config = read_config(&file).unwrap();
         let weights = crate::llama::read_weights(&file, &config).unwrap();
-        // Every matrix at 2 bytes per value (the tied head once), vectors at 4.
-        let mut want = 2 * weights.token_embd.rows() * weights.token_embd.cols()
-            + 4 * weights.output_norm.len();
+        // Block matrices at their file bytes, float ones at 2 bytes per value (the tied head
+        // once), vectors at 4.
+        let matrix = |m: &crate::llama::weights::WeightMatrix| match DeviceLayout::for_type(
+            m.quant_type(),
+        ) {
+            DeviceLayout::Blocks => m.bytes().len(),
+            _ => 2 * m.rows() * m.cols(),
+        };
+        let mut want = matrix(&weights.token_embd) + 4 * weights.output_norm.len();
         if !config.tied_head {
-            want += 2 * weights.output.rows() * weights.output.cols();
+            want += matrix(&weights.output);
         }
+        let mut blocks = 0;
         for l in &weights.layers {
             for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
-                want += 2 * m.rows() * m.cols();
+                want += matrix(m);
+                blocks +=
+                    usize::from(DeviceLayout::for_type(m.quant_type()) == DeviceLayout::Blocks);
             }
             want += 4 * (l.attn_norm.len() + l.ffn_norm.len());
             for b in [&l.bq, &l.bk, &l.bv].into_iter().flatten() {
                 want += 4 * b.len();
             }
         }
-        assert_eq!(device_weight_bytes(&config), want, "{arch:?}");
+        assert!(
+            blocks > 0,
+            "{arch:?}: the synthetic model has block matrices"
+        );
+        assert_eq!(
+            device_weight_bytes(&config, &weights).unwrap(),
+            want,
+            "{arch:?}"
+        );
         assert_eq!(config.tied_head, arch == Architecture::Llama);
         assert_eq!(config.qkv_bias, arch == Architecture::Qwen2);
     }

@@ -1,10 +1,12 @@
-//! The decoder's weights on the device: matrices as bf16 (dequantised there from the GGUF blocks),
-//! norm gains and biases as f32.
+//! The decoder's weights on the device: GGUF block matrices as their blocks (read by the
+//! block products, `specdec_kernels::quant::cuda::qmatmul_cuda`), float matrices as bf16, norm
+//! gains and biases as f32.
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use specdec_kernels::cuda::Gpu;
-use specdec_kernels::quant::cuda::dequantize_cuda;
+use specdec_kernels::ops::cuda::embedding_gather_cuda;
+use specdec_kernels::quant::cuda::{dequantize_cuda, qgather_cuda, qmatmul_supported};
 use specdec_kernels::quant::QuantType;
 
 use super::device_error;
@@ -12,86 +14,129 @@ use crate::error::Result;
 use crate::llama::config::LlamaConfig;
 use crate::llama::weights::{ModelWeights, WeightMatrix};
 
-/// A `[rows × cols]` row-major bf16 matrix on the device.
+/// How a matrix stored as a GGUF type is kept on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceLayout {
+    /// The GGUF blocks as they are (Q4_K, Q6_K, Q8_0, …): about the file's bytes, decoded in
+    /// registers by every product that reads them.
+    Blocks,
+    /// bf16 bytes copied as they are.
+    Bf16Verbatim,
+    /// f32 values rounded to bf16 (nearest even) on the host, then uploaded: 2 bytes per value
+    /// cross the bus instead of 4.
+    Bf16HostRound,
+    /// f16 values uploaded and widened-then-rounded to bf16 by `dequantize_cuda::<bf16>`.
+    Bf16DeviceDequant,
+}
+
+impl DeviceLayout {
+    /// The layout of a matrix stored as `ty`.
+    pub fn for_type(ty: QuantType) -> Self {
+        match ty {
+            QuantType::BF16 => Self::Bf16Verbatim,
+            QuantType::F32 => Self::Bf16HostRound,
+            ty if qmatmul_supported(ty) => Self::Blocks,
+            _ => Self::Bf16DeviceDequant,
+        }
+    }
+
+    /// Device bytes of a `[rows × cols]` matrix of `ty` in this layout.
+    ///
+    /// # Errors
+    /// `cols` not a whole number of `ty`'s blocks.
+    pub fn device_bytes(self, ty: QuantType, rows: usize, cols: usize) -> Result<usize> {
+        Ok(match self {
+            Self::Blocks => rows * ty.row_bytes(cols)?,
+            _ => 2 * rows * cols,
+        })
+    }
+}
+
+/// A matrix's values on the device.
+pub enum DeviceStorage {
+    /// `[rows × cols]` row-major bf16.
+    Bf16(CudaSlice<bf16>),
+    /// `rows` GGUF rows of `cols` elements of `ty`, each `ty.row_bytes(cols)` bytes.
+    Blocks {
+        /// The block type.
+        ty: QuantType,
+        /// The blocks, row after row.
+        bytes: CudaSlice<u8>,
+    },
+}
+
+/// A `[rows × cols]` weight matrix on the device (see [`DeviceLayout`]).
 pub struct DeviceMatrix {
     rows: usize,
     cols: usize,
-    data: CudaSlice<bf16>,
+    storage: DeviceStorage,
 }
 
 impl std::fmt::Debug for DeviceMatrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeviceMatrix(bf16 [{} x {}])", self.rows, self.cols)
-    }
-}
-
-/// How a stored matrix reaches bf16 on the device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bf16Route {
-    /// The bytes are bf16 already: uploaded as they are.
-    Verbatim,
-    /// f32 values rounded to bf16 (nearest even) on the host, then uploaded: 2 bytes per value
-    /// cross the bus instead of 4, and no kernel exists for f32 → bf16 dequantisation.
-    HostRound,
-    /// The GGUF blocks are uploaded and dequantised by `dequantize_cuda::<bf16>`.
-    DeviceDequant,
-}
-
-impl Bf16Route {
-    /// The route for a matrix stored as `ty`.
-    pub fn for_type(ty: QuantType) -> Self {
-        match ty {
-            QuantType::BF16 => Self::Verbatim,
-            QuantType::F32 => Self::HostRound,
-            _ => Self::DeviceDequant,
+        match &self.storage {
+            DeviceStorage::Bf16(_) => {
+                write!(f, "DeviceMatrix(bf16 [{} x {}])", self.rows, self.cols)
+            }
+            DeviceStorage::Blocks { ty, .. } => {
+                write!(
+                    f,
+                    "DeviceMatrix({ty} blocks [{} x {}])",
+                    self.rows, self.cols
+                )
+            }
         }
     }
 }
 
 impl DeviceMatrix {
-    /// Uploads `m` and converts it to bf16 on the way (see [`Bf16Route`]).
+    /// Uploads `m` in its [`DeviceLayout`].
     ///
     /// # Errors
-    /// A storage type without a bf16 kernel, or a CUDA failure (out of memory included), as
+    /// A storage type without a device layout, or a CUDA failure (out of memory included), as
     /// [`crate::ModelError::Kernel`].
     pub fn upload(gpu: &Gpu, m: &WeightMatrix) -> Result<Self> {
         let n = m.rows() * m.cols();
         let st = gpu.stream();
         let what = format!("{m:?}");
-        let data = match Bf16Route::for_type(m.quant_type()) {
-            Bf16Route::Verbatim => {
-                let values: Vec<bf16> = m
-                    .bytes()
+        let bf16_values = |values: Vec<bf16>| {
+            st.clone_htod(&values)
+                .map_err(|e| device_error(&format!("upload {what}"), e))
+        };
+        let storage = match DeviceLayout::for_type(m.quant_type()) {
+            DeviceLayout::Blocks => DeviceStorage::Blocks {
+                ty: m.quant_type(),
+                bytes: st
+                    .clone_htod(m.bytes())
+                    .map_err(|e| device_error(&format!("upload blocks of {what}"), e))?,
+            },
+            DeviceLayout::Bf16Verbatim => DeviceStorage::Bf16(bf16_values(
+                m.bytes()
                     .chunks_exact(2)
                     .map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])))
-                    .collect();
-                st.clone_htod(&values)
-                    .map_err(|e| device_error(&format!("upload {what}"), e))?
-            }
-            Bf16Route::HostRound => {
-                let values: Vec<bf16> = m
-                    .bytes()
+                    .collect(),
+            )?),
+            DeviceLayout::Bf16HostRound => DeviceStorage::Bf16(bf16_values(
+                m.bytes()
                     .chunks_exact(4)
                     .map(|b| bf16::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-                    .collect();
-                st.clone_htod(&values)
-                    .map_err(|e| device_error(&format!("upload {what}"), e))?
-            }
-            Bf16Route::DeviceDequant => {
+                    .collect(),
+            )?),
+            DeviceLayout::Bf16DeviceDequant => {
                 let blocks = st
                     .clone_htod(m.bytes())
-                    .map_err(|e| device_error(&format!("upload blocks of {what}"), e))?;
+                    .map_err(|e| device_error(&format!("upload {what}"), e))?;
                 let mut out = st
                     .alloc_zeros::<bf16>(n)
                     .map_err(|e| device_error(&format!("alloc bf16 {what}"), e))?;
                 dequantize_cuda(gpu, m.quant_type(), &blocks, n, &mut out)?;
-                out
+                DeviceStorage::Bf16(out)
             }
         };
         Ok(Self {
             rows: m.rows(),
             cols: m.cols(),
-            data,
+            storage,
         })
     }
 
@@ -105,9 +150,23 @@ impl DeviceMatrix {
         self.cols
     }
 
-    /// The `rows * cols` bf16 values, row-major.
-    pub fn data(&self) -> &CudaSlice<bf16> {
-        &self.data
+    /// The values.
+    pub fn storage(&self) -> &DeviceStorage {
+        &self.storage
+    }
+
+    /// `out[t] = self[ids[t]]` in f32 (`out`: `[ids.len() × cols]`): the embedding lookup.
+    ///
+    /// # Errors
+    /// An id past the last row, shapes, CUDA failures (as [`crate::ModelError::Kernel`]).
+    pub fn gather_rows(&self, gpu: &Gpu, ids: &[u32], out: &mut CudaSlice<f32>) -> Result<()> {
+        match &self.storage {
+            DeviceStorage::Bf16(data) => embedding_gather_cuda(gpu, data, self.cols, ids, out)?,
+            DeviceStorage::Blocks { ty, bytes } => {
+                qgather_cuda(gpu, *ty, bytes, self.cols, ids, out)?
+            }
+        }
+        Ok(())
     }
 }
 
@@ -206,18 +265,28 @@ impl DeviceWeights {
     }
 }
 
-/// Device bytes the weights of `config` take in this layout: bf16 matrices (the embedding once
-/// when the head is tied) plus f32 gains and biases. A planning figure, exact for the layout.
-pub fn device_weight_bytes(config: &LlamaConfig) -> usize {
-    let (h, q, kv, f, v) = (
-        config.hidden,
-        config.q_dim(),
-        config.kv_dim(),
-        config.ffn,
-        config.vocab_size,
-    );
-    let per_layer = 2 * (q * h + 2 * kv * h + h * q + 3 * f * h)
-        + 4 * (2 * h + if config.qkv_bias { q + 2 * kv } else { 0 });
-    let head = if config.tied_head { 0 } else { 2 * v * h };
-    config.n_layers * per_layer + 2 * v * h + head + 4 * h
+/// Device bytes `weights` (described by `config`) take in this layout: each matrix in its [`DeviceLayout`] (the
+/// embedding once when the head is tied) plus f32 gains and biases. A planning figure, exact for
+/// the layout.
+///
+/// # Errors
+/// A matrix whose width is not a whole number of its type's blocks.
+pub fn device_weight_bytes(config: &LlamaConfig, weights: &ModelWeights) -> Result<usize> {
+    let matrix = |m: &WeightMatrix| {
+        DeviceLayout::for_type(m.quant_type()).device_bytes(m.quant_type(), m.rows(), m.cols())
+    };
+    let mut bytes = matrix(&weights.token_embd)? + 4 * weights.output_norm.len();
+    if !config.tied_head {
+        bytes += matrix(&weights.output)?;
+    }
+    for l in &weights.layers {
+        for m in [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down] {
+            bytes += matrix(m)?;
+        }
+        bytes += 4 * (l.attn_norm.len() + l.ffn_norm.len());
+        for b in [&l.bq, &l.bk, &l.bv].into_iter().flatten() {
+            bytes += 4 * b.len();
+        }
+    }
+    Ok(bytes)
 }
