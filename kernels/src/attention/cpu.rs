@@ -170,29 +170,38 @@ pub(crate) struct CheckedBatch {
 ///
 /// # Errors
 /// As [`tree_attention_into`] (all but the `out` size).
+/// `(group, token_out)`: query heads per KV head and values per query row, after checking that
+/// `num_q_heads` is a positive multiple of the KV heads and `layer` one of the layout's.
+pub(crate) fn check_heads(
+    layout: &KvLayout,
+    num_q_heads: usize,
+    layer: usize,
+) -> Result<(usize, usize)> {
+    let kv_heads = layout.num_kv_heads();
+    if num_q_heads == 0 || !num_q_heads.is_multiple_of(kv_heads) {
+        return Err(KernelError::InvalidConfig {
+            reason: format!(
+                "attention: {num_q_heads} query heads is not a positive multiple of {kv_heads} KV heads"
+            ),
+        });
+    }
+    if layer >= layout.num_layers() {
+        return Err(KernelError::OutOfRange {
+            what: "attention layer".to_string(),
+            index: layer,
+            limit: layout.num_layers(),
+        });
+    }
+    Ok((num_q_heads / kv_heads, num_q_heads * layout.head_dim()))
+}
+
 pub(crate) fn check_batch(
     layout: &KvLayout,
     num_blocks: usize,
     params: &AttentionParams,
     batch: &[AttentionSeq<'_>],
 ) -> Result<CheckedBatch> {
-    let kv_heads = layout.num_kv_heads();
-    if params.num_q_heads == 0 || !params.num_q_heads.is_multiple_of(kv_heads) {
-        return Err(KernelError::InvalidConfig {
-            reason: format!(
-                "attention: {} query heads is not a positive multiple of {kv_heads} KV heads",
-                params.num_q_heads
-            ),
-        });
-    }
-    if params.layer >= layout.num_layers() {
-        return Err(KernelError::OutOfRange {
-            what: "attention layer".to_string(),
-            index: params.layer,
-            limit: layout.num_layers(),
-        });
-    }
-    let token_out = params.num_q_heads * layout.head_dim();
+    let (group, token_out) = check_heads(layout, params.num_q_heads, params.layer)?;
     let mut offsets = Vec::with_capacity(batch.len());
     let mut total = 0;
     for (index, seq) in batch.iter().enumerate() {
@@ -209,7 +218,7 @@ pub(crate) fn check_batch(
         total += n * token_out;
     }
     Ok(CheckedBatch {
-        group: params.num_q_heads / kv_heads,
+        group,
         token_out,
         offsets,
         total,

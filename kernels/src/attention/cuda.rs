@@ -10,11 +10,13 @@
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::cpu::{check_batch, AttentionParams, AttentionSeq};
+use super::cpu::{check_batch, check_heads, AttentionParams, AttentionSeq};
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
 use crate::error::{KernelError, Result};
+use crate::kv::BlockId;
 use crate::kv::KvLayout;
+use crate::tree::TreeTopology;
 
 /// Keys per split-K chunk of the CUDA kernel (`TA_CHUNK`).
 pub const GPU_KEY_CHUNK: usize = 256;
@@ -48,9 +50,306 @@ struct TaParams {
 // SAFETY: plain `repr(C)` integers and a float, matching the kernel's by-value `TaParams`.
 unsafe impl DeviceRepr for TaParams {}
 
-/// Tree attention for a ragged batch on the GPU; returns `[Σ tree.len()][num_q_heads][head_dim]`
-/// like the CPU reference. `pool` holds the f32 KV blocks in [`KvLayout`] order, with the new
-/// tokens' K/V already written at positions `prefix_len + node`.
+/// One sequence of a ragged batch as [`AttentionPlan`] needs it: [`AttentionSeq`] without the
+/// queries (which stay on the device).
+#[derive(Debug, Clone, Copy)]
+pub struct PlannedSeq<'a> {
+    /// Physical blocks of the sequence, covering at least `prefix_len + tree.len()` slots.
+    pub block_table: &'a [BlockId],
+    /// Cached tokens before the new ones.
+    pub prefix_len: usize,
+    /// Shape of the new tokens.
+    pub tree: &'a TreeTopology,
+}
+
+/// The device metadata of one ragged batch (query → sequence and node, prefix lengths, block
+/// tables, ancestor masks) and its split-K scratch, uploaded once per forward and reused by every
+/// layer's [`AttentionPlan::run`], whose queries and output stay on the device.
+pub struct AttentionPlan {
+    total_q: usize,
+    num_q_heads: usize,
+    kv_heads: usize,
+    dim: usize,
+    num_layers: usize,
+    pool_len: usize,
+    block_size: usize,
+    block_elems: usize,
+    max_chunks: usize,
+    q_seq: CudaSlice<u32>,
+    q_node: CudaSlice<u32>,
+    prefix_len: CudaSlice<u32>,
+    new_len: CudaSlice<u32>,
+    table_offsets: CudaSlice<u32>,
+    tables: CudaSlice<u32>,
+    mask_offsets: CudaSlice<u32>,
+    masks: CudaSlice<u64>,
+    partial_o: CudaSlice<f32>,
+    partial_ml: CudaSlice<f32>,
+}
+
+impl AttentionPlan {
+    /// Checks `seqs` against `layout` and a pool of `pool_len` f32 values (the CPU reference's
+    /// checks), and uploads their metadata.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidConfig`] / [`KernelError::OutOfRange`] as the CPU reference (query
+    /// heads not a multiple of the KV heads, a block table too short or past the pool);
+    /// [`KernelError::InvalidParameter`] for a head size or GQA group the kernel does not
+    /// support; [`KernelError::Cuda`] on CUDA errors.
+    pub fn new(
+        gpu: &Gpu,
+        layout: &KvLayout,
+        pool_len: usize,
+        num_q_heads: usize,
+        seqs: &[PlannedSeq<'_>],
+    ) -> Result<Self> {
+        let (dim, kv_heads) = (layout.head_dim(), layout.num_kv_heads());
+        let (group, _) = check_heads(layout, num_q_heads, 0)?;
+        let num_blocks = pool_len / layout.block_elems();
+        for seq in seqs {
+            layout.check_block_table(
+                num_blocks,
+                seq.block_table,
+                seq.prefix_len + seq.tree.len(),
+            )?;
+        }
+        if dim != 64 && dim != 128 {
+            return Err(KernelError::InvalidParameter {
+                what: "head_dim",
+                reason: format!("the CUDA kernel supports 64 and 128, not {dim}"),
+            });
+        }
+        if group > GPU_MAX_GROUP {
+            return Err(KernelError::InvalidParameter {
+                what: "GQA group",
+                reason: format!("{group} query heads per KV head > {GPU_MAX_GROUP}"),
+            });
+        }
+        let (mut q_seq, mut q_node) = (Vec::new(), Vec::new());
+        let (mut prefix_len, mut new_len) = (Vec::new(), Vec::new());
+        let (mut table_offsets, mut tables) = (Vec::new(), Vec::new());
+        let (mut mask_offsets, mut masks) = (Vec::new(), Vec::new());
+        let mut max_visible = 1;
+        for (index, seq) in seqs.iter().enumerate() {
+            let n = seq.tree.len();
+            let needed = layout.blocks_for(seq.prefix_len + n);
+            for node in 0..n {
+                q_seq.push(index as u32);
+                q_node.push(node as u32);
+                max_visible = max_visible.max(seq.prefix_len + seq.tree.depth(node) + 1);
+            }
+            prefix_len.push(seq.prefix_len as u32);
+            new_len.push(n as u32);
+            table_offsets.push(tables.len() as u32);
+            tables.extend_from_slice(&seq.block_table[..needed]);
+            mask_offsets.push(masks.len() as u32);
+            // The kernel reads ceil(n / 64) words per node: the topology's own row width.
+            debug_assert_eq!(seq.tree.words_per_node(), n.div_ceil(64).max(1));
+            masks.extend_from_slice(seq.tree.ancestor_words());
+        }
+        let total_q = q_node.len();
+        // empty device buffers are not allowed: one placeholder each where nothing is listed
+        for list in [
+            &mut q_seq,
+            &mut q_node,
+            &mut prefix_len,
+            &mut new_len,
+            &mut tables,
+            &mut table_offsets,
+            &mut mask_offsets,
+        ] {
+            if list.is_empty() {
+                list.push(0);
+            }
+        }
+        if masks.is_empty() {
+            masks.push(0);
+        }
+        let max_chunks = max_visible.div_ceil(GPU_KEY_CHUNK);
+        let stream = gpu.stream();
+        let up = |what: &str, e| cuda_error(&format!("upload {what}"), e);
+        let alloc = |what: &str, e| cuda_error(&format!("alloc {what}"), e);
+        let rows = total_q.max(1) * num_q_heads * max_chunks;
+        Ok(Self {
+            total_q,
+            num_q_heads,
+            kv_heads,
+            dim,
+            num_layers: layout.num_layers(),
+            pool_len,
+            block_size: layout.block_size(),
+            block_elems: layout.block_elems(),
+            max_chunks,
+            q_seq: stream.clone_htod(&q_seq).map_err(|e| up("q_seq", e))?,
+            q_node: stream.clone_htod(&q_node).map_err(|e| up("q_node", e))?,
+            prefix_len: stream
+                .clone_htod(&prefix_len)
+                .map_err(|e| up("prefix_len", e))?,
+            new_len: stream.clone_htod(&new_len).map_err(|e| up("new_len", e))?,
+            table_offsets: stream
+                .clone_htod(&table_offsets)
+                .map_err(|e| up("table offsets", e))?,
+            tables: stream
+                .clone_htod(&tables)
+                .map_err(|e| up("block tables", e))?,
+            mask_offsets: stream
+                .clone_htod(&mask_offsets)
+                .map_err(|e| up("mask offsets", e))?,
+            masks: stream.clone_htod(&masks).map_err(|e| up("masks", e))?,
+            partial_o: stream
+                .alloc_zeros(rows * dim)
+                .map_err(|e| alloc("partials", e))?,
+            partial_ml: stream
+                .alloc_zeros(rows * 2)
+                .map_err(|e| alloc("partials", e))?,
+        })
+    }
+
+    /// Queries of the batch (`Σ tree.len()`).
+    pub fn queries(&self) -> usize {
+        self.total_q
+    }
+
+    /// Values per query row of `q` and `out` (`num_q_heads × head_dim`).
+    pub fn token_width(&self) -> usize {
+        self.num_q_heads * self.dim
+    }
+
+    /// Attention of layer `layer` over `pool` for the device queries `q`
+    /// (`[queries][num_q_heads][head_dim]`, RoPE applied), into `out` (the same shape), with the
+    /// new tokens' K/V already written at positions `prefix_len + node`.
+    ///
+    /// # Errors
+    /// [`KernelError::OutOfRange`] for a layer past the layout's; [`KernelError::ShapeMismatch`]
+    /// for `q`, `out` or a pool other than the planned one's size; [`KernelError::Cuda`].
+    pub fn run(
+        &mut self,
+        gpu: &Gpu,
+        pool: &CudaSlice<f32>,
+        layer: usize,
+        scale: f32,
+        q: &CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        if layer >= self.num_layers {
+            return Err(KernelError::OutOfRange {
+                what: "attention layer".to_string(),
+                index: layer,
+                limit: self.num_layers,
+            });
+        }
+        let width = self.token_width();
+        for (what, len) in [("queries", q.len()), ("attention output", out.len())] {
+            if len != self.total_q * width {
+                return Err(KernelError::ShapeMismatch {
+                    what: format!("{what} [queries x q_heads x head_dim]"),
+                    expected: self.total_q * width,
+                    actual: len,
+                });
+            }
+        }
+        if pool.len() != self.pool_len {
+            return Err(KernelError::ShapeMismatch {
+                what: "KV pool (the planned one)".into(),
+                expected: self.pool_len,
+                actual: pool.len(),
+            });
+        }
+        if self.total_q == 0 {
+            return Ok(());
+        }
+        let stream = gpu.stream();
+        {
+            let (qp, _g0) = q.device_ptr(stream);
+            let (pp, _g1) = pool.device_ptr(stream);
+            let (qs, _g2) = self.q_seq.device_ptr(stream);
+            let (qn, _g3) = self.q_node.device_ptr(stream);
+            let (pl, _g4) = self.prefix_len.device_ptr(stream);
+            let (nl, _g5) = self.new_len.device_ptr(stream);
+            let (to, _g6) = self.table_offsets.device_ptr(stream);
+            let (bt, _g7) = self.tables.device_ptr(stream);
+            let (mo, _g8) = self.mask_offsets.device_ptr(stream);
+            let (mk, _g9) = self.masks.device_ptr(stream);
+            let (po, _g10) = self.partial_o.device_ptr(stream);
+            let (pm, _g11) = self.partial_ml.device_ptr(stream);
+            let prm = TaParams {
+                q: qp,
+                pool: pp,
+                q_seq: qs,
+                q_node: qn,
+                prefix_len: pl,
+                new_len: nl,
+                table_offsets: to,
+                block_tables: bt,
+                mask_offsets: mo,
+                masks: mk,
+                partial_o: po,
+                partial_ml: pm,
+                scale,
+                q_heads: self.num_q_heads as u32,
+                kv_heads: self.kv_heads as u32,
+                layer: layer as u32,
+                block_size: self.block_size as u32,
+                max_chunks: self.max_chunks as u32,
+                block_elems: self.block_elems as u64,
+            };
+            let f = gpu.function(
+                &sources::TREE_ATTENTION,
+                &format!("tree_attention_partial_f32_d{}", self.dim),
+            )?;
+            let mut launch = stream.launch_builder(&f);
+            launch.arg(&prm);
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    self.total_q as u32,
+                    self.kv_heads as u32,
+                    self.max_chunks as u32,
+                ),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: `prm` matches the kernel's struct; tables and masks were checked and
+            // flattened by `new`, q holds total_q rows (checked above), the partials hold
+            // total_q x q_heads x max_chunks rows, and the guards keep every pointer valid past
+            // the launch.
+            unsafe { launch.launch(cfg) }
+                .map_err(|e| cuda_error("launch tree_attention_partial", e))?;
+        }
+        let merge = gpu.function(
+            &sources::TREE_ATTENTION,
+            &format!("tree_attention_merge_d{}", self.dim),
+        )?;
+        let (qh, mc) = (self.num_q_heads as u32, self.max_chunks as u32);
+        let mut launch = stream.launch_builder(&merge);
+        launch
+            .arg(&self.partial_o)
+            .arg(&self.partial_ml)
+            .arg(&self.q_seq)
+            .arg(&self.q_node)
+            .arg(&self.prefix_len)
+            .arg(&self.new_len)
+            .arg(&self.mask_offsets)
+            .arg(&self.masks)
+            .arg(&mut *out)
+            .arg(&qh)
+            .arg(&mc);
+        let cfg = LaunchConfig {
+            grid_dim: (self.total_q as u32, qh, 1),
+            block_dim: (self.dim as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: argument order and types match `tree_attention_merge_d{dim}`; out holds
+        // total_q x q_heads x head_dim (checked above).
+        unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launch tree_attention_merge", e))?;
+        Ok(())
+    }
+}
+
+/// Tree attention for a ragged batch on the GPU from host queries; returns
+/// `[Σ tree.len()][num_q_heads][head_dim]` like the CPU reference. `pool` holds the f32 KV
+/// blocks in [`KvLayout`] order, with the new tokens' K/V already written at positions
+/// `prefix_len + node`. (The model forward plans once and keeps queries on the device:
+/// [`AttentionPlan`].)
 ///
 /// # Errors
 /// The CPU reference's errors for the same inputs ([`KernelError::InvalidConfig`],
@@ -63,160 +362,32 @@ pub fn tree_attention_cuda(
     params: &AttentionParams,
     batch: &[AttentionSeq<'_>],
 ) -> Result<Vec<f32>> {
-    let (dim, kv_heads) = (layout.head_dim(), layout.num_kv_heads());
     let num_blocks = pool.len() / layout.block_elems();
     let checked = check_batch(layout, num_blocks, params, batch)?;
-    let (group, token_out) = (checked.group, checked.token_out);
-    if dim != 64 && dim != 128 {
-        return Err(KernelError::InvalidParameter {
-            what: "head_dim",
-            reason: format!("the CUDA kernel supports 64 and 128, not {dim}"),
-        });
-    }
-    if group > GPU_MAX_GROUP {
-        return Err(KernelError::InvalidParameter {
-            what: "GQA group",
-            reason: format!("{group} query heads per KV head > {GPU_MAX_GROUP}"),
-        });
-    }
-    let mut q = Vec::new();
-    let (mut q_seq, mut q_node) = (Vec::new(), Vec::new());
-    let (mut prefix_len, mut new_len) = (Vec::new(), Vec::new());
-    let (mut table_offsets, mut tables) = (Vec::new(), Vec::new());
-    let (mut mask_offsets, mut masks) = (Vec::new(), Vec::new());
-    let mut max_visible = 1;
-    for (index, seq) in batch.iter().enumerate() {
-        let n = seq.tree.len();
-        let needed = layout.blocks_for(seq.prefix_len + n);
-        q.extend_from_slice(seq.queries);
-        for node in 0..n {
-            q_seq.push(index as u32);
-            q_node.push(node as u32);
-            max_visible = max_visible.max(seq.prefix_len + seq.tree.depth(node) + 1);
-        }
-        prefix_len.push(seq.prefix_len as u32);
-        new_len.push(n as u32);
-        table_offsets.push(tables.len() as u32);
-        tables.extend_from_slice(&seq.block_table[..needed]);
-        mask_offsets.push(masks.len() as u32);
-        // The kernel reads ceil(n / 64) words per node: the topology's own row width.
-        debug_assert_eq!(seq.tree.words_per_node(), n.div_ceil(64).max(1));
-        masks.extend_from_slice(seq.tree.ancestor_words());
-    }
-    let total_q = q_seq.len();
-    if total_q == 0 {
+    let seqs: Vec<PlannedSeq<'_>> = batch
+        .iter()
+        .map(|s| PlannedSeq {
+            block_table: s.block_table,
+            prefix_len: s.prefix_len,
+            tree: s.tree,
+        })
+        .collect();
+    let mut plan = AttentionPlan::new(gpu, layout, pool.len(), params.num_q_heads, &seqs)?;
+    if plan.queries() == 0 {
         return Ok(Vec::new());
     }
-    if tables.is_empty() {
-        tables.push(0);
-    }
-    let max_chunks = max_visible.div_ceil(GPU_KEY_CHUNK);
     let stream = gpu.stream();
-    let up = |what: &str, e| cuda_error(&format!("upload {what}"), e);
-    let q_d = stream.clone_htod(&q).map_err(|e| up("queries", e))?;
-    let q_seq_d = stream.clone_htod(&q_seq).map_err(|e| up("q_seq", e))?;
-    let q_node_d = stream.clone_htod(&q_node).map_err(|e| up("q_node", e))?;
-    let prefix_d = stream
-        .clone_htod(&prefix_len)
-        .map_err(|e| up("prefix_len", e))?;
-    let new_d = stream.clone_htod(&new_len).map_err(|e| up("new_len", e))?;
-    let toff_d = stream
-        .clone_htod(&table_offsets)
-        .map_err(|e| up("table offsets", e))?;
-    let tables_d = stream
-        .clone_htod(&tables)
-        .map_err(|e| up("block tables", e))?;
-    let moff_d = stream
-        .clone_htod(&mask_offsets)
-        .map_err(|e| up("mask offsets", e))?;
-    let masks_d = stream.clone_htod(&masks).map_err(|e| up("masks", e))?;
-    let alloc = |what: &str, e| cuda_error(&format!("alloc {what}"), e);
-    let rows = total_q * params.num_q_heads * max_chunks;
-    let partial_o: CudaSlice<f32> = stream
-        .alloc_zeros(rows * dim)
-        .map_err(|e| alloc("partials", e))?;
-    let partial_ml: CudaSlice<f32> = stream
-        .alloc_zeros(rows * 2)
-        .map_err(|e| alloc("partials", e))?;
+    let q: Vec<f32> = batch
+        .iter()
+        .flat_map(|s| s.queries.iter().copied())
+        .collect();
+    let q_d = stream
+        .clone_htod(&q)
+        .map_err(|e| cuda_error("upload queries", e))?;
     let mut out: CudaSlice<f32> = stream
-        .alloc_zeros(total_q * token_out)
-        .map_err(|e| alloc("output", e))?;
-    {
-        let (qp, _g0) = q_d.device_ptr(stream);
-        let (pp, _g1) = pool.device_ptr(stream);
-        let (qs, _g2) = q_seq_d.device_ptr(stream);
-        let (qn, _g3) = q_node_d.device_ptr(stream);
-        let (pl, _g4) = prefix_d.device_ptr(stream);
-        let (nl, _g5) = new_d.device_ptr(stream);
-        let (to, _g6) = toff_d.device_ptr(stream);
-        let (bt, _g7) = tables_d.device_ptr(stream);
-        let (mo, _g8) = moff_d.device_ptr(stream);
-        let (mk, _g9) = masks_d.device_ptr(stream);
-        let (po, _g10) = partial_o.device_ptr(stream);
-        let (pm, _g11) = partial_ml.device_ptr(stream);
-        let prm = TaParams {
-            q: qp,
-            pool: pp,
-            q_seq: qs,
-            q_node: qn,
-            prefix_len: pl,
-            new_len: nl,
-            table_offsets: to,
-            block_tables: bt,
-            mask_offsets: mo,
-            masks: mk,
-            partial_o: po,
-            partial_ml: pm,
-            scale: params.scale,
-            q_heads: params.num_q_heads as u32,
-            kv_heads: kv_heads as u32,
-            layer: params.layer as u32,
-            block_size: layout.block_size() as u32,
-            max_chunks: max_chunks as u32,
-            block_elems: layout.block_elems() as u64,
-        };
-        let f = gpu.function(
-            &sources::TREE_ATTENTION,
-            &format!("tree_attention_partial_f32_d{dim}"),
-        )?;
-        let mut launch = stream.launch_builder(&f);
-        launch.arg(&prm);
-        let cfg = LaunchConfig {
-            grid_dim: (total_q as u32, kv_heads as u32, max_chunks as u32),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: `prm` matches the kernel's struct; queries, tables and masks were checked and
-        // flattened above, partials hold total_q x q_heads x max_chunks rows, and the guards keep
-        // every pointer valid past the launch.
-        unsafe { launch.launch(cfg) }
-            .map_err(|e| cuda_error("launch tree_attention_partial", e))?;
-    }
-    let merge = gpu.function(
-        &sources::TREE_ATTENTION,
-        &format!("tree_attention_merge_d{dim}"),
-    )?;
-    let (qh, mc) = (params.num_q_heads as u32, max_chunks as u32);
-    let mut launch = stream.launch_builder(&merge);
-    launch
-        .arg(&partial_o)
-        .arg(&partial_ml)
-        .arg(&q_seq_d)
-        .arg(&q_node_d)
-        .arg(&prefix_d)
-        .arg(&new_d)
-        .arg(&moff_d)
-        .arg(&masks_d)
-        .arg(&mut out)
-        .arg(&qh)
-        .arg(&mc);
-    let cfg = LaunchConfig {
-        grid_dim: (total_q as u32, qh, 1),
-        block_dim: (dim as u32, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: argument order and types match `tree_attention_merge_d{dim}`; sizes as above.
-    unsafe { launch.launch(cfg) }.map_err(|e| cuda_error("launch tree_attention_merge", e))?;
+        .alloc_zeros(plan.queries() * checked.token_out)
+        .map_err(|e| cuda_error("alloc attention output", e))?;
+    plan.run(gpu, pool, params.layer, params.scale, &q_d, &mut out)?;
     stream
         .clone_dtoh(&out)
         .map_err(|e| cuda_error("download attention output", e))

@@ -51,9 +51,10 @@
 //! `cuda:N` (anything else is a configuration error naming the accepted forms).
 //!
 //! # Known costs
-//! The tree-attention launcher takes host queries and returns host outputs, so each layer
-//! downloads Q and uploads the attention output (`2 × tokens × q_dim × 4` bytes per layer); the
-//! forward is correct but not yet tuned.
+//! Inside a forward, Q/K/V and the attention output stay on the device (one
+//! [`AttentionPlan`](specdec_kernels::attention::cuda::AttentionPlan) per forward uploads the
+//! block tables and masks once for every layer); the f32 logits `[tokens × vocab]` are still
+//! downloaded at the end, and the engine prepares and verifies on the host.
 
 mod kv_mirror;
 mod matmul;

@@ -5,8 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use specdec_kernels::attention::cuda::tree_attention_cuda;
-use specdec_kernels::attention::{AttentionParams, AttentionSeq};
+use specdec_kernels::attention::cuda::{AttentionPlan, PlannedSeq};
 use specdec_kernels::cuda::Gpu;
 use specdec_kernels::kv::cuda::{append, move_slots, KvShape};
 use specdec_kernels::kv::KvLayout;
@@ -277,6 +276,20 @@ impl CudaLlamaModel {
         let shape = self.shape();
         let (gpu, mode) = (&self.gpu, self.matmul);
         let scale = 1.0 / (hd as f32).sqrt();
+        // one plan (block tables, ancestor masks) for every layer; queries and outputs stay here
+        let planned = steps
+            .iter()
+            .zip(&prefix)
+            .map(|(step, &len)| {
+                Ok(PlannedSeq {
+                    block_table: self.mirror.cache().block_table(step.seq)?,
+                    prefix_len: len,
+                    tree: step.tree,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut plan = AttentionPlan::new(gpu, &self.layout, self.pool.len(), c.n_heads, &planned)?;
+        let mut attn = self.alloc("attention output", n * q_w)?;
         for (layer, w) in self.weights.layers.iter().enumerate() {
             rms_norm_cuda(gpu, &x, &w.attn_norm, c.rms_eps, &mut h)?;
             product(gpu, mode, &h, n, &w.wq, &mut q)?;
@@ -290,30 +303,7 @@ impl CudaLlamaModel {
             rope_cuda(gpu, &mut q, c.n_heads, hd, &cos, &sin, c.rope_layout)?;
             rope_cuda(gpu, &mut k, c.n_kv_heads, hd, &cos, &sin, c.rope_layout)?;
             append(gpu, &mut self.pool, &shape, layer, &k, &v, &slots)?;
-            // The attention launcher takes host queries and returns host outputs.
-            let q_host = gpu
-                .stream()
-                .clone_dtoh(&q)
-                .map_err(|e| device_error("download queries", e))?;
-            let mut batch = Vec::with_capacity(steps.len());
-            let mut first = 0;
-            for (step, &len) in steps.iter().zip(&prefix) {
-                let rows = step.tokens.len();
-                batch.push(AttentionSeq {
-                    queries: &q_host[first * q_w..(first + rows) * q_w],
-                    block_table: self.mirror.cache().block_table(step.seq)?,
-                    prefix_len: len,
-                    tree: step.tree,
-                });
-                first += rows;
-            }
-            let params = AttentionParams {
-                layer,
-                num_q_heads: c.n_heads,
-                scale,
-            };
-            let attn_host = tree_attention_cuda(gpu, &self.pool, &self.layout, &params, &batch)?;
-            let attn = upload_f32(gpu, "attention output", &attn_host)?;
+            plan.run(gpu, &self.pool, layer, scale, &q, &mut attn)?;
             product(gpu, mode, &attn, n, &w.wo, &mut o)?;
             add_broadcast_cuda(gpu, &mut x, &o)?;
             rms_norm_cuda(gpu, &x, &w.ffn_norm, c.rms_eps, &mut h)?;
