@@ -13,4 +13,5 @@ pub use specdec_algorithms as algorithms;
 pub use specdec_harness as harness;
 pub use specdec_kernels as kernels;
 pub use specdec_models as models;
+pub use specdec_server as server;
 pub use specdec_train as train;

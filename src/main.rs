@@ -70,6 +70,45 @@ enum Command {
         #[arg(long)]
         head: Option<String>,
     },
+    /// Serve the target over an OpenAI-compatible HTTP API (completions and chat completions,
+    /// streamed or not; /v1/models, /health, /metrics), speculating with --method.
+    ///
+    /// Requests wait in a bounded queue (full: 503 with Retry-After) and run in batches of
+    /// requests with the same sampling settings. /health answers 200 once the models are
+    /// loaded. SIGINT / SIGTERM stop admitting and let running requests finish.
+    Serve {
+        /// Target model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a .gguf path;
+        /// also the model id clients ask for (the file stem for a path).
+        #[arg(long)]
+        target: String,
+        /// Draft model (same tokenizer as the target), as for --target.
+        #[arg(long)]
+        draft: Option<String>,
+        /// A drafter or auto, as for `specdec generate --method`.
+        #[arg(long, default_value = "plain", long_help = generate_method_help())]
+        method: String,
+        /// Drafts per step of the fixed-budget methods.
+        #[arg(long, default_value_t = 4)]
+        k: usize,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Port to listen on (0: any free one).
+        #[arg(long, default_value_t = 8000)]
+        port: u16,
+        /// Require `Authorization: Bearer KEY` on the /v1 routes.
+        #[arg(long)]
+        api_key: Option<String>,
+        /// Requests that may wait for the engine; beyond them the server answers 503.
+        #[arg(long, default_value_t = 64)]
+        queue: usize,
+        /// Requests per engine run (continuous batching within a run).
+        #[arg(long, default_value_t = 8)]
+        batch_size: usize,
+        /// Seed of the requests that give none.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
     ///
     /// The config lists models, prompts, sampling settings and methods; the plain-decoding
@@ -180,6 +219,32 @@ fn main() -> anyhow::Result<()> {
             };
             let summary = generate(&options, &mut std::io::stdout().lock())?;
             eprintln!("{}", summary.line());
+        }
+        Command::Serve {
+            target,
+            draft,
+            method,
+            k,
+            host,
+            port,
+            api_key,
+            queue,
+            batch_size,
+            seed,
+        } => {
+            let options = specdec::server::ServeOptions {
+                draft,
+                method,
+                k,
+                host,
+                port,
+                api_key,
+                queue,
+                batch_size,
+                seed,
+                ..specdec::server::ServeOptions::new(&target)
+            };
+            specdec::server::serve(&options)?;
         }
         Command::Run { config, out, quiet } => {
             cli::run(&config, out.as_deref(), quiet)?;

@@ -147,6 +147,15 @@ impl EngineBackend {
         self.seed = seed;
     }
 
+    /// Sets the sampling of the runs from now on (temperature, top-k, top-p of the target, and
+    /// of the drafters built from now on: methods built before are dropped).
+    pub fn set_sampling(&mut self, sampling: SamplingParams) {
+        if sampling != self.sampling {
+            self.sampling = sampling;
+            self.built.clear();
+        }
+    }
+
     /// Builds `method` against this backend's models.
     ///
     /// # Errors
@@ -182,13 +191,22 @@ impl EngineBackend {
     /// # Errors
     /// Tokenizer errors; `chat` with a model that has no chat template.
     pub fn encode(&self, text: &str, chat: bool) -> Result<Vec<u32>> {
-        let tokenizer = &self.target_file.tokenizer;
         Ok(if chat {
-            let rendered = tokenizer.apply_chat_template(&[ChatMessage::user(text)], true)?;
-            tokenizer.encode(&rendered)?
+            self.encode_messages(&[ChatMessage::user(text)])?
         } else {
-            tokenizer.encode_prompt(text)?
+            self.target_file.tokenizer.encode_prompt(text)?
         })
+    }
+
+    /// Tokenizes a conversation rendered with the target's chat template, ending with the
+    /// assistant's turn opened.
+    ///
+    /// # Errors
+    /// A model without a chat template; tokenizer errors.
+    pub fn encode_messages(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let tokenizer = &self.target_file.tokenizer;
+        let rendered = tokenizer.apply_chat_template(messages, true)?;
+        Ok(tokenizer.encode(&rendered)?)
     }
 
     /// Runs `method` over `requests` with the engine, calling `on_tokens(request id, tokens)` as

@@ -1,0 +1,327 @@
+//! `specdec serve` end to end on 127.0.0.1 with SmolLM2-135M and raw HTTP/1.0 (bounded in count
+//! and time): health after loading, the model list, greedy completions through the server equal
+//! `specdec generate`'s text, streamed text equals non-streamed, concurrent clients get what
+//! they get alone, a stop string cuts the text, the usage carries the speculation counts, bad
+//! requests get a 4xx naming the problem and the server stays healthy, and stopping drains.
+//!
+//! Needs the SmolLM2 GGUF in the cache (`scripts/fetch-models.sh smollm2`), or
+//! `SPECDEC_SKIP_MODEL_TESTS=1` to skip.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use specdec_harness::generate::{generate, GenerateOptions};
+use specdec_models::registry;
+use specdec_server::{start, RunningServer, ServeOptions};
+
+const MODEL: &str = "smollm2-135m";
+
+fn have_model() -> bool {
+    let entry = registry::entry(MODEL).expect("registered");
+    if entry.locate().is_ok() {
+        return true;
+    }
+    if std::env::var("SPECDEC_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
+        eprintln!("skipping: {MODEL} is not cached (SPECDEC_SKIP_MODEL_TESTS=1)");
+        return false;
+    }
+    panic!(
+        "{MODEL} is not cached: run `scripts/fetch-models.sh {}`",
+        entry.fetch
+    );
+}
+
+/// One HTTP/1.0 exchange (the body ends when the server closes): status and body.
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .expect("read the response");
+    let response = String::from_utf8(response).expect("UTF-8 response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a header block");
+    let status = head[9..12].parse().expect("a status code");
+    (status, body.to_string())
+}
+
+fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+    let (status, text) = http(addr, "POST", path, &body.to_string());
+    let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, value)
+}
+
+/// The `data:` payloads of a server-sent event stream.
+fn events(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(str::to_string)
+        .collect()
+}
+
+fn ready_server(method: &str) -> RunningServer {
+    let mut options = ServeOptions::new(MODEL);
+    options.method = method.into();
+    options.k = 3;
+    options.port = 0;
+    options.batch_size = 4;
+    let server = start(&options).expect("the server starts");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !server.is_ready() {
+        assert!(server.load_error().is_none(), "{:?}", server.load_error());
+        assert!(
+            Instant::now() < deadline,
+            "the models did not load in 120 s"
+        );
+        let (status, _) = http(server.addr, "GET", "/health", "");
+        assert_eq!(status, 503, "health before loading");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+fn greedy(prompt: &str, max_tokens: usize) -> Value {
+    json!({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+}
+
+#[test]
+fn the_server_answers_like_generate_and_refuses_bad_requests() {
+    if !have_model() {
+        return;
+    }
+    let server = ready_server("ngram");
+    let addr = server.addr;
+    let (status, body) = http(addr, "GET", "/health", "");
+    assert_eq!((status, body.trim()), (200, "ok"));
+    let (status, models) = http(addr, "GET", "/v1/models", "");
+    assert_eq!(status, 200);
+    assert!(models.contains(&format!("\"id\":\"{MODEL}\"")), "{models}");
+
+    // greedy through the server = specdec generate, same method
+    let prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n";
+    let (status, body) = post(addr, "/v1/completions", &greedy(prompt, 40));
+    assert_eq!(status, 200, "{body}");
+    let served = body["choices"][0]["text"].as_str().unwrap().to_string();
+    let mut expected = Vec::new();
+    let options = GenerateOptions {
+        target: MODEL.into(),
+        draft: None,
+        method: "ngram".into(),
+        k: 3,
+        prompt: prompt.into(),
+        temperature: 0.0,
+        max_tokens: 40,
+        chat: false,
+        seed: 0,
+        device: "cpu".into(),
+        head: None,
+    };
+    let summary = generate(&options, &mut expected).unwrap();
+    // generate ends its output with a newline of its own
+    let expected = String::from_utf8(expected).unwrap();
+    assert_eq!(served, expected.strip_suffix('\n').unwrap());
+    let usage = &body["usage"];
+    assert_eq!(usage["completion_tokens"], summary.tokens);
+    let accepted = usage["completion_tokens_details"]["accepted_prediction_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(usage["speculative"]["drafts_accepted"], accepted);
+    assert!(usage["speculative"]["target_passes"].as_u64().unwrap() >= 1);
+
+    // streamed = non-streamed; the stream ends with [DONE] and carries the usage when asked
+    let mut stream_req = greedy(prompt, 40);
+    stream_req["stream"] = json!(true);
+    stream_req["stream_options"] = json!({"include_usage": true});
+    let (status, raw) = http(addr, "POST", "/v1/completions", &stream_req.to_string());
+    assert_eq!(status, 200, "{raw}");
+    let payloads = events(&raw);
+    assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"), "{raw}");
+    let chunks: Vec<Value> = payloads[..payloads.len() - 1]
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    let streamed: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0).and_then(|ch| ch["text"].as_str()))
+        .collect();
+    assert_eq!(streamed, served);
+    assert_eq!(
+        chunks.last().unwrap()["usage"]["completion_tokens"],
+        summary.tokens
+    );
+
+    // concurrent clients: each gets what it gets alone
+    let prompts = [
+        "The capital of France is",
+        "import numpy as np\n",
+        "Once upon a time",
+        "1, 2, 3, 4,",
+    ];
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| post(addr, "/v1/completions", &greedy(p, 24)).1["choices"][0]["text"].to_string())
+        .collect();
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|p| s.spawn(move || post(addr, "/v1/completions", &greedy(p, 24))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                let (status, body) = h.join().unwrap();
+                assert_eq!(status, 200, "{body}");
+                body["choices"][0]["text"].to_string()
+            })
+            .collect()
+    });
+    assert_eq!(together, alone);
+
+    // a stop string: the text is cut before it
+    let full = served.clone();
+    let stop = full.chars().skip(10).take(3).collect::<String>();
+    let mut stopped = greedy(prompt, 40);
+    stopped["stop"] = json!(stop);
+    let (status, body) = post(addr, "/v1/completions", &stopped);
+    assert_eq!(status, 200);
+    let cut = body["choices"][0]["text"].as_str().unwrap();
+    assert_eq!(cut, &full[..full.find(&stop).unwrap()]);
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+
+    // chat completions, streamed and not
+    let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+                      "max_tokens": 16, "temperature": 0});
+    let (status, body) = post(addr, "/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{body}");
+    let answer = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!answer.is_empty());
+    let mut chat_stream = chat.clone();
+    chat_stream["stream"] = json!(true);
+    let (_, raw) = http(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &chat_stream.to_string(),
+    );
+    let streamed: String = events(&raw)
+        .iter()
+        .filter(|p| *p != "[DONE]")
+        .filter_map(|p| {
+            let v: Value = serde_json::from_str(p).unwrap();
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(streamed, answer);
+
+    // bad requests: a 4xx naming the problem, and the server stays healthy
+    let bad = [
+        ("{not json", 400, "not valid JSON"),
+        (
+            r#"{"model":"smollm2-135m","prompt":"x","max_tokens":-1}"#,
+            400,
+            "max_tokens",
+        ),
+        (
+            r#"{"model":"smollm2-135m","prompt":"x","max_tokens":100000000}"#,
+            400,
+            "limit",
+        ),
+        (r#"{"model":"smollm2-135m","prompt":"x","n":3}"#, 400, "`n`"),
+        (r#"{"model":"gpt-4","prompt":"x"}"#, 404, "gpt-4"),
+        (r#"{"model":"smollm2-135m","messages":[]}"#, 400, "empty"),
+    ];
+    for (body, want_status, want) in bad {
+        let path = if body.contains("messages") {
+            "/v1/chat/completions"
+        } else {
+            "/v1/completions"
+        };
+        let (status, text) = http(addr, "POST", path, body);
+        assert_eq!(status, want_status, "{body}: {text}");
+        assert!(text.contains(want), "{body}: {text}");
+    }
+    let (status, _) = http(addr, "GET", "/health", "");
+    assert_eq!(status, 200, "healthy after bad requests");
+    let (_, metrics) = http(addr, "GET", "/metrics", "");
+    assert!(
+        metrics.contains("specdec_requests_total{outcome=\"refused\"} 6"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("specdec_time_to_first_token_seconds_count"),
+        "{metrics}"
+    );
+    server.stop().expect("the server drains and stops");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "nothing listens after stop"
+    );
+}
+
+#[test]
+fn an_api_key_is_required_when_set_and_a_bad_model_fails_to_load() {
+    if !have_model() {
+        return;
+    }
+    let mut options = ServeOptions::new("/nonexistent/model.gguf");
+    options.port = 0;
+    let server = start(&options).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.load_error().is_none() {
+        assert!(Instant::now() < deadline, "no load error");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(server
+        .load_error()
+        .unwrap()
+        .contains("/nonexistent/model.gguf"));
+    let (status, body) = http(server.addr, "GET", "/health", "");
+    assert_eq!(status, 500, "{body}");
+    server.stop().unwrap();
+
+    let mut options = ServeOptions::new(MODEL);
+    options.port = 0;
+    options.api_key = Some("sekrit".into());
+    let server = start(&options).unwrap();
+    while !server.is_ready() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, body) = http(
+        server.addr,
+        "POST",
+        "/v1/completions",
+        &greedy("x", 2).to_string(),
+    );
+    assert_eq!(status, 401, "{body}");
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    let body = greedy("Hello", 2).to_string();
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer sekrit\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(
+        response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+        "{response}"
+    );
+    server.stop().unwrap();
+}
