@@ -1,6 +1,6 @@
 //! `specdec serve` end to end on 127.0.0.1 with SmolLM2-135M and raw HTTP/1.0 (bounded in count
 //! and time): health after loading, the model list, greedy completions through the server equal
-//! `specdec generate`'s text, streamed text equals non-streamed, concurrent clients get what
+//! `specdec generate`'s text, streamed text equals non-streamed, 32 concurrent clients get what
 //! they get alone, a stop string cuts the text, the usage carries the speculation counts, bad
 //! requests get a 4xx naming the problem and the server stays healthy, and stopping drains.
 //!
@@ -161,21 +161,22 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         summary.tokens
     );
 
-    // concurrent clients: each gets what it gets alone
-    let prompts = [
+    // 32 concurrent clients: each gets what it gets alone (batch invariance through the server)
+    let starts = [
         "The capital of France is",
         "import numpy as np\n",
         "Once upon a time",
-        "1, 2, 3, 4,",
+        "1, 2, 3,",
     ];
+    let prompts: Vec<String> = (0..32).map(|i| format!("{} {i}", starts[i % 4])).collect();
     let alone: Vec<String> = prompts
         .iter()
-        .map(|p| post(addr, "/v1/completions", &greedy(p, 24)).1["choices"][0]["text"].to_string())
+        .map(|p| post(addr, "/v1/completions", &greedy(p, 12)).1["choices"][0]["text"].to_string())
         .collect();
     let together: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = prompts
             .iter()
-            .map(|p| s.spawn(move || post(addr, "/v1/completions", &greedy(p, 24))))
+            .map(|p| s.spawn(move || post(addr, "/v1/completions", &greedy(p, 12))))
             .collect();
         handles
             .into_iter()
@@ -323,5 +324,52 @@ fn an_api_key_is_required_when_set_and_a_bad_model_fails_to_load() {
         response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
         "{response}"
     );
+    server.stop().unwrap();
+}
+
+/// The official `openai` Python client (installed by `scripts/setup.d/30-openai.sh`, which
+/// exports `SPECDEC_OPENAI_PYTHON`) against the server: completions, chat, streamed chat, a
+/// refused request, the model list.
+#[test]
+fn the_official_openai_client_works_against_the_server() {
+    if !have_model() {
+        return;
+    }
+    let python = match std::env::var("SPECDEC_OPENAI_PYTHON") {
+        Ok(p) => p,
+        Err(_) if std::env::var("SPECDEC_SKIP_OPENAI_TEST").as_deref() == Ok("1") => {
+            eprintln!("SKIPPED (SPECDEC_SKIP_OPENAI_TEST=1): the openai client test did not run");
+            return;
+        }
+        Err(_) => panic!(
+            "SPECDEC_OPENAI_PYTHON is not set: run the suite with scripts/test.sh (it installs \
+             the openai client into a venv), or `source scripts/setup.d/30-openai.sh`; set \
+             SPECDEC_SKIP_OPENAI_TEST=1 to skip on purpose"
+        ),
+    };
+    let server = ready_server("ngram");
+    let addr = server.addr;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
+    let output = std::process::Command::new(python)
+        .args([script, &format!("http://{addr}/v1"), MODEL])
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "the client failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let got: Value = serde_json::from_slice(&output.stdout).expect("one JSON line");
+    let (_, raw) = post(
+        addr,
+        "/v1/completions",
+        &greedy("The capital of France is", 16),
+    );
+    assert_eq!(got["completion"], raw["choices"][0]["text"]);
+    assert_eq!(got["completion_tokens"], raw["usage"]["completion_tokens"]);
+    assert!(!got["chat"].as_str().unwrap().is_empty());
+    assert_eq!(got["chat"], got["chat_streamed"]);
+    assert_eq!(got["refused_status"], 400);
+    assert_eq!(got["models"], json!([MODEL]));
     server.stop().unwrap();
 }
