@@ -8,7 +8,7 @@ use specdec_kernels::sampling::SamplingParams;
 use specdec_models::llama::parse_device;
 
 use crate::config::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
-use crate::engine::{Generation, Request};
+use crate::engine::{check_fits_context, Generation, Request};
 use crate::error::{HarnessError, Result};
 use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain};
 use crate::methods::{lookup, normalise, DrafterRole, DRAFTERS};
@@ -213,7 +213,8 @@ pub fn with_head(drafter: &DrafterConfig, head: &str) -> Result<DrafterConfig> {
 ///
 /// # Errors
 /// Model loading (a missing model names `scripts/fetch-models.sh`), a draft with another
-/// tokenizer, an unknown method, engine errors; writing to `out`.
+/// tokenizer, an unknown method, a prompt and `max_tokens` past the model's context (refused
+/// before any work), engine errors; writing to `out`.
 pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<GenerateSummary> {
     let mut method = method_for(&options.method, options.k, options.draft.as_deref())?;
     if let Some(head) = &options.head {
@@ -239,6 +240,8 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         prompt: backend.encode(&options.prompt, options.chat)?,
         stop: backend.stop_rule(options.max_tokens),
     };
+    // refused before any method is built or token generated
+    check_fits_context(&request, backend.target_mut().max_context())?;
     let tokenizer = backend.tokenizer().clone();
     let mut emitted: Vec<u32> = Vec::new();
     let mut printed = 0usize;

@@ -99,7 +99,7 @@ pub struct EngineOptions {
 pub struct Request {
     /// Stable id: keys the request's random decisions (results do not depend on batch order).
     pub id: u64,
-    /// Prompt token ids (non-empty, shorter than the model's context).
+    /// Prompt token ids (non-empty; with `stop.max_new_tokens` it fits the model's context).
     pub prompt: Vec<u32>,
     /// When to stop.
     pub stop: StopRule,
@@ -228,7 +228,8 @@ impl<'a> Engine<'a> {
     /// as each retires. Returns one [`Generation`] per request, in input order.
     ///
     /// # Errors
-    /// An empty prompt or one that leaves no room in the model's context (named by request id);
+    /// An empty prompt, or a prompt and `max_new_tokens` that do not fit the model's context
+    /// ([`check_fits_context`], every request checked before any is admitted);
     /// any model, drafter or verifier error (NaN logits included). Requests already in flight
     /// are released from the target's KV cache before the error returns.
     pub fn run(
@@ -236,6 +237,10 @@ impl<'a> Engine<'a> {
         requests: &[Request],
         on_done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Generation>> {
+        let context = self.target.max_context();
+        for request in requests {
+            check_fits_context(request, context)?;
+        }
         let mut decisions = Replay::production(self.options.seed);
         let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
         let mut waiting = requests.iter().enumerate();
@@ -305,23 +310,7 @@ impl<'a> Engine<'a> {
     fn admit<'r>(&mut self, index: usize, request: &'r Request) -> Result<Active<'r>> {
         let started = Instant::now();
         let prompt = &request.prompt;
-        if prompt.is_empty() {
-            return Err(HarnessError::InvalidRequest {
-                id: request.id,
-                reason: "the prompt is empty".into(),
-            });
-        }
-        if prompt.len() >= self.target.max_context() {
-            return Err(HarnessError::InvalidRequest {
-                id: request.id,
-                reason: format!(
-                    "the prompt has {} tokens, but the model's context holds {} (one more is \
-                     needed to generate)",
-                    prompt.len(),
-                    self.target.max_context()
-                ),
-            });
-        }
+        check_fits_context(request, self.target.max_context())?;
         let seq = self.target.new_sequence()?;
         let prefix = &prompt[..prompt.len() - 1];
         let mut features = None;
@@ -543,6 +532,41 @@ impl<'a> Engine<'a> {
         }
         Ok(finished)
     }
+}
+
+/// Checks that `request` can run to its end inside a context of `context` tokens: a non-empty
+/// prompt, and room for the prompt and all `max_new_tokens` of its stop rule.
+///
+/// # Errors
+/// [`HarnessError::InvalidRequest`] naming the request, the prompt length, `max_new_tokens` and
+/// the context.
+pub fn check_fits_context(request: &Request, context: usize) -> Result<()> {
+    let prompt = request.prompt.len();
+    let refuse = |reason: String| {
+        Err(HarnessError::InvalidRequest {
+            id: request.id,
+            reason,
+        })
+    };
+    if prompt == 0 {
+        return refuse("the prompt is empty".into());
+    }
+    if prompt >= context {
+        return refuse(format!(
+            "the prompt has {prompt} tokens, but the model's context holds {context} (one more \
+             is needed to generate)"
+        ));
+    }
+    let max_tokens = request.stop.max_new_tokens;
+    if prompt.saturating_add(max_tokens) > context {
+        return refuse(format!(
+            "the prompt has {prompt} tokens and max_tokens is {max_tokens}: {} tokens do not fit \
+             the model's context of {context} (at most {} new tokens after this prompt)",
+            prompt.saturating_add(max_tokens),
+            context - prompt
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a drafter that reads the target's features when the target taps none.
