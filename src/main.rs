@@ -69,6 +69,10 @@ enum Command {
         /// `specdec train-head` wrote for the target into the cache].
         #[arg(long)]
         head: Option<String>,
+        /// KV memory budget of the target's and the drafter's paged KV pools together, e.g.
+        /// 8GiB or 512MiB [default: a quarter of the machine's memory].
+        #[arg(long)]
+        kv_memory: Option<String>,
     },
     /// Run an experiment config (TOML) and write JSONL, CSV, a markdown summary and SVG plots.
     ///
@@ -164,6 +168,7 @@ fn main() -> anyhow::Result<()> {
             seed,
             device,
             head,
+            kv_memory,
         } => {
             let options = GenerateOptions {
                 target,
@@ -177,6 +182,7 @@ fn main() -> anyhow::Result<()> {
                 seed,
                 device,
                 head,
+                kv_memory,
             };
             let summary = generate(&options, &mut std::io::stdout().lock())?;
             eprintln!("{}", summary.line());

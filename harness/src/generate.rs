@@ -12,7 +12,7 @@ use crate::engine::{check_fits_context, Generation, Request};
 use crate::error::{HarnessError, Result};
 use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain};
 use crate::methods::{lookup, normalise, DrafterRole, DRAFTERS};
-use crate::runner::EngineBackend;
+use crate::runner::{EngineBackend, KvMemory};
 
 /// The method `generate --method auto` stands for: the cost-model policy over the draft
 /// model's chains, with n-gram lookup where they step aside (n-gram alone without `--draft`).
@@ -77,6 +77,9 @@ pub struct GenerateOptions {
     pub device: String,
     /// A trained head file for `eagle` / `medusa` (default: the cache's head for the target).
     pub head: Option<String>,
+    /// The KV memory budget, e.g. `"8GiB"` (`KvMemory::parse`) [default: a quarter of the
+    /// machine's memory].
+    pub kv_memory: Option<String>,
 }
 
 /// The summary of one generation.
@@ -226,7 +229,12 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         top_p: None,
     };
     let device = parse_device(&options.device)?;
-    let mut backend = EngineBackend::open(
+    let kv_memory = match &options.kv_memory {
+        Some(text) => KvMemory::parse(text)?,
+        None => KvMemory::machine_default(),
+    };
+    let mut backend = EngineBackend::open_with(
+        kv_memory,
         &options.target,
         options.draft.as_deref(),
         sampling,

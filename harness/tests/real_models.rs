@@ -325,6 +325,7 @@ fn generate_refuses_max_tokens_past_the_context_before_any_work() {
         seed: 0,
         device: "cpu".into(),
         head: None,
+        kv_memory: None,
     };
     let mut out = Vec::new();
     let started = std::time::Instant::now();

@@ -421,6 +421,10 @@ impl LanguageModel for CudaLlamaModel {
         self.forward_impl(steps)
     }
 
+    fn kv_room(&self) -> Option<crate::model::KvRoom> {
+        Some(crate::model::KvRoom::of(self.mirror.cache()))
+    }
+
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         self.mirror.cache().len(seq)?;
         check_commit_path(seq, path, self.last_trees.get(&seq))?;
