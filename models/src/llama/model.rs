@@ -322,7 +322,7 @@ impl LlamaModel {
             tokens.extend_from_slice(step.tokens);
         }
         let n = tokens.len();
-        let angles = RopeAngles::new(&positions, c.head_dim, c.rope_base)?;
+        let angles = RopeAngles::scaled(&positions, c.head_dim, c.rope_base, &c.rope_scaling)?;
         let mut x = vec![0.0f32; n * hidden];
         embed_rows(&self.weights.token_embd.view(), &tokens, &mut x)?;
         let mut scratch = BlockScratch::new(n, &shape);

@@ -261,7 +261,7 @@ impl CudaLlamaModel {
             prefix.push(len);
         }
         let n = tokens.len();
-        let angles = RopeAngles::new(&positions, hd, c.rope_base)?;
+        let angles = RopeAngles::scaled(&positions, hd, c.rope_base, &c.rope_scaling)?;
         let cos = upload_f32(&self.gpu, "rope cosines", angles.cos())?;
         let sin = upload_f32(&self.gpu, "rope sines", angles.sin())?;
         let mut x = self.alloc("residual", n * hidden)?;
