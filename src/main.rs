@@ -69,6 +69,10 @@ enum Command {
         /// `specdec train-head` wrote for the target into the cache].
         #[arg(long)]
         head: Option<String>,
+        /// KV memory budget of the target's and the drafter's paged KV pools together, e.g.
+        /// 8GiB or 512MiB [default: a quarter of the machine's memory].
+        #[arg(long)]
+        kv_memory: Option<String>,
     },
     /// Serve the target over an OpenAI-compatible HTTP API (completions and chat completions,
     /// streamed or not; /v1/models, /health, /metrics), speculating with --method.
@@ -203,6 +207,7 @@ fn main() -> anyhow::Result<()> {
             seed,
             device,
             head,
+            kv_memory,
         } => {
             let options = GenerateOptions {
                 target,
@@ -216,6 +221,7 @@ fn main() -> anyhow::Result<()> {
                 seed,
                 device,
                 head,
+                kv_memory,
             };
             let summary = generate(&options, &mut std::io::stdout().lock())?;
             eprintln!("{}", summary.line());

@@ -8,11 +8,11 @@ use specdec_kernels::sampling::SamplingParams;
 use specdec_models::llama::parse_device;
 
 use crate::config::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
-use crate::engine::{Generation, Request};
+use crate::engine::{check_fits_context, Generation, Request};
 use crate::error::{HarnessError, Result};
 use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain, Staged};
 use crate::methods::{lookup, normalise, DrafterRole, DRAFTERS};
-use crate::runner::EngineBackend;
+use crate::runner::{EngineBackend, KvMemory};
 
 /// The method `generate --method auto` stands for: the cost-model policy over the draft
 /// model's chains, with n-gram lookup where they step aside (n-gram alone without `--draft`).
@@ -78,6 +78,9 @@ pub struct GenerateOptions {
     /// A trained head file for `eagle` / `medusa` / `staged` with an `eagle` level (default: the
     /// cache's head for the target).
     pub head: Option<String>,
+    /// The KV memory budget, e.g. `"8GiB"` (`KvMemory::parse`) [default: a quarter of the
+    /// machine's memory].
+    pub kv_memory: Option<String>,
 }
 
 /// The summary of one generation.
@@ -215,7 +218,8 @@ pub fn with_head(drafter: &DrafterConfig, head: &str) -> Result<DrafterConfig> {
 ///
 /// # Errors
 /// Model loading (a missing model names `scripts/fetch-models.sh`), a draft with another
-/// tokenizer, an unknown method, engine errors; writing to `out`.
+/// tokenizer, an unknown method, a prompt and `max_tokens` past the model's context (refused
+/// before any work), engine errors; writing to `out`.
 pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<GenerateSummary> {
     let mut method = method_for(&options.method, options.k, options.draft.as_deref())?;
     if let Some(head) = &options.head {
@@ -232,7 +236,12 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         .draft
         .as_deref()
         .filter(|d| !method.drafter.is::<Staged>() || Staged::level_is_model(d));
-    let mut backend = EngineBackend::open(
+    let kv_memory = match &options.kv_memory {
+        Some(text) => KvMemory::parse(text)?,
+        None => KvMemory::machine_default(),
+    };
+    let mut backend = EngineBackend::open_with(
+        kv_memory,
         &options.target,
         draft_model,
         sampling,
@@ -246,6 +255,8 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         prompt: backend.encode(&options.prompt, options.chat)?,
         stop: backend.stop_rule(options.max_tokens),
     };
+    // refused before any method is built or token generated
+    check_fits_context(&request, backend.target_mut().max_context())?;
     let tokenizer = backend.tokenizer().clone();
     let mut emitted: Vec<u32> = Vec::new();
     let mut printed = 0usize;

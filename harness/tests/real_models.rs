@@ -307,3 +307,35 @@ fn smollm2_sampling_at_t1_follows_the_target() {
         assert!(test.dof >= 2, "too few bins to test anything: {test}");
     }
 }
+
+#[test]
+fn generate_refuses_max_tokens_past_the_context_before_any_work() {
+    if !have("smollm2-135m") {
+        return;
+    }
+    let options = specdec_harness::generate::GenerateOptions {
+        target: "smollm2-135m".into(),
+        draft: None,
+        method: "ngram".into(),
+        k: 4,
+        prompt: "def add(a, b):".into(),
+        temperature: 0.0,
+        max_tokens: 100_000,
+        chat: false,
+        seed: 0,
+        device: "cpu".into(),
+        head: None,
+        kv_memory: None,
+    };
+    let mut out = Vec::new();
+    let started = std::time::Instant::now();
+    let err = specdec_harness::generate::generate(&options, &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("max_tokens is 100000") && err.contains("context of 8192"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "nothing was generated");
+    eprintln!("refused in {:.2} s", started.elapsed().as_secs_f64());
+}

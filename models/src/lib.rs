@@ -15,4 +15,4 @@ pub mod tokenizer;
 pub mod toy;
 
 pub use error::{ModelError, Result};
-pub use model::{Features, LanguageModel, Logits, SeqId, SequenceStep};
+pub use model::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK};

@@ -126,6 +126,7 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         seed: 0,
         device: "cpu".into(),
         head: None,
+        kv_memory: None,
     };
     let summary = generate(&options, &mut expected).unwrap();
     // generate ends its output with a newline of its own

@@ -233,6 +233,18 @@ impl ExperimentConfig {
         if let Some(d) = self.models.draft.as_ref().filter(|d| *d != "layer_skip") {
             ModelSource::parse(d).map_err(|e| invalid("models.draft", e))?;
         }
+        if let Some(kv_memory) = &self.models.kv_memory {
+            crate::runner::KvMemory::parse(kv_memory)
+                .map_err(|e| invalid("models.kv_memory", e.to_string()))?;
+            if matches!(target, ModelSource::Simulated | ModelSource::Toy)
+                || self.simulation.is_some()
+            {
+                return Err(invalid(
+                    "models.kv_memory",
+                    "only real models (run by the engine) have a KV cache to size".into(),
+                ));
+            }
+        }
         if target == ModelSource::Simulated && self.simulation.is_none() {
             return Err(invalid(
                 "simulation",

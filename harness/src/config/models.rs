@@ -23,6 +23,11 @@ pub struct ModelsConfig {
     /// output) and layer-skip drafting is not available.
     #[serde(default = "cpu")]
     pub device: String,
+    /// The KV memory budget of the target's and one drafter's paged KV pools together, e.g.
+    /// `"8GiB"` (units as `KvMemory::parse`) [default: a quarter of the machine's memory].
+    /// Requests are admitted while their prompt and `max_tokens` fit; the others wait.
+    #[serde(default)]
+    pub kv_memory: Option<String>,
 }
 
 fn cpu() -> String {
@@ -39,6 +44,7 @@ impl Default for ModelsConfig {
             target: simulated(),
             draft: None,
             device: cpu(),
+            kv_memory: None,
         }
     }
 }

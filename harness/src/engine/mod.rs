@@ -49,10 +49,16 @@ use specdec_algorithms::policy::{
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
-use specdec_models::{Features, LanguageModel, Logits, SeqId, SequenceStep};
+use specdec_models::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep};
 
 use crate::error::{HarnessError, Result};
 use crate::metrics::StepRecord;
+
+/// Token slots a request's admission reserves in the target's KV pool beyond its prompt and
+/// `max_new_tokens`: room for the draft tree's speculative slots at the end of its output. A
+/// step's tree may use more while the pool has unreserved blocks; when it has none, the
+/// request's budget is cut to a chain that fits its reservation.
+pub const KV_TREE_ROOM: usize = 64;
 
 /// A drafter that never drafts: every step is plain decoding. The baseline's drafter.
 #[derive(Debug, Clone, Copy, Default)]
@@ -99,7 +105,7 @@ pub struct EngineOptions {
 pub struct Request {
     /// Stable id: keys the request's random decisions (results do not depend on batch order).
     pub id: u64,
-    /// Prompt token ids (non-empty, shorter than the model's context).
+    /// Prompt token ids (non-empty; with `stop.max_new_tokens` it fits the model's context).
     pub prompt: Vec<u32>,
     /// When to stop.
     pub stop: StopRule,
@@ -135,6 +141,9 @@ struct Active<'r> {
     started: Instant,
     prefill_s: f64,
     prefill_tokens: usize,
+    /// Blocks of the target's KV pool reserved for this request at admission (its prompt,
+    /// `max_new_tokens` and [`KV_TREE_ROOM`]); 0 for a model without a bounded pool.
+    kv_blocks: usize,
 }
 
 impl Active<'_> {
@@ -228,7 +237,8 @@ impl<'a> Engine<'a> {
     /// as each retires. Returns one [`Generation`] per request, in input order.
     ///
     /// # Errors
-    /// An empty prompt or one that leaves no room in the model's context (named by request id);
+    /// An empty prompt, or a prompt and `max_new_tokens` that do not fit the model's context
+    /// ([`check_fits_context`], every request checked before any is admitted);
     /// any model, drafter or verifier error (NaN logits included). Requests already in flight
     /// are released from the target's KV cache before the error returns.
     pub fn run(
@@ -236,16 +246,35 @@ impl<'a> Engine<'a> {
         requests: &[Request],
         on_done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Generation>> {
+        let context = self.target.max_context();
+        let room = self.target.kv_room();
+        for request in requests {
+            check_fits_context(request, context)?;
+            if let Some(room) = room {
+                check_fits_pool(request, &room)?;
+            }
+        }
         let mut decisions = Replay::production(self.options.seed);
         let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
-        let mut waiting = requests.iter().enumerate();
+        let mut waiting = requests.iter().enumerate().peekable();
         let mut active: Vec<Active<'_>> = Vec::new();
         let outcome = (|| -> Result<()> {
             loop {
                 while active.len() < self.options.batch_size {
-                    let Some((index, request)) = waiting.next() else {
+                    let Some(&(index, request)) = waiting.peek() else {
                         break;
                     };
+                    // admitted only when its whole need fits beside the requests in flight;
+                    // otherwise it waits for one of them to retire (it fits alone: checked)
+                    if let Some(room) = self.target.kv_room() {
+                        let reserved: usize = active.iter().map(|a| a.kv_blocks).sum();
+                        if !active.is_empty()
+                            && reserved + kv_need(request, &room) > room.total_blocks
+                        {
+                            break;
+                        }
+                    }
+                    waiting.next();
                     active.push(self.admit(index, request)?);
                 }
                 if active.is_empty() {
@@ -305,23 +334,7 @@ impl<'a> Engine<'a> {
     fn admit<'r>(&mut self, index: usize, request: &'r Request) -> Result<Active<'r>> {
         let started = Instant::now();
         let prompt = &request.prompt;
-        if prompt.is_empty() {
-            return Err(HarnessError::InvalidRequest {
-                id: request.id,
-                reason: "the prompt is empty".into(),
-            });
-        }
-        if prompt.len() >= self.target.max_context() {
-            return Err(HarnessError::InvalidRequest {
-                id: request.id,
-                reason: format!(
-                    "the prompt has {} tokens, but the model's context holds {} (one more is \
-                     needed to generate)",
-                    prompt.len(),
-                    self.target.max_context()
-                ),
-            });
-        }
+        check_fits_context(request, self.target.max_context())?;
         let seq = self.target.new_sequence()?;
         let prefix = &prompt[..prompt.len() - 1];
         let mut features = None;
@@ -346,6 +359,10 @@ impl<'a> Engine<'a> {
             return Err(err);
         }
         Ok(Active {
+            kv_blocks: self
+                .target
+                .kv_room()
+                .map_or(0, |room| kv_need(request, &room)),
             index,
             request,
             seq,
@@ -367,6 +384,19 @@ impl<'a> Engine<'a> {
         decisions: &mut Production,
     ) -> Result<Vec<(usize, FinishReason)>> {
         let max_context = self.target.max_context();
+        // KV blocks free beyond what the requests in flight have reserved (between steps the
+        // target holds each request's context but its last token, no speculative slots)
+        let room = self.target.kv_room();
+        let mut spare_blocks = room.map_or(0, |room| {
+            let outstanding: usize = active
+                .iter()
+                .map(|a| {
+                    a.kv_blocks
+                        .saturating_sub(room.blocks_for(a.context.len() - 1))
+                })
+                .sum();
+            room.free_blocks.saturating_sub(outstanding)
+        });
         // 1–2: budgets and drafts.
         let mut trees = Vec::with_capacity(active.len());
         let mut draft_s = Vec::with_capacity(active.len());
@@ -379,9 +409,20 @@ impl<'a> Engine<'a> {
                 _ => &mut *self.drafter,
             };
             // Room left in the context for this step's tree depth (root included).
-            let room = max_context.saturating_sub(seq.context.len());
-            if budget.max_drafts() + 1 > room {
-                budget = Budget::chain(room.saturating_sub(1));
+            let context_room = max_context.saturating_sub(seq.context.len());
+            if budget.max_drafts() + 1 > context_room {
+                budget = Budget::chain(context_room.saturating_sub(1));
+            }
+            // Room in the KV pool for this step's tree nodes: the request's reservation and
+            // the pool's unreserved blocks.
+            let held = seq.context.len() - 1;
+            if let Some(room) = room {
+                let may_hold = seq.kv_blocks.max(room.blocks_for(held)) + spare_blocks;
+                let slots = (may_hold * room.block_size).saturating_sub(held);
+                if budget.max_drafts() + 1 > slots {
+                    let k = slots.min(context_room).saturating_sub(1);
+                    budget = Budget::chain(k);
+                }
             }
             let request = DraftRequest {
                 sequence: seq.request.id,
@@ -397,6 +438,13 @@ impl<'a> Engine<'a> {
                     tree.topology().max_depth()
                 )));
             }
+            if let Some(room) = room {
+                // the blocks this tree takes beyond the request's reservation come from the spare
+                let beyond = room
+                    .blocks_for(held + tree.len())
+                    .saturating_sub(seq.kv_blocks.max(room.blocks_for(held)));
+                spare_blocks = spare_blocks.saturating_sub(beyond);
+            }
             trees.push(tree);
             choices.push(choice);
             draft_s.push(t0.elapsed().as_secs_f64());
@@ -410,6 +458,10 @@ impl<'a> Engine<'a> {
             .collect();
         let logits = self.target.forward(&steps)?;
         let target_s = t0.elapsed().as_secs_f64();
+        let kv_blocks_used = self
+            .target
+            .kv_room()
+            .map_or(0, |room| room.total_blocks - room.free_blocks);
         let batch_tokens: usize = trees.iter().map(|t| t.len()).sum();
         // 4–6 per request.
         let batch = active.len();
@@ -533,7 +585,7 @@ impl<'a> Engine<'a> {
                 verify_s,
                 commit_s,
                 overhead_s: if seq.step == 0 { seq.prefill_s } else { 0.0 },
-                kv_blocks: 0,
+                kv_blocks: kv_blocks_used,
                 batch,
             });
             seq.step += 1;
@@ -543,6 +595,77 @@ impl<'a> Engine<'a> {
         }
         Ok(finished)
     }
+}
+
+/// Checks that `request` can run to its end inside a context of `context` tokens: a non-empty
+/// prompt, and room for the prompt and all `max_new_tokens` of its stop rule.
+///
+/// # Errors
+/// [`HarnessError::InvalidRequest`] naming the request, the prompt length, `max_new_tokens` and
+/// the context.
+pub fn check_fits_context(request: &Request, context: usize) -> Result<()> {
+    let prompt = request.prompt.len();
+    let refuse = |reason: String| {
+        Err(HarnessError::InvalidRequest {
+            id: request.id,
+            reason,
+        })
+    };
+    if prompt == 0 {
+        return refuse("the prompt is empty".into());
+    }
+    if prompt >= context {
+        return refuse(format!(
+            "the prompt has {prompt} tokens, but the model's context holds {context} (one more \
+             is needed to generate)"
+        ));
+    }
+    let max_tokens = request.stop.max_new_tokens;
+    if prompt.saturating_add(max_tokens) > context {
+        return refuse(format!(
+            "the prompt has {prompt} tokens and max_tokens is {max_tokens}: {} tokens do not fit \
+             the model's context of {context} (at most {} new tokens after this prompt)",
+            prompt.saturating_add(max_tokens),
+            context - prompt
+        ));
+    }
+    Ok(())
+}
+
+/// Blocks of a pool of `room` that `request` may need at most: its prompt, `max_new_tokens` and
+/// [`KV_TREE_ROOM`].
+fn kv_need(request: &Request, room: &KvRoom) -> usize {
+    room.blocks_for(
+        request
+            .prompt
+            .len()
+            .saturating_add(request.stop.max_new_tokens)
+            .saturating_add(KV_TREE_ROOM),
+    )
+}
+
+/// Checks that `request` fits the target's KV pool `room` alone (its prompt, `max_new_tokens`
+/// and [`KV_TREE_ROOM`]); one that fits only beside fewer others waits for room instead.
+///
+/// # Errors
+/// [`HarnessError::InvalidRequest`] naming the tokens needed and the pool's.
+pub fn check_fits_pool(request: &Request, room: &KvRoom) -> Result<()> {
+    let need = kv_need(request, room);
+    if need > room.total_blocks {
+        return Err(HarnessError::InvalidRequest {
+            id: request.id,
+            reason: format!(
+                "the prompt has {} tokens and max_tokens is {}: with {KV_TREE_ROOM} slots for \
+                 draft trees it needs {} KV tokens, but the KV pool holds {} (raise kv_memory, \
+                 or lower max_tokens)",
+                request.prompt.len(),
+                request.stop.max_new_tokens,
+                need * room.block_size,
+                room.total_tokens()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses a drafter that reads the target's features when the target taps none.

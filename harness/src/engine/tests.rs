@@ -308,14 +308,34 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     };
     let err = engine.run(&[empty], &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("request 3") && err.contains("empty"), "{err}");
-    // A request near the end of the context finishes with ContextFull instead of overflowing.
+    // A prompt and max_tokens past the context are refused before any request is admitted
+    // (the first request fits, the second does not: nothing runs), naming both numbers.
+    let fits = Request {
+        id: 5,
+        prompt: vec![1; 6],
+        stop: StopRule::new(2, &[]),
+    };
     let near = Request {
         id: 4,
         prompt: vec![1; 6],
         stop: StopRule::new(10, &[]),
     };
-    let done = engine.run(&[near], &mut |_| {}).unwrap();
-    assert_eq!(done[0].finish, FinishReason::ContextFull);
+    let mut done_calls = 0;
+    let err = engine
+        .run(&[fits.clone(), near], &mut |_| done_calls += 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("request 4")
+            && err.contains("6 tokens")
+            && err.contains("max_tokens is 10")
+            && err.contains("context of 8"),
+        "{err}"
+    );
+    assert_eq!(done_calls, 0, "nothing ran before the refusal");
+    // A request that fills the context exactly runs to its max_tokens.
+    let done = engine.run(&[fits], &mut |_| {}).unwrap();
+    assert_eq!(done[0].finish, FinishReason::MaxTokens);
     assert_eq!(done[0].tokens.len(), 2);
 }
 

@@ -276,7 +276,7 @@ pub fn run(dir: &Path, p: &BatchingParams) -> Result<ReproOutput> {
             if per_batch.is_empty() {
                 eprintln!("batching: measuring the cost curves");
                 let target = measure_curve(backend.target_mut(), &CURVE_POINTS)?;
-                let mut d = LoadedModel::open(DRAFT)?.instantiate(1)?;
+                let mut d = LoadedModel::open(DRAFT)?.instantiate_one()?;
                 draft = measure_curve(&mut d, &CURVE_POINTS)?;
                 cost = CostModel {
                     draft_ms_per_token: draft.ms(1),

@@ -250,7 +250,7 @@ pub fn measure_table(
     }
     .load(Path::new("."))?;
     let loaded = LoadedModel::open(DRAFT)?;
-    let mut draft = loaded.instantiate(1)?;
+    let mut draft = loaded.instantiate_one()?;
     let mut rank_counts = vec![0usize; RANKS + 1];
     let mut matches: Vec<Vec<bool>> = Vec::new();
     let mut top1 = Vec::new();
@@ -483,7 +483,7 @@ pub fn run(dir: &Path, p: &TreeScalingParams) -> Result<ReproOutput> {
             eprintln!("tree-scaling: measuring the cost curves");
             let points = super::real::CURVE_POINTS;
             let target_curve = measure_curve(backend.target_mut(), &points)?;
-            let mut draft_model = LoadedModel::open(DRAFT)?.instantiate(1)?;
+            let mut draft_model = LoadedModel::open(DRAFT)?.instantiate_one()?;
             let draft_curve = measure_curve(&mut draft_model, &points)?;
             drop(draft_model);
             let mut cpu = CostModel {

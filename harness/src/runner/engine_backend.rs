@@ -20,6 +20,7 @@ use specdec_models::tokenizer::{ChatMessage, Tokenizer};
 use specdec_models::LanguageModel;
 
 use super::engine_context::ModelSet;
+use super::kv_memory::{KvMemory, KvPlan};
 use super::models::{check_same_tokenizer, time_forward, LoadedModel, Target};
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
 use crate::config::{ExperimentConfig, MethodConfig};
@@ -39,6 +40,8 @@ pub struct EngineBackend {
     seed: u64,
     max_tokens: usize,
     batch_size: usize,
+    /// The KV budget and the token slots of the target's and the drafters' pools.
+    kv: KvPlan,
     calibration: Option<Vec<u32>>,
     /// The target's verify-cost curve timed so far (`ModelSet::verify_curve`).
     verify_curve: Vec<f64>,
@@ -58,7 +61,12 @@ impl EngineBackend {
     /// with another tokenizer.
     pub fn new(config: &ExperimentConfig) -> Result<Self> {
         let device = parse_device(&config.models.device)?;
-        Self::open(
+        let kv_memory = match &config.models.kv_memory {
+            Some(text) => KvMemory::parse(text)?,
+            None => KvMemory::machine_default(),
+        };
+        Self::open_with(
+            kv_memory,
             &config.models.target,
             config.models.draft.as_deref(),
             SamplingParams {
@@ -73,7 +81,8 @@ impl EngineBackend {
         .on_device(device)
     }
 
-    /// Loads `target` (and `draft`, checking its tokenizer), each a registry name or a GGUF path.
+    /// Loads `target` (and `draft`, checking its tokenizer), each a registry name or a GGUF path,
+    /// with the machine's default KV budget ([`KvMemory::machine_default`]).
     ///
     /// # Errors
     /// As [`EngineBackend::new`].
@@ -85,17 +94,44 @@ impl EngineBackend {
         max_tokens: usize,
         batch_size: usize,
     ) -> Result<Self> {
+        let memory = KvMemory::machine_default();
+        Self::open_with(
+            memory, target, draft, sampling, seed, max_tokens, batch_size,
+        )
+    }
+
+    /// [`EngineBackend::open`] with the KV pools sized by `kv_memory` (see
+    /// [`super::kv_memory`]: the target's pool and one drafter's together stay within it).
+    ///
+    /// # Errors
+    /// As [`EngineBackend::new`]; a budget too small for the models ([`KvMemory::plan`]).
+    pub fn open_with(
+        kv_memory: KvMemory,
+        target: &str,
+        draft: Option<&str>,
+        sampling: SamplingParams,
+        seed: u64,
+        max_tokens: usize,
+        batch_size: usize,
+    ) -> Result<Self> {
         let target_file = LoadedModel::open(target)?;
-        let mut target = Target::Cpu(Box::new(target_file.instantiate(batch_size)?));
-        // One untimed forward pages the memory-mapped weights in and warms the thread pool
-        // before the first timed method (the baseline runs first and would otherwise pay it).
-        time_forward(target.model(), 1)?;
         let mut drafts = HashMap::new();
         if let Some(name) = draft.filter(|n| *n != "layer_skip") {
             let loaded = LoadedModel::open(name)?;
             check_same_tokenizer(&target_file, &loaded)?;
             drafts.insert(name.to_string(), loaded);
         }
+        let (target_bytes, context) = target_file.kv_shape()?;
+        // a draft model's KV per token, or the target's: a bound for layer skip and heads
+        let draft_bytes = match drafts.values().next() {
+            Some(loaded) => loaded.kv_shape()?.0,
+            None => target_bytes,
+        };
+        let kv = kv_memory.plan(target_bytes, draft_bytes, batch_size, context)?;
+        let mut target = Target::Cpu(Box::new(target_file.instantiate(kv.target_tokens)?));
+        // One untimed forward pages the memory-mapped weights in and warms the thread pool
+        // before the first timed method (the baseline runs first and would otherwise pay it).
+        time_forward(target.model(), 1)?;
         Ok(Self {
             target_file,
             target,
@@ -105,6 +141,7 @@ impl EngineBackend {
             seed,
             max_tokens,
             batch_size: batch_size.max(1),
+            kv,
             calibration: None,
             verify_curve: Vec::new(),
             built: HashMap::new(),
@@ -122,7 +159,9 @@ impl EngineBackend {
         if device == Device::Cpu || device == self.device {
             return Ok(self);
         }
-        let mut target = self.target_file.instantiate_on(device, self.batch_size)?;
+        let mut target = self
+            .target_file
+            .instantiate_on(device, self.kv.target_tokens)?;
         time_forward(target.as_mut(), 1)?;
         self.target = Target::Device(target);
         self.device = device;
@@ -130,6 +169,11 @@ impl EngineBackend {
         self.prepared_s.clear();
         self.verify_curve.clear();
         Ok(self)
+    }
+
+    /// The KV budget and the pools' token slots.
+    pub fn kv_plan(&self) -> KvPlan {
+        self.kv
     }
 
     /// The target's tokenizer.
@@ -168,6 +212,7 @@ impl EngineBackend {
             default_draft: self.default_draft.as_deref(),
             sampling: self.sampling,
             batch_size: self.batch_size,
+            kv: self.kv,
             device: self.device,
             calibration: self.calibration.as_deref(),
             verify_curve: &mut self.verify_curve,

@@ -17,10 +17,10 @@ use specdec_models::llama::default_skip_layers;
 use specdec_models::registry;
 use specdec_models::{LanguageModel, SequenceStep};
 
+use super::kv_memory::KvPlan;
 use super::layer_skip_tune::tune_layer_skip;
 use super::models::{
     check_same_tokenizer, kv_options, time_forward, DeviceModel, LoadedModel, Target,
-    KV_TOKENS_PER_SEQUENCE,
 };
 use crate::error::{HarnessError, Result};
 use crate::methods::DraftContext;
@@ -38,8 +38,10 @@ pub struct ModelSet<'m> {
     pub default_draft: Option<&'m str>,
     /// Sampling applied to target and drafts.
     pub sampling: SamplingParams,
-    /// Requests in flight at once (sizes the draft KV pools).
+    /// Requests in flight at once.
     pub batch_size: usize,
+    /// The token slots of the KV pools (drafters take `kv.draft_tokens`).
+    pub kv: KvPlan,
     /// Where draft models run (the target's device).
     pub device: Device,
     /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
@@ -53,7 +55,7 @@ impl ModelSet<'_> {
     /// The kept blocks [`tune_layer_skip`] picks on `prompt` (its table goes to stderr).
     fn tuned_keep(&mut self, prompt: &[u32]) -> Result<Vec<usize>> {
         let target = self.target.cpu("layer-skip tuning")?;
-        let ranked = tune_layer_skip(target, prompt, kv_options(1))?;
+        let ranked = tune_layer_skip(target, prompt, kv_options(self.kv.draft_tokens))?;
         eprintln!(
             "layer-skip tuning on {} prompt tokens (best first):",
             prompt.len()
@@ -122,7 +124,7 @@ impl DraftContext for ModelSet<'_> {
     }
 
     /// Opened once per name (and checked against the target's tokenizer then); each call gives
-    /// a fresh instance with KV room for the batch (+ 2).
+    /// a fresh instance with a pool of `kv.draft_tokens` slots.
     fn draft_model(&mut self, name: &str) -> Result<DeviceModel> {
         if name == "layer_skip" {
             return self.layer_skip(None, false);
@@ -132,7 +134,7 @@ impl DraftContext for ModelSet<'_> {
             check_same_tokenizer(self.target_file, &loaded)?;
             self.drafts.insert(name.to_string(), loaded);
         }
-        self.drafts[name].instantiate_on(self.device, self.batch_size + 2)
+        self.drafts[name].instantiate_on(self.device, self.kv.draft_tokens)
     }
 
     /// A view of the CPU target sharing its weights; `tune` without `keep` measures the
@@ -142,18 +144,18 @@ impl DraftContext for ModelSet<'_> {
             (None, true, Some(prompt)) => Some(self.tuned_keep(prompt)?),
             _ => None,
         };
-        let sequences = self.batch_size + 2;
+        let kv_tokens = self.kv.draft_tokens;
         let target = self.target.cpu("layer-skip drafting")?;
         let default = default_skip_layers(target.active_layers());
         let keep = keep.or(tuned.as_deref()).unwrap_or(&default);
-        Ok(Box::new(target.layer_skip(keep, kv_options(sequences))?))
+        Ok(Box::new(target.layer_skip(keep, kv_options(kv_tokens))?))
     }
 
     fn eagle_head(&mut self, path: Option<&str>, precision: HeadPrecision) -> Result<EagleHead> {
         let file = self.head_file(HeadKind::Eagle, path)?;
         let options = HeadOptions {
             precision,
-            kv_capacity_tokens: (self.batch_size + 2) * KV_TOKENS_PER_SEQUENCE,
+            kv_capacity_tokens: self.kv.draft_tokens,
             ..HeadOptions::default()
         };
         let target = self.target.cpu("an EAGLE head")?;

@@ -11,6 +11,7 @@
 
 mod engine_backend;
 pub mod engine_context;
+pub mod kv_memory;
 pub mod layer_skip_tune;
 pub mod models;
 mod simulated;
@@ -18,6 +19,7 @@ mod toy;
 
 pub use engine_backend::EngineBackend;
 pub use engine_context::ModelSet;
+pub use kv_memory::{KvMemory, KvPlan};
 pub use models::{check_same_tokenizer, time_forward, LoadedModel, Target};
 pub use simulated::{require_chain_method, SimulationBackend};
 pub use toy::{toy_pair, ToyBackend};

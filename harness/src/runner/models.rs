@@ -9,15 +9,14 @@ use specdec_kernels::cuda::Device;
 use specdec_kernels::TreeTopology;
 use specdec_models::gguf::GgufFile;
 use specdec_models::llama::cuda::GpuMatmul;
-use specdec_models::llama::{load_on_device, DeviceModelOptions, LlamaModel, LlamaOptions};
+use specdec_models::llama::{
+    load_on_device, read_config, DeviceModelOptions, LlamaModel, LlamaOptions,
+};
 use specdec_models::tokenizer::Tokenizer;
 use specdec_models::{registry, LanguageModel, SequenceStep};
 
 use crate::error::{HarnessError, Result};
 pub use crate::methods::DeviceModel;
-
-/// KV slots per sequence a backend reserves (prompt + output + draft tree slack).
-pub const KV_TOKENS_PER_SEQUENCE: usize = 2048;
 
 /// A model file opened once: its parsed GGUF and tokenizer.
 pub struct LoadedModel {
@@ -48,12 +47,34 @@ impl LoadedModel {
         })
     }
 
-    /// A runnable model with room for `sequences` sequences of `KV_TOKENS_PER_SEQUENCE` (2048) tokens.
+    /// A runnable model whose KV pool holds `kv_tokens` token slots (shared by its sequences;
+    /// see [`super::kv_memory`]).
     ///
     /// # Errors
     /// As [`LlamaModel::from_gguf`].
-    pub fn instantiate(&self, sequences: usize) -> Result<LlamaModel> {
-        Ok(LlamaModel::from_gguf(&self.file, kv_options(sequences))?)
+    pub fn instantiate(&self, kv_tokens: usize) -> Result<LlamaModel> {
+        Ok(LlamaModel::from_gguf(&self.file, kv_options(kv_tokens))?)
+    }
+
+    /// [`LoadedModel::instantiate`] with a pool for one sequence of the model's whole context
+    /// (and a draft tree's room).
+    ///
+    /// # Errors
+    /// As [`LoadedModel::instantiate`] and [`LoadedModel::kv_shape`].
+    pub fn instantiate_one(&self) -> Result<LlamaModel> {
+        let (_, context) = self.kv_shape()?;
+        self.instantiate(context + crate::engine::KV_TREE_ROOM)
+    }
+
+    /// Bytes of f32 KV one token takes in this model (every layer's K and V, all KV heads), and
+    /// its context length.
+    ///
+    /// # Errors
+    /// As [`read_config`] (missing or bad hyperparameters).
+    pub fn kv_shape(&self) -> Result<(usize, usize)> {
+        let c = read_config(&self.file)?;
+        let bytes = c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>();
+        Ok((bytes, c.context_length))
     }
 
     /// [`LoadedModel::instantiate`] on `device`: the CPU runner, or the CUDA runner in its
@@ -61,11 +82,11 @@ impl LoadedModel {
     ///
     /// # Errors
     /// As [`load_on_device`]: no usable GPU is an error naming the problem.
-    pub fn instantiate_on(&self, device: Device, sequences: usize) -> Result<DeviceModel> {
+    pub fn instantiate_on(&self, device: Device, kv_tokens: usize) -> Result<DeviceModel> {
         if device == Device::Cpu {
-            return Ok(Box::new(self.instantiate(sequences)?));
+            return Ok(Box::new(self.instantiate(kv_tokens)?));
         }
-        let cpu = kv_options(sequences);
+        let cpu = kv_options(kv_tokens);
         let options = DeviceModelOptions {
             device,
             kv_capacity_tokens: cpu.kv_capacity_tokens,
@@ -118,10 +139,10 @@ impl Target {
     }
 }
 
-/// KV options with room for `sequences` sequences of [`KV_TOKENS_PER_SEQUENCE`] tokens.
-pub fn kv_options(sequences: usize) -> LlamaOptions {
+/// KV options with a pool of `kv_tokens` token slots (at least one).
+pub fn kv_options(kv_tokens: usize) -> LlamaOptions {
     LlamaOptions {
-        kv_capacity_tokens: sequences.max(1) * KV_TOKENS_PER_SEQUENCE,
+        kv_capacity_tokens: kv_tokens.max(1),
         ..LlamaOptions::default()
     }
 }

@@ -14,4 +14,4 @@ pub mod rope;
 pub use activation::{argmax, softmax_in_place, swiglu};
 pub use embedding::embed_rows;
 pub use norm::rms_norm;
-pub use rope::{apply_rope, RopeAngles, RopeLayout};
+pub use rope::{apply_rope, RopeAngles, RopeLayout, RopeScaling};

@@ -7,9 +7,15 @@
 //!   GGUF files (their Q/K weights are stored permuted for it);
 //! - [`RopeLayout::HalfSplit`]: `(x[i], x[i + d/2])` — GGML's "NEOX" mode, used by qwen2.
 //!
+//! A model trained on a shorter context may stretch its positions ([`RopeScaling`], from GGUF
+//! `{arch}.rope.scaling.*`): linear position interpolation, or YaRN as llama.cpp computes it.
+//! Scaling only changes the angle table; the rotation is the same.
+//!
 //! Angles, cosines and sines are computed in f64 and rounded to f32 once ([`RopeAngles`]); the
 //! rotation itself is f32: `a·cos − b·sin` and `a·sin + b·cos`, each product rounded, then the
 //! sum (no fused multiply-add).
+
+use std::f64::consts::PI;
 
 use crate::error::{KernelError, Result};
 
@@ -20,6 +26,87 @@ pub enum RopeLayout {
     Interleaved,
     /// Pairs `(i, i + d/2)`: GGML NEOX mode (qwen2).
     HalfSplit,
+}
+
+/// How RoPE angles are stretched beyond the context a model was trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum RopeScaling {
+    /// No scaling: the angle of pair `i` at `pos` is `pos · base^(-2i/d)`.
+    #[default]
+    None,
+    /// Linear position interpolation: every angle divided by `factor` (> 0).
+    Linear {
+        /// The stretch (e.g. 4 for a 4× longer context).
+        factor: f32,
+    },
+    /// YaRN (Peng et al. 2023) in llama.cpp's form: with `θ` the unscaled angle, pair `i`
+    /// takes `θ/factor · (1 − r_i) + θ · r_i`, where the ramp `r_i = 1 − clamp((i − lo) /
+    /// max(0.001, hi − lo), 0, 1)` keeps fast-rotating pairs (`i ≤ lo`) unscaled and
+    /// interpolates slow ones (`i ≥ hi`); `lo = floor(c(beta_fast))`, `hi = ceil(c(beta_slow))`
+    /// clamped to `[0, d − 1]`, `c(β) = d · ln(original_context / (2π β)) / (2 ln base)`. Cosines
+    /// and sines are multiplied by `attn_factor · (1 + 0.1 ln factor)`.
+    Yarn {
+        /// The stretch (≥ 1).
+        factor: f32,
+        /// The context the model was trained on.
+        original_context: usize,
+        /// Rotations over the original context above which a pair is not interpolated (32).
+        beta_fast: f32,
+        /// Rotations below which a pair is fully interpolated (1).
+        beta_slow: f32,
+        /// Extra magnitude scale of the cosines and sines (1).
+        attn_factor: f32,
+    },
+}
+
+impl RopeScaling {
+    /// Checks the parameters: finite, `factor > 0` (≥ 1 for YaRN), `original_context ≥ 1`,
+    /// `beta_fast > beta_slow > 0`, `attn_factor > 0`.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidParameter`] naming the bad value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(KernelError::InvalidParameter {
+                what: "rope scaling",
+                reason,
+            })
+        };
+        match *self {
+            RopeScaling::None => Ok(()),
+            RopeScaling::Linear { factor } => {
+                if !(factor.is_finite() && factor > 0.0) {
+                    return bad(format!("linear factor {factor} must be finite and > 0"));
+                }
+                Ok(())
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast,
+                beta_slow,
+                attn_factor,
+            } => {
+                if !(factor.is_finite() && factor >= 1.0) {
+                    return bad(format!("YaRN factor {factor} must be finite and >= 1"));
+                }
+                if original_context == 0 {
+                    return bad("YaRN needs the original context length (>= 1)".into());
+                }
+                if !(beta_slow > 0.0 && beta_fast > beta_slow && beta_fast.is_finite()) {
+                    return bad(format!(
+                        "YaRN betas fast {beta_fast} and slow {beta_slow}: need fast > slow > 0"
+                    ));
+                }
+                if !(attn_factor.is_finite() && attn_factor > 0.0) {
+                    return bad(format!(
+                        "YaRN attn_factor {attn_factor} must be finite and > 0"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Cosines and sines for a batch of tokens: `[n_tokens × head_dim/2]` each, computed once per
@@ -39,6 +126,20 @@ impl RopeAngles {
     /// [`KernelError::InvalidParameter`] when `head_dim` is zero or odd, or `theta_base` is not
     /// finite and > 0.
     pub fn new(positions: &[usize], head_dim: usize, theta_base: f32) -> Result<Self> {
+        Self::scaled(positions, head_dim, theta_base, &RopeScaling::None)
+    }
+
+    /// [`RopeAngles::new`] with the angles stretched by `scaling`.
+    ///
+    /// # Errors
+    /// As [`RopeAngles::new`], and [`RopeScaling::validate`]'s.
+    pub fn scaled(
+        positions: &[usize],
+        head_dim: usize,
+        theta_base: f32,
+        scaling: &RopeScaling,
+    ) -> Result<Self> {
+        scaling.validate()?;
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(KernelError::InvalidParameter {
                 what: "rope head_dim",
@@ -55,13 +156,43 @@ impl RopeAngles {
         let inv_freq: Vec<f64> = (0..half)
             .map(|i| f64::from(theta_base).powf(-((2 * i) as f64) / head_dim as f64))
             .collect();
+        // pair i's angle from its unscaled angle θ, and the magnitude of its cosine and sine
+        let (angle_of, magnitude): (Box<dyn Fn(f64, usize) -> f64>, f64) = match *scaling {
+            RopeScaling::None => (Box::new(|theta, _| theta), 1.0),
+            RopeScaling::Linear { factor } => {
+                let factor = f64::from(factor);
+                (Box::new(move |theta, _| theta / factor), 1.0)
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast,
+                beta_slow,
+                attn_factor,
+            } => {
+                let (factor, d) = (f64::from(factor), head_dim as f64);
+                let corr = |beta: f32| {
+                    let rotations = original_context as f64 / (2.0 * PI * f64::from(beta));
+                    d * rotations.ln() / (2.0 * f64::from(theta_base).ln())
+                };
+                let lo = corr(beta_fast).floor().max(0.0);
+                let hi = corr(beta_slow).ceil().min(d - 1.0);
+                let ramp: Vec<f64> = (0..half)
+                    .map(|i| 1.0 - ((i as f64 - lo) / (hi - lo).max(0.001)).clamp(0.0, 1.0))
+                    .collect();
+                let magnitude = f64::from(attn_factor) * (1.0 + 0.1 * factor.ln());
+                let angle =
+                    move |theta: f64, i: usize| theta / factor * (1.0 - ramp[i]) + theta * ramp[i];
+                (Box::new(angle), magnitude)
+            }
+        };
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &pos in positions {
-            for &f in &inv_freq {
-                let angle = pos as f64 * f;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+            for (i, &f) in inv_freq.iter().enumerate() {
+                let angle = angle_of(pos as f64 * f, i);
+                cos.push((angle.cos() * magnitude) as f32);
+                sin.push((angle.sin() * magnitude) as f32);
             }
         }
         Ok(Self { head_dim, cos, sin })
@@ -133,6 +264,62 @@ pub fn apply_rope(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linear_scaling_divides_positions_and_yarn_keeps_fast_pairs() {
+        let d = 64;
+        let plain = RopeAngles::new(&[0, 1, 2, 3, 1000], d, 10_000.0).unwrap();
+        let linear = RopeAngles::scaled(
+            &[0, 2, 4, 6, 2000],
+            d,
+            10_000.0,
+            &RopeScaling::Linear { factor: 2.0 },
+        )
+        .unwrap();
+        assert_eq!(
+            plain, linear,
+            "position 2p at factor 2 is position p unscaled"
+        );
+        let yarn = RopeScaling::Yarn {
+            factor: 4.0,
+            original_context: 512,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attn_factor: 1.0,
+        };
+        let pos = [1000];
+        let y = RopeAngles::scaled(&pos, d, 10_000.0, &yarn).unwrap();
+        let p = RopeAngles::new(&pos, d, 10_000.0).unwrap();
+        let l =
+            RopeAngles::scaled(&pos, d, 10_000.0, &RopeScaling::Linear { factor: 4.0 }).unwrap();
+        let m = 1.0 + 0.1 * 4f64.ln();
+        // pair 0 rotates fastest: unscaled (times the magnitude); the last pair slowest:
+        // interpolated like linear scaling
+        let last = d / 2 - 1;
+        for (i, reference) in [(0, &p), (last, &l)] {
+            let want = (f64::from(reference.cos()[i]) * m) as f32;
+            let got = y.cos()[i];
+            assert!((got - want).abs() < 1e-6, "pair {i}: {got} vs {want}");
+        }
+        let yarn_with = |factor: f32, original_context: usize| RopeScaling::Yarn {
+            factor,
+            original_context,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attn_factor: 1.0,
+        };
+        for bad in [
+            RopeScaling::Linear { factor: 0.0 },
+            RopeScaling::Linear { factor: f32::NAN },
+            yarn_with(0.5, 512),
+            yarn_with(4.0, 0),
+        ] {
+            assert!(
+                RopeAngles::scaled(&pos, d, 10_000.0, &bad).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 
     fn sample(n: usize, seed: u32) -> Vec<f32> {
         (0..n)

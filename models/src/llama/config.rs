@@ -1,6 +1,6 @@
 //! Hyper-parameters of a Llama-family model, read from GGUF metadata.
 
-pub use specdec_kernels::ops::RopeLayout;
+pub use specdec_kernels::ops::{RopeLayout, RopeScaling};
 
 use crate::error::{ModelError, Result};
 
@@ -68,6 +68,9 @@ pub struct LlamaConfig {
     pub rope_base: f32,
     /// RoPE layout of the stored Q/K weights.
     pub rope_layout: RopeLayout,
+    /// How RoPE angles are stretched (`{arch}.rope.scaling.*`, see [`rope_scaling_from`]; none
+    /// when absent).
+    pub rope_scaling: RopeScaling,
     /// Longest context (`{arch}.context_length`).
     pub context_length: usize,
     /// Vocabulary size (length of `tokenizer.ggml.tokens`).
@@ -123,6 +126,7 @@ impl LlamaConfig {
             rms_eps: get("attention.layer_norm_rms_epsilon")? as f32,
             rope_base: lookup(&format!("{prefix}.rope.freq_base")).unwrap_or(10_000.0) as f32,
             rope_layout: arch.rope_layout(),
+            rope_scaling: RopeScaling::None,
             context_length: count("context_length")?,
             vocab_size,
             qkv_bias: arch == Architecture::Qwen2,
@@ -173,6 +177,79 @@ impl LlamaConfig {
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
     }
+}
+
+/// The RoPE scaling of a model of `arch` from its GGUF metadata: `kind` is
+/// `{arch}.rope.scaling.type` (`none`, `linear` or `yarn`), `lookup` the numeric keys:
+/// `rope.scaling.factor` (or the older `rope.scale_linear`), `rope.scaling.original_context_length`
+/// (YaRN), `rope.scaling.attn_factor` [1], `rope.scaling.yarn_beta_fast` [32] and
+/// `rope.scaling.yarn_beta_slow` [1]. No type and no `rope.scale_linear` means none.
+///
+/// # Errors
+/// [`ModelError::Config`] for another type (named with the supported ones), a missing factor or
+/// original context, or values [`RopeScaling::validate`] refuses.
+pub fn rope_scaling_from(
+    arch: Architecture,
+    kind: Option<&str>,
+    lookup: impl Fn(&str) -> Option<f64>,
+) -> Result<RopeScaling> {
+    let prefix = arch.key_prefix();
+    let key = |suffix: &str| format!("{prefix}.rope.{suffix}");
+    let num = |suffix: &str| lookup(&key(suffix));
+    let need = |suffix: &str| {
+        num(suffix).ok_or_else(|| {
+            ModelError::Config(format!(
+                "{} is `{}` but {} is missing",
+                key("scaling.type"),
+                kind.unwrap_or_default(),
+                key(suffix)
+            ))
+        })
+    };
+    let scaling = match kind {
+        None => match num("scale_linear") {
+            Some(factor) => RopeScaling::Linear {
+                factor: factor as f32,
+            },
+            None => RopeScaling::None,
+        },
+        Some("none") => RopeScaling::None,
+        Some("linear") => {
+            let factor = match num("scaling.factor").or_else(|| num("scale_linear")) {
+                Some(factor) => factor,
+                None => need("scaling.factor")?,
+            };
+            RopeScaling::Linear {
+                factor: factor as f32,
+            }
+        }
+        Some("yarn") => {
+            let original = need("scaling.original_context_length")?;
+            if !(original.is_finite() && original >= 1.0 && original.fract() == 0.0) {
+                return Err(ModelError::Config(format!(
+                    "{} = {original} is not a positive integer",
+                    key("scaling.original_context_length")
+                )));
+            }
+            RopeScaling::Yarn {
+                factor: need("scaling.factor")? as f32,
+                original_context: original as usize,
+                beta_fast: num("scaling.yarn_beta_fast").unwrap_or(32.0) as f32,
+                beta_slow: num("scaling.yarn_beta_slow").unwrap_or(1.0) as f32,
+                attn_factor: num("scaling.attn_factor").unwrap_or(1.0) as f32,
+            }
+        }
+        Some(other) => {
+            return Err(ModelError::Config(format!(
+                "{} `{other}` is not supported (none, linear or yarn)",
+                key("scaling.type")
+            )))
+        }
+    };
+    scaling
+        .validate()
+        .map_err(|e| ModelError::Config(format!("{}: {e}", key("scaling"))))?;
+    Ok(scaling)
 }
 
 #[cfg(test)]
@@ -231,5 +308,100 @@ mod tests {
             Architecture::parse("qwen2").unwrap().rope_layout(),
             RopeLayout::HalfSplit
         );
+    }
+
+    #[test]
+    fn rope_scaling_is_read_from_the_metadata_and_used() {
+        use crate::gguf::Value;
+        use crate::llama::synthetic::{synthetic_custom, SyntheticOptions};
+        use crate::llama::{read_config, LlamaModel, LlamaOptions};
+        use crate::{LanguageModel, SequenceStep};
+        use specdec_kernels::TreeTopology;
+
+        let with = |entries: &[(&str, Value)]| {
+            let options = SyntheticOptions {
+                metadata: entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect(),
+                ..SyntheticOptions::default()
+            };
+            synthetic_custom(Architecture::Llama, 3, &options)
+        };
+        let linear = with(&[
+            ("llama.rope.scaling.type", Value::from("linear")),
+            ("llama.rope.scaling.factor", Value::from(4.0f32)),
+        ]);
+        let config = read_config(&linear).unwrap();
+        assert_eq!(config.rope_scaling, RopeScaling::Linear { factor: 4.0 });
+        let yarn = with(&[
+            ("llama.rope.scaling.type", Value::from("yarn")),
+            ("llama.rope.scaling.factor", Value::from(4.0f32)),
+            (
+                "llama.rope.scaling.original_context_length",
+                Value::from(128u32),
+            ),
+        ]);
+        assert_eq!(
+            read_config(&yarn).unwrap().rope_scaling,
+            RopeScaling::Yarn {
+                factor: 4.0,
+                original_context: 128,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attn_factor: 1.0
+            }
+        );
+        let plain = with(&[]);
+        assert_eq!(read_config(&plain).unwrap().rope_scaling, RopeScaling::None);
+        // the forward uses it: the same weights give other logits past position 0
+        let last_logits = |file| {
+            let mut m = LlamaModel::from_gguf(file, LlamaOptions::default()).unwrap();
+            let seq = m.new_sequence().unwrap();
+            let tokens = [1, 5, 9, 2, 7, 3];
+            let chain = TreeTopology::chain(tokens.len());
+            let logits = m
+                .forward(&[SequenceStep::chain(seq, &tokens, &chain)])
+                .unwrap();
+            (logits[0].row(0).to_vec(), logits[0].row(5).to_vec())
+        };
+        let (scaled_first, scaled_last) = last_logits(&linear);
+        let (plain_first, plain_last) = last_logits(&plain);
+        assert_eq!(
+            scaled_first, plain_first,
+            "position 0 has angle 0 either way"
+        );
+        assert_ne!(
+            scaled_last, plain_last,
+            "the scaling changes later positions"
+        );
+        // refused: another type, a missing factor, a bad value
+        for (entries, needle) in [
+            (
+                vec![("llama.rope.scaling.type", Value::from("longrope"))],
+                "longrope",
+            ),
+            (
+                vec![("llama.rope.scaling.type", Value::from("linear"))],
+                "scaling.factor is missing",
+            ),
+            (
+                vec![
+                    ("llama.rope.scaling.type", Value::from("yarn")),
+                    ("llama.rope.scaling.factor", Value::from(4.0f32)),
+                ],
+                "original_context_length is missing",
+            ),
+            (
+                vec![
+                    ("llama.rope.scaling.type", Value::from("linear")),
+                    ("llama.rope.scaling.factor", Value::from(-2.0f32)),
+                ],
+                "-2",
+            ),
+        ] {
+            let err = read_config(&with(&entries)).unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
     }
 }

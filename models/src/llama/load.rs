@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use specdec_kernels::quant::{dequantize_row_to_vec, QuantType};
 
-use super::config::{Architecture, LlamaConfig};
+use super::config::{rope_scaling_from, Architecture, LlamaConfig};
 use super::weights::{LayerWeights, ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::{FromValue, GgufFile};
@@ -26,18 +26,19 @@ pub fn read_config(file: &GgufFile) -> Result<LlamaConfig> {
     let arch = Architecture::parse(file.architecture()?)?;
     let md = file.metadata();
     let vocab_size = md.get_str_array("tokenizer.ggml.tokens")?.len();
-    LlamaConfig::from_metadata(
-        arch,
-        |key| {
-            let value = md.get(key)?;
-            value
-                .as_integer()
-                .map(|v| v as f64)
-                .or_else(|| f64::from_value(value))
-        },
-        vocab_size,
-        file.has_tensor("output.weight"),
-    )
+    let lookup = |key: &str| {
+        let value = md.get(key)?;
+        value
+            .as_integer()
+            .map(|v| v as f64)
+            .or_else(|| f64::from_value(value))
+    };
+    let mut config =
+        LlamaConfig::from_metadata(arch, lookup, vocab_size, file.has_tensor("output.weight"))?;
+    let kind_key = format!("{}.rope.scaling.type", arch.key_prefix());
+    let kind: Option<&str> = md.get_opt(&kind_key)?;
+    config.rope_scaling = rope_scaling_from(arch, kind, lookup)?;
+    Ok(config)
 }
 
 /// The special tokens of `file` (absent keys give `None` / an empty list).

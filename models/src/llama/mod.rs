@@ -19,7 +19,7 @@ pub(crate) mod step_checks;
 pub mod synthetic;
 mod weights;
 
-pub use config::{Architecture, LlamaConfig, RopeLayout};
+pub use config::{rope_scaling_from, Architecture, LlamaConfig, RopeLayout, RopeScaling};
 pub use device::{load_on_device, parse_device, DeviceModelOptions};
 pub use layer_skip::default_skip_layers;
 pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};

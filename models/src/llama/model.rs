@@ -24,7 +24,9 @@ use super::step_checks::check_steps;
 use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::model::{Features, LanguageModel, Logits, SeqId, SequenceStep};
+use crate::model::{
+    prefill_in_chunks, Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep,
+};
 use crate::shard::{Communicator, ShardPlan, SingleRank};
 
 /// How the forward pass multiplies activations by the quantised weight matrices. Both choices
@@ -320,7 +322,7 @@ impl LlamaModel {
             tokens.extend_from_slice(step.tokens);
         }
         let n = tokens.len();
-        let angles = RopeAngles::new(&positions, c.head_dim, c.rope_base)?;
+        let angles = RopeAngles::scaled(&positions, c.head_dim, c.rope_base, &c.rope_scaling)?;
         let mut x = vec![0.0f32; n * hidden];
         embed_rows(&self.weights.token_embd.view(), &tokens, &mut x)?;
         let mut scratch = BlockScratch::new(n, &shape);
@@ -515,16 +517,23 @@ impl LanguageModel for LlamaModel {
     /// Runs the blocks only (no LM head: a prompt's logits are not needed) when this is a
     /// single rank; a rank of a sharded group runs its head too (its all-gather is a
     /// collective every rank must join).
+    /// In chunks of [`crate::PREFILL_CHUNK`] tokens, as the trait's default.
     fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
-        let chain = TreeTopology::chain(tokens.len());
         let single = self.comm.world_size() == 1;
-        let (mut logits, mut features) =
-            self.forward_on_pool(&[SequenceStep::chain(seq, tokens, &chain)], !single)?;
-        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())?;
-        Ok(match logits.pop() {
-            Some(mut l) => l.take_features(),
-            None => features.pop().flatten(),
+        prefill_in_chunks(tokens, |chunk| {
+            let chain = TreeTopology::chain(chunk.len());
+            let (mut logits, mut features) =
+                self.forward_on_pool(&[SequenceStep::chain(seq, chunk, &chain)], !single)?;
+            self.commit(seq, &(0..chunk.len()).collect::<Vec<_>>())?;
+            Ok(match logits.pop() {
+                Some(mut l) => l.take_features(),
+                None => features.pop().flatten(),
+            })
         })
+    }
+
+    fn kv_room(&self) -> Option<KvRoom> {
+        Some(KvRoom::of(self.kv.cache()))
     }
 
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {

@@ -74,6 +74,45 @@ pub fn synthetic(arch: Architecture, seed: u64) -> Arc<GgufFile> {
 /// [`synthetic`], with every matrix rounded to BF16 storage when `bf16` is set (the weights the
 /// GPU multiplies with, for CPU runs).
 pub fn synthetic_with(arch: Architecture, seed: u64, bf16: bool) -> Arc<GgufFile> {
+    synthetic_custom(
+        arch,
+        seed,
+        &SyntheticOptions {
+            bf16,
+            ..SyntheticOptions::default()
+        },
+    )
+}
+
+/// What [`synthetic_custom`] may change of the synthetic models.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntheticOptions {
+    /// Every matrix rounded to BF16 storage (as [`synthetic_with`]).
+    pub bf16: bool,
+    /// The `context_length` written to the metadata [default: 512].
+    pub context_length: u32,
+    /// More metadata entries (full keys, e.g. `llama.rope.scaling.type`), written after the
+    /// standard ones [default: none].
+    pub metadata: Vec<(String, crate::gguf::Value)>,
+}
+
+impl Default for SyntheticOptions {
+    fn default() -> Self {
+        Self {
+            bf16: false,
+            context_length: 512,
+            metadata: Vec::new(),
+        }
+    }
+}
+
+/// [`synthetic`] with `options` (module docs for the shape, which does not change).
+pub fn synthetic_custom(
+    arch: Architecture,
+    seed: u64,
+    options: &SyntheticOptions,
+) -> Arc<GgufFile> {
+    let bf16 = options.bf16;
     let (prefix, kv_heads, types) = match arch {
         Architecture::Llama => (
             "llama",
@@ -119,9 +158,12 @@ pub fn synthetic_with(arch: Architecture, seed: u64, bf16: bool) -> Arc<GgufFile
             1e-5f32,
         )
         .metadata(&format!("{prefix}.rope.freq_base"), 10_000.0f32)
-        .metadata(&format!("{prefix}.context_length"), 512u32)
+        .metadata(&format!("{prefix}.context_length"), options.context_length)
         .metadata("tokenizer.ggml.tokens", tokens)
         .metadata("tokenizer.ggml.eos_token_id", 63u32);
+    for (key, value) in &options.metadata {
+        w.metadata(key, value.clone());
+    }
     let mut salt = seed;
     let mut mat = |w: &mut GgufWriter, name: &str, ty: QuantType, rows: usize, cols: usize| {
         salt += 1;

@@ -20,6 +20,44 @@ pub use step::{Features, Logits, SeqId, SequenceStep};
 
 use crate::error::Result;
 
+/// Most tokens one forward of a prompt prefill takes ([`LanguageModel::prefill`] forwards a
+/// longer prompt in chunks of this many, committing each): the forward's working buffers stay
+/// bounded whatever the prompt's length. With a batch-invariant model the K/V written, and so
+/// every later logit, are bit-identical to one forward of the whole prompt.
+pub const PREFILL_CHUNK: usize = 512;
+
+/// The size and use of a model's paged KV pool, for admitting requests by free blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvRoom {
+    /// Token slots per block (≥ 1).
+    pub block_size: usize,
+    /// Blocks in the pool.
+    pub total_blocks: usize,
+    /// Blocks free now.
+    pub free_blocks: usize,
+}
+
+impl KvRoom {
+    /// The room of `cache`'s pool.
+    pub fn of(cache: &specdec_kernels::kv::PagedKvCache) -> Self {
+        Self {
+            block_size: cache.layout().block_size(),
+            total_blocks: cache.allocator().num_blocks(),
+            free_blocks: cache.allocator().free_blocks(),
+        }
+    }
+
+    /// Blocks that hold `tokens` slots of one sequence: `ceil(tokens / block_size)`.
+    pub fn blocks_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.block_size)
+    }
+
+    /// Token slots of the whole pool.
+    pub fn total_tokens(&self) -> usize {
+        self.total_blocks * self.block_size
+    }
+}
+
 /// A causal language model over a paged KV cache, forwarding ragged batches of token trees.
 ///
 /// Implementations must be **batch-invariant**: the logits of a new token depend only on its
@@ -129,11 +167,23 @@ pub trait LanguageModel: Send {
     /// # Errors
     /// As [`LanguageModel::forward`] and [`LanguageModel::commit`]; an empty `tokens` is an
     /// error of `forward`'s.
+    ///
+    /// A prompt longer than [`PREFILL_CHUNK`] is forwarded in chunks of that many tokens, each
+    /// committed before the next (features concatenated in order); on error the chunks already
+    /// committed stay.
     fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
-        let chain = specdec_kernels::TreeTopology::chain(tokens.len());
-        let mut logits = self.forward(&[SequenceStep::chain(seq, tokens, &chain)])?;
-        self.commit(seq, &(0..tokens.len()).collect::<Vec<_>>())?;
-        Ok(logits.pop().and_then(|mut l| l.take_features()))
+        prefill_in_chunks(tokens, |chunk| {
+            let chain = specdec_kernels::TreeTopology::chain(chunk.len());
+            let mut logits = self.forward(&[SequenceStep::chain(seq, chunk, &chain)])?;
+            self.commit(seq, &(0..chunk.len()).collect::<Vec<_>>())?;
+            Ok(logits.pop().and_then(|mut l| l.take_features()))
+        })
+    }
+
+    /// The model's KV pool, when it has a bounded one: what the engine admits requests by.
+    /// `None` (the default) for models without one (toy tables).
+    fn kv_room(&self) -> Option<KvRoom> {
+        None
     }
 
     /// Keeps the new tokens on `path` of the last forward of `seq` as committed tokens, in path
@@ -150,6 +200,37 @@ pub trait LanguageModel: Send {
     /// # Errors
     /// When `seq` is unknown or has fewer than `n` committed tokens.
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()>;
+}
+
+/// Runs `forward_chunk` over `tokens` in chunks of at most [`PREFILL_CHUNK`] (an empty `tokens`
+/// is one empty chunk, for the model to refuse), concatenating the features the chunks return.
+///
+/// # Errors
+/// The first chunk's error; [`crate::ModelError::Shape`] if chunks return features of
+/// different widths.
+pub fn prefill_in_chunks(
+    tokens: &[u32],
+    mut forward_chunk: impl FnMut(&[u32]) -> Result<Option<Features>>,
+) -> Result<Option<Features>> {
+    if tokens.len() <= PREFILL_CHUNK {
+        return forward_chunk(tokens);
+    }
+    let mut joined: Option<(usize, Vec<f32>)> = None;
+    for chunk in tokens.chunks(PREFILL_CHUNK) {
+        if let Some(f) = forward_chunk(chunk)? {
+            let (dim, rows) = joined.get_or_insert_with(|| (f.dim(), Vec::new()));
+            if *dim != f.dim() {
+                return Err(crate::error::ModelError::Shape {
+                    what: "prefill features".into(),
+                    reason: format!("chunks of width {dim} and {}", f.dim()),
+                });
+            }
+            rows.extend_from_slice(f.as_slice());
+        }
+    }
+    joined
+        .map(|(dim, rows)| Features::new(dim, rows))
+        .transpose()
 }
 
 /// A boxed model is a model: what [`crate::llama::load_on_device`] returns can drive the engine
@@ -196,6 +277,9 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     }
     fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
         (**self).prefill(seq, tokens)
+    }
+    fn kv_room(&self) -> Option<KvRoom> {
+        (**self).kv_room()
     }
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         (**self).commit(seq, path)

@@ -258,7 +258,7 @@ impl CudaLlamaModel {
             prefix.push(len);
         }
         let n = tokens.len();
-        let angles = RopeAngles::new(&positions, hd, c.rope_base)?;
+        let angles = RopeAngles::scaled(&positions, hd, c.rope_base, &c.rope_scaling)?;
         let cos = upload_f32(&self.gpu, "rope cosines", angles.cos())?;
         let sin = upload_f32(&self.gpu, "rope sines", angles.sin())?;
         let mut x = self.alloc("residual", n * hidden)?;
@@ -403,6 +403,10 @@ impl LanguageModel for CudaLlamaModel {
 
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
         self.forward_impl(steps)
+    }
+
+    fn kv_room(&self) -> Option<crate::model::KvRoom> {
+        Some(crate::model::KvRoom::of(self.mirror.cache()))
     }
 
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
