@@ -53,13 +53,16 @@ run() {
 
 # the exact prompt length, from generate's refusal of a max_tokens past the context (no compute)
 prompt_tokens=$("$bin" generate --target "$model" --prompt "$(cat "$prompt_file")" \
-  --max-tokens 1000000 2>&1 | sed -nE 's/.*the prompt has ([0-9]+) tokens.*/\1/p' | head -1)
+  --max-tokens 1000000 2>&1 | sed -nE 's/.*the prompt has ([0-9]+) tokens.*/\1/p' | head -1 || true)
 echo "prompt: ${prompt_tokens:-?} tokens" >&2
 t1=$(run 1 "$@")
 tn=$(run $((1 + decode)) "$@")
 python3 - "$t1" "$tn" "$decode" "${prompt_tokens:-$tokens}" <<'EOF'
 import sys
 t1, tn, n, tokens = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-print(f"prefill {tokens / t1:.0f} tokens/s ({t1:.1f} s for the prompt and one token); "
-      f"decode {n / max(tn - t1, 1e-9):.1f} tokens/s over {n} tokens")
+print(f"prefill {tokens / t1:.0f} tokens/s ({t1:.1f} s for the prompt and one token)")
+if tn > t1:
+    print(f"decode {n / (tn - t1):.1f} tokens/s over {n} tokens")
+else:
+    print("decode: not measurable, the longer run took less time (a loaded machine: rerun)")
 EOF
