@@ -280,7 +280,7 @@ pub fn synthetic_qwen2(
 ) {
     use specdec_kernels::quant::QuantType::{Q4_K, Q6_K, Q8_0};
     use specdec_models::llama::{
-        Architecture, LayerWeights, LlamaConfig, ModelWeights, RopeLayout,
+        Architecture, LayerWeights, LlamaConfig, ModelWeights, RopeLayout, RopeScaling,
     };
     let config = LlamaConfig {
         arch: Architecture::Qwen2,
@@ -293,6 +293,7 @@ pub fn synthetic_qwen2(
         rms_eps: 1e-6,
         rope_base: 10_000.0,
         rope_layout: RopeLayout::HalfSplit,
+        rope_scaling: RopeScaling::None,
         context_length: 256,
         vocab_size: 96,
         qkv_bias: true,
