@@ -85,12 +85,38 @@ fn a_simulated_experiment_writes_every_output() {
         assert!((0.0..=1.0).contains(&a));
         assert!(s.time_split.draft_s > 0.0);
         assert_eq!(s.acceptance_by_depth.len(), k);
+        // every interval inside the statistic's range, over the 4 prompts
+        assert!(
+            s.tau.lo >= 1.0 && s.tau.lo <= s.tau.hi && s.tau.n == 4,
+            "{:?}",
+            s.tau
+        );
+        let ai = s.acceptance_interval.unwrap();
+        assert!(ai.lo >= 0.0 && ai.hi <= 1.0, "{ai:?}");
+        let si = s.speedup_interval.unwrap();
+        assert!(si.lo > 0.0 && (si.mean - s.speedup).abs() < 1e-9, "{si:?}");
+        // the histogram counts every drafting step once
+        assert_eq!(
+            s.accepted_lengths.iter().sum::<usize>(),
+            s.target_passes,
+            "{s:?}"
+        );
+        assert_eq!(s.accepted_lengths.len(), k + 1);
     }
     // The CSV has a header and one row per method; the markdown names every method.
     let csv = std::fs::read_to_string(dir.join(files::SUMMARY_CSV)).unwrap();
     assert_eq!(csv.lines().count(), 4);
     let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
-    for m in ["baseline", "k2", "k4", "git commit"] {
+    for m in [
+        "baseline",
+        "k2",
+        "k4",
+        "git commit",
+        "Warning: only 4 prompts",
+        "Acceptance by position",
+        "unconditional",
+        "Accepted drafts per step",
+    ] {
         assert!(md.contains(m), "summary.md lacks {m}");
     }
     // Provenance: the config as run, with its baseline, and the seed.

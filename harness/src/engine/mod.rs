@@ -371,6 +371,7 @@ impl<'a> Engine<'a> {
         let mut trees = Vec::with_capacity(active.len());
         let mut draft_s = Vec::with_capacity(active.len());
         let mut choices = Vec::with_capacity(active.len());
+        let mut drafters = Vec::with_capacity(active.len());
         for seq in active.iter_mut() {
             let t0 = Instant::now();
             let (choice, mut budget) = seq.policy.next_budget();
@@ -399,6 +400,7 @@ impl<'a> Engine<'a> {
             }
             trees.push(tree);
             choices.push(choice);
+            drafters.push(drafter.name());
             draft_s.push(t0.elapsed().as_secs_f64());
         }
         // 3: one target pass over every tree.
@@ -532,9 +534,11 @@ impl<'a> Engine<'a> {
                 target_s,
                 verify_s,
                 commit_s,
-                overhead_s: if seq.step == 0 { seq.prefill_s } else { 0.0 },
-                kv_blocks: 0,
+                overhead_s: 0.0,
+                prefill_s: if first { seq.prefill_s } else { 0.0 },
+                kv_blocks: self.target.kv_blocks_in_use().unwrap_or(0),
                 batch,
+                drafter: std::mem::take(&mut drafters[position]),
             });
             seq.step += 1;
             if let Some(reason) = finish {

@@ -33,16 +33,31 @@ pub struct StepRecord {
     pub commit_s: f64,
     /// Seconds of everything else (scheduling, metadata, host work).
     pub overhead_s: f64,
-    /// KV cache blocks held by this sequence after the step.
+    /// Seconds of the request's prompt prefill (admission: all prompt tokens but the last into
+    /// the target's KV cache, the drafters told) before this step: on step 0 only, else 0.
+    #[serde(default)]
+    pub prefill_s: f64,
+    /// Blocks of the target's paged KV cache in use after the step, over every sequence in
+    /// flight (measured from the model's pool; the simulation, which runs one request at a
+    /// time, counts this sequence's; 0 when the model has no paged cache, as the toy models).
     pub kv_blocks: usize,
     /// Sequences in the target pass that served this step (1 without batching).
     pub batch: usize,
+    /// Name of the drafter that drafted this step (the method's own, or its fallback's); empty
+    /// in records written before it was recorded.
+    #[serde(default)]
+    pub drafter: String,
 }
 
 impl StepRecord {
-    /// Sum of the five time components, in seconds.
+    /// Sum of the six time components (prefill included), in seconds.
     pub fn total_s(&self) -> f64 {
-        self.draft_s + self.target_s + self.verify_s + self.commit_s + self.overhead_s
+        self.draft_s
+            + self.target_s
+            + self.verify_s
+            + self.commit_s
+            + self.overhead_s
+            + self.prefill_s
     }
 }
 
@@ -65,8 +80,15 @@ pub struct RequestRecord {
     pub proposed: usize,
     /// Σ accepted drafts.
     pub accepted: usize,
-    /// Seconds from admission to retirement of this request.
+    /// Seconds from admission to retirement of this request (prefill included).
     pub elapsed_s: f64,
+    /// Seconds of the prompt prefill (Σ of the steps' `prefill_s`).
+    #[serde(default)]
+    pub prefill_s: f64,
+    /// Time to first token: the prefill plus the first step (whose target pass emits the first
+    /// token), in seconds; 0 without steps.
+    #[serde(default)]
+    pub ttft_s: f64,
     /// Σ draft seconds.
     pub draft_s: f64,
     /// Σ target seconds.
@@ -106,6 +128,8 @@ impl RequestRecord {
             proposed: steps.iter().map(|s| s.proposed).sum(),
             accepted: steps.iter().map(|s| s.accepted).sum(),
             elapsed_s,
+            prefill_s: sum(|s| s.prefill_s),
+            ttft_s: steps.first().map_or(0.0, StepRecord::total_s),
             draft_s: sum(|s| s.draft_s),
             target_s: sum(|s| s.target_s),
             verify_s: sum(|s| s.verify_s),
@@ -122,9 +146,22 @@ impl RequestRecord {
             .then(|| (self.accepted + self.target_passes) as f64 / self.target_passes as f64)
     }
 
-    /// Generated tokens per elapsed second; `None` when no time elapsed.
+    /// Seconds of decoding: elapsed minus the prefill.
+    pub fn decode_s(&self) -> f64 {
+        (self.elapsed_s - self.prefill_s).max(0.0)
+    }
+
+    /// Generated tokens per decode second (prefill excluded); `None` when no time elapsed.
     pub fn tokens_per_s(&self) -> Option<f64> {
-        (self.elapsed_s > 0.0).then(|| self.generated_tokens as f64 / self.elapsed_s)
+        let decode = self.decode_s();
+        (decode > 0.0).then(|| self.generated_tokens as f64 / decode)
+    }
+
+    /// Time per output token after the first: (elapsed − TTFT) / (tokens − 1), in seconds
+    /// (vLLM's TPOT); `None` for fewer than 2 tokens.
+    pub fn tpot_s(&self) -> Option<f64> {
+        (self.generated_tokens >= 2)
+            .then(|| (self.elapsed_s - self.ttft_s).max(0.0) / (self.generated_tokens - 1) as f64)
     }
 }
 

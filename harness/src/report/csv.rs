@@ -25,7 +25,8 @@ fn opt(x: Option<f64>) -> String {
     x.map(|v| v.to_string()).unwrap_or_default()
 }
 
-/// One row per configuration. Times are seconds; `acceptance_by_depth` is `;`-separated.
+/// One row per configuration. Times are seconds; the histogram and the per-depth rates are
+/// `;`-separated lists.
 pub fn summary_csv(summaries: &[MethodSummary]) -> String {
     table(
         &[
@@ -36,17 +37,30 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
             "generated_tokens",
             "target_passes",
             "elapsed_s",
+            "prefill_s",
             "tokens_per_s",
             "speedup",
-            "speedup_per_prompt_mean",
+            "speedup_lo95",
+            "speedup_hi95",
+            "speedup_per_prompt_geomean",
             "speedup_per_prompt_lo95",
             "speedup_per_prompt_hi95",
             "acceptance_rate",
+            "acceptance_lo95",
+            "acceptance_hi95",
             "tau_mean",
             "tau_lo95",
             "tau_hi95",
             "tau_n",
+            "ttft_s_mean",
+            "ttft_s_lo95",
+            "ttft_s_hi95",
+            "tpot_s_mean",
+            "tpot_s_lo95",
+            "tpot_s_hi95",
+            "accepted_lengths",
             "acceptance_by_depth",
+            "acceptance_by_depth_unconditional",
             "draft_s",
             "target_s",
             "verify_s",
@@ -64,19 +78,40 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
                 s.generated_tokens.to_string(),
                 s.target_passes.to_string(),
                 s.elapsed_s.to_string(),
+                s.prefill_s.to_string(),
                 s.tokens_per_s.to_string(),
                 s.speedup.to_string(),
+                opt(s.speedup_interval.map(|i| i.lo)),
+                opt(s.speedup_interval.map(|i| i.hi)),
                 opt(pp.map(|i| i.mean)),
                 opt(pp.map(|i| i.lo)),
                 opt(pp.map(|i| i.hi)),
                 opt(s.acceptance_rate),
+                opt(s.acceptance_interval.map(|i| i.lo)),
+                opt(s.acceptance_interval.map(|i| i.hi)),
                 s.tau.mean.to_string(),
                 s.tau.lo.to_string(),
                 s.tau.hi.to_string(),
                 s.tau.n.to_string(),
+                opt(s.ttft_s.map(|i| i.mean)),
+                opt(s.ttft_s.map(|i| i.lo)),
+                opt(s.ttft_s.map(|i| i.hi)),
+                opt(s.tpot_s.map(|i| i.mean)),
+                opt(s.tpot_s.map(|i| i.lo)),
+                opt(s.tpot_s.map(|i| i.hi)),
+                s.accepted_lengths
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(";"),
                 s.acceptance_by_depth
                     .iter()
-                    .map(|a| format!("{a:.4}"))
+                    .map(|a| format!("{:.4}", a.conditional))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                s.acceptance_by_depth
+                    .iter()
+                    .map(|a| format!("{:.4}", a.unconditional))
                     .collect::<Vec<_>>()
                     .join(";"),
                 s.time_split.draft_s.to_string(),
@@ -104,6 +139,9 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
             "accepted",
             "tau",
             "elapsed_s",
+            "prefill_s",
+            "ttft_s",
+            "tpot_s",
             "draft_s",
             "target_s",
             "verify_s",
@@ -123,6 +161,9 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
                 r.accepted.to_string(),
                 opt(r.tau()),
                 r.elapsed_s.to_string(),
+                r.prefill_s.to_string(),
+                r.ttft_s.to_string(),
+                opt(r.tpot_s()),
                 r.draft_s.to_string(),
                 r.target_s.to_string(),
                 r.verify_s.to_string(),
@@ -150,8 +191,10 @@ pub fn steps_csv(steps: &[StepRecord]) -> String {
             "verify_s",
             "commit_s",
             "overhead_s",
+            "prefill_s",
             "kv_blocks",
             "batch",
+            "drafter",
         ],
         steps.iter().map(|s| {
             vec![
@@ -167,8 +210,10 @@ pub fn steps_csv(steps: &[StepRecord]) -> String {
                 s.verify_s.to_string(),
                 s.commit_s.to_string(),
                 s.overhead_s.to_string(),
+                s.prefill_s.to_string(),
                 s.kv_blocks.to_string(),
                 s.batch.to_string(),
+                s.drafter.clone(),
             ]
         }),
     )

@@ -11,7 +11,7 @@
 //! | `steps.jsonl`, `steps.csv` | one line per method × prompt × target pass |
 //! | `summary.jsonl`, `summary.csv` | one line per method: the aggregates (provenance embedded in the JSONL) |
 //! | `summary.md` | the summary table and the provenance in markdown |
-//! | `speedup.svg`, `tau.svg`, `acceptance_by_depth.svg`, `time_split.svg` | plots |
+//! | `speedup.svg`, `tau.svg`, `acceptance_by_depth.svg`, `accepted_lengths.svg`, `latency.svg`, `time_split.svg` | plots |
 //!
 //! [`write_results`] writes all of them; [`rerender`] reads the raw JSONL back and rewrites the
 //! derived files (summary, CSV, markdown, plots).
@@ -26,8 +26,8 @@ pub use csv::{requests_csv, steps_csv, summary_csv};
 pub use jsonl::{read_jsonl, write_jsonl};
 pub use markdown::summary_markdown;
 pub use plots::{
-    bar_chart, line_plot, plot_acceptance_by_depth, plot_speedup, plot_tau, plot_time_split, Bar,
-    Legend, Series, SeriesStyle,
+    bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_latency,
+    plot_speedup, plot_tau, plot_time_split, Bar, Legend, Series, SeriesStyle,
 };
 pub use provenance::{crate_versions, hash_file, Provenance};
 
@@ -79,10 +79,14 @@ pub mod files {
     pub const TAU_SVG: &str = "tau.svg";
     /// Acceptance-by-depth plot.
     pub const ACCEPTANCE_SVG: &str = "acceptance_by_depth.svg";
+    /// Accepted-length histogram.
+    pub const ACCEPTED_LENGTHS_SVG: &str = "accepted_lengths.svg";
+    /// TTFT / TPOT plot.
+    pub const LATENCY_SVG: &str = "latency.svg";
     /// Time-split plot.
     pub const TIME_SPLIT_SVG: &str = "time_split.svg";
     /// Every file a results folder holds after [`super::write_results`].
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 15] = [
         PROVENANCE,
         RUNS,
         REQUESTS_JSONL,
@@ -95,6 +99,8 @@ pub mod files {
         SPEEDUP_SVG,
         TAU_SVG,
         ACCEPTANCE_SVG,
+        ACCEPTED_LENGTHS_SVG,
+        LATENCY_SVG,
         TIME_SPLIT_SVG,
     ];
 }
@@ -159,6 +165,12 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
     written.push(p);
     let p = dir.join(files::ACCEPTANCE_SVG);
     plot_acceptance_by_depth(&p, s)?;
+    written.push(p);
+    let p = dir.join(files::ACCEPTED_LENGTHS_SVG);
+    plot_accepted_lengths(&p, s)?;
+    written.push(p);
+    let p = dir.join(files::LATENCY_SVG);
+    plot_latency(&p, s)?;
     written.push(p);
     let p = dir.join(files::TIME_SPLIT_SVG);
     plot_time_split(&p, s)?;

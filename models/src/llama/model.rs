@@ -534,4 +534,8 @@ impl LanguageModel for LlamaModel {
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
         self.kv.rewind(seq, n)
     }
+
+    fn kv_blocks_in_use(&self) -> Option<usize> {
+        Some(self.cache().allocator().used_blocks())
+    }
 }

@@ -150,6 +150,12 @@ pub trait LanguageModel: Send {
     /// # Errors
     /// When `seq` is unknown or has fewer than `n` committed tokens.
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()>;
+
+    /// Blocks of the paged KV cache in use now, over all open sequences (speculative entries
+    /// included); `None` for a model without a paged cache (the default).
+    fn kv_blocks_in_use(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A boxed model is a model: what [`crate::llama::load_on_device`] returns can drive the engine
@@ -196,6 +202,9 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     }
     fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
         (**self).prefill(seq, tokens)
+    }
+    fn kv_blocks_in_use(&self) -> Option<usize> {
+        (**self).kv_blocks_in_use()
     }
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         (**self).commit(seq, path)

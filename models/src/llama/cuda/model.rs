@@ -435,4 +435,8 @@ impl LanguageModel for CudaLlamaModel {
         self.last_trees.remove(&seq);
         Ok(())
     }
+
+    fn kv_blocks_in_use(&self) -> Option<usize> {
+        Some(self.mirror.cache().allocator().used_blocks())
+    }
 }
