@@ -338,3 +338,99 @@ fn toy_results_do_not_depend_on_the_schedule() {
     assert!(by_method.runs.len() >= 2);
     assert_eq!(by_method.steps.len(), interleaved.steps.len());
 }
+
+/// `repeat = 2` runs the schedule twice: twice the records, each labelled with its repeat, one
+/// decode tokens/s per repeat, and intervals still over the 4 prompts.
+#[test]
+fn repeats_run_the_schedule_again() {
+    let dir = temp_dir("e2e-repeat");
+    let text = SIM.replace("max_tokens = 24", "max_tokens = 24\nrepeat = 2");
+    let loaded = ExperimentConfig::from_toml(&text, "repeat.toml").unwrap();
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    assert_eq!(results.requests.len(), 2 * 12);
+    for repeat in 0..2 {
+        assert_eq!(
+            results
+                .requests
+                .iter()
+                .filter(|r| r.repeat == repeat)
+                .count(),
+            12
+        );
+    }
+    assert!(results.steps.iter().any(|s| s.repeat == 1));
+    for s in &results.summaries {
+        assert_eq!(s.tokens_per_s_by_repeat.len(), 2, "{s:?}");
+        assert_eq!(s.tau.n, 4);
+        // the same seed: the same simulated work in both repeats
+        assert_eq!(s.tokens_per_s_by_repeat[0], s.tokens_per_s_by_repeat[1]);
+    }
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    assert!(md.contains("Repeats"), "{md}");
+    let err = ExperimentConfig::from_toml(
+        &SIM.replace("max_tokens = 24", "max_tokens = 24\nrepeat = 0"),
+        "r0.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("repeat"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// MT-Bench with both turns on SmolLM2 at T = 1: the second turn runs after the first, carries
+/// the baseline's first-turn answer for every method (the same context, so the same prompt
+/// length), and the per-category files are written.
+#[test]
+fn mtbench_second_turns_continue_the_baselines_answer() {
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none()
+        || specdec_models::registry::cached_for_test("mtbench").is_none()
+    {
+        return;
+    }
+    let config = r#"
+name = "mt2"
+max_tokens = 6
+[models]
+target = "smollm2-135m"
+[prompts]
+source = "mtbench"
+categories = ["writing", "math"]
+per_category = 1
+turns = 2
+[sampling]
+temperature = 1.0
+seed = 3
+[[methods]]
+name = "ngram"
+drafter = { kind = "ngram", n = 3 }
+policy = { kind = "fixed", k = 3 }
+"#;
+    let dir = temp_dir("mt2");
+    let loaded = ExperimentConfig::from_toml(config, "mt2.toml").unwrap();
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    assert_eq!(results.requests.len(), 2 * 4);
+    let of = |method: &str, turn: usize| -> Vec<&RequestRecord> {
+        results
+            .requests
+            .iter()
+            .filter(|r| r.method == method && r.turn == turn)
+            .collect()
+    };
+    for (first, second) in of("baseline", 1).iter().zip(of("baseline", 2)) {
+        assert_eq!(first.category, second.category);
+        assert!(second.prompt_id.ends_with("/turn2"), "{}", second.prompt_id);
+        // turn 2's prompt holds turn 1 and its answer
+        assert!(second.prompt_tokens > first.prompt_tokens + 4, "{second:?}");
+    }
+    // every method's second turn starts from the same context: the same prompt length
+    for (b, n) in of("baseline", 2).iter().zip(of("ngram", 2)) {
+        assert_eq!(b.prompt_tokens, n.prompt_tokens, "{}", b.prompt_id);
+    }
+    assert!(dir.join(files::CATEGORIES_CSV).exists());
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    assert!(
+        md.contains("Per category") && md.contains("baseline's"),
+        "{md}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

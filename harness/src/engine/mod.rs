@@ -526,6 +526,7 @@ impl<'a> Engine<'a> {
                 method: self.options.method.clone(),
                 request: seq.index,
                 step: seq.step as usize,
+                repeat: 0,
                 proposed,
                 draft_depth: tree.topology().max_depth(),
                 accepted,

@@ -108,6 +108,10 @@ pub struct MethodSummary {
     pub time_split: TimeSplit,
     /// Largest KV block count of any request.
     pub kv_blocks_peak: usize,
+    /// Decode tokens/s of each repeat of the schedule (`repeat = N`; empty for one run): the
+    /// run-to-run spread.
+    #[serde(default)]
+    pub tokens_per_s_by_repeat: Vec<f64>,
     /// `(equal, compared)`: prompts whose generated text equals the baseline's on the same
     /// prompt, out of those where both texts are recorded (at temperature 0 every lossless
     /// method must give `equal == compared`); `None` when no text was recorded.
@@ -206,24 +210,21 @@ fn per_prompt(reqs: &[&RequestRecord]) -> BTreeMap<usize, PromptTotals> {
     out
 }
 
+/// The factor that makes a method's per-request decode seconds sum to its run's decode seconds
+/// `run_decode_s` (1 when requests ran one at a time; below 1 when batched requests overlapped).
+fn time_scale(prompts: &BTreeMap<usize, PromptTotals>, run_decode_s: f64) -> Option<f64> {
+    let sum: f64 = prompts.values().map(|t| t.elapsed_s).sum();
+    (sum > 0.0).then(|| run_decode_s / sum)
+}
+
 /// The throughput ratio of `method` over `baseline` with its bootstrap interval over the prompts
-/// both ran. Request decode seconds are scaled so that each method's sum to `*_elapsed_s` (its
-/// run's decode seconds: equal when requests ran one at a time), so that on all prompts the
-/// ratio is the [`MethodSummary::speedup`].
+/// both ran, request seconds multiplied by each method's [`time_scale`] (`scales`: method's,
+/// baseline's), so that on all of a run's prompts the ratio is the [`MethodSummary::speedup`].
 fn speedup_interval(
     method: &BTreeMap<usize, PromptTotals>,
-    method_elapsed_s: f64,
     baseline: &BTreeMap<usize, PromptTotals>,
-    baseline_elapsed_s: f64,
+    (cm, cb): (f64, f64),
 ) -> Option<Interval> {
-    let scale = |m: &BTreeMap<usize, PromptTotals>, elapsed: f64| {
-        let sum: f64 = m.values().map(|t| t.elapsed_s).sum();
-        (sum > 0.0).then(|| elapsed / sum)
-    };
-    let (cm, cb) = (
-        scale(method, method_elapsed_s)?,
-        scale(baseline, baseline_elapsed_s)?,
-    );
     let pairs: Vec<(PromptTotals, PromptTotals)> = method
         .iter()
         .filter_map(|(i, m)| baseline.get(i).map(|b| (*m, *b)))
@@ -236,6 +237,114 @@ fn speedup_interval(
         let (bt, bs) = (sum(&|p| p.1.tokens as f64), sum(&|p| p.1.elapsed_s) * cb);
         (mt > 0.0 && ms > 0.0 && bt > 0.0 && bs > 0.0).then(|| (mt / ms) / (bt / bs))
     })
+}
+
+/// One method on one category of prompts (MT-Bench, Spec-Bench): Spec-Bench's columns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CategorySummary {
+    /// Method configuration name.
+    pub method: String,
+    /// The category (every turn of its questions).
+    pub category: String,
+    /// Mean accepted tokens τ over the category's prompts (per-prompt τ, repeats summed), with
+    /// its bootstrap interval.
+    pub tau: Interval,
+    /// Decode throughput ratio over the baseline on the category's prompts, with its bootstrap
+    /// interval (request seconds scaled as for [`MethodSummary::speedup_interval`]).
+    pub speedup: Option<Interval>,
+    /// Decode tokens/s on the category's prompts (scaled request seconds).
+    pub tokens_per_s: f64,
+}
+
+/// Per-category summaries, categories in order of first appearance, methods in run order;
+/// empty when no request has a category.
+///
+/// # Errors
+/// As [`summarize`] (no baseline, a method without requests or decode time).
+pub fn summarize_categories(
+    runs: &[MethodRun],
+    requests: &[RequestRecord],
+) -> Result<Vec<CategorySummary>> {
+    let mut categories: Vec<&str> = Vec::new();
+    for r in requests {
+        if let Some(c) = r.category.as_deref() {
+            if !categories.contains(&c) {
+                categories.push(c);
+            }
+        }
+    }
+    if categories.is_empty() {
+        return Ok(Vec::new());
+    }
+    let baseline = runs
+        .iter()
+        .find(|r| r.is_baseline)
+        .ok_or_else(|| HarnessError::Metrics("no baseline run to compare against".into()))?;
+    let of = |method: &str, category: Option<&str>| -> Vec<&RequestRecord> {
+        requests
+            .iter()
+            .filter(|r| {
+                r.method == method && category.is_none_or(|c| r.category.as_deref() == Some(c))
+            })
+            .collect()
+    };
+    let scale = |run: &MethodRun| -> Result<f64> {
+        let reqs = of(&run.method, None);
+        let prefill: f64 = reqs.iter().map(|r| r.prefill_s).sum();
+        time_scale(&per_prompt(&reqs), run.elapsed_s - prefill).ok_or_else(|| {
+            HarnessError::Metrics(format!("method `{}` has no decode time", run.method))
+        })
+    };
+    let baseline_scale = scale(baseline)?;
+    let mut out = Vec::new();
+    for category in categories {
+        let baseline_prompts = per_prompt(&of(&baseline.method, Some(category)));
+        for run in runs {
+            let prompts = per_prompt(&of(&run.method, Some(category)));
+            let taus: Vec<f64> = prompts.values().filter_map(PromptTotals::tau).collect();
+            let Some(tau) = mean_interval(&taus) else {
+                continue;
+            };
+            let c = scale(run)?;
+            let tokens: usize = prompts.values().map(|t| t.tokens).sum();
+            let seconds: f64 = prompts.values().map(|t| t.elapsed_s).sum::<f64>() * c;
+            out.push(CategorySummary {
+                method: run.method.clone(),
+                category: category.to_string(),
+                tau,
+                speedup: speedup_interval(&prompts, &baseline_prompts, (c, baseline_scale)),
+                tokens_per_s: if seconds > 0.0 {
+                    tokens as f64 / seconds
+                } else {
+                    0.0
+                },
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Decode tokens/s of each repeat of `run` (see [`MethodSummary::tokens_per_s_by_repeat`]);
+/// empty for a single run or a repeat without decode time.
+fn tokens_per_s_by_repeat(run: &MethodRun, reqs: &[&RequestRecord]) -> Vec<f64> {
+    if run.repeat_elapsed_s.len() < 2 {
+        return Vec::new();
+    }
+    let rates: Vec<f64> = run
+        .repeat_elapsed_s
+        .iter()
+        .enumerate()
+        .map(|(repeat, elapsed)| {
+            let mine = reqs.iter().filter(|r| r.repeat == repeat);
+            let tokens: usize = mine.clone().map(|r| r.generated_tokens).sum();
+            let prefill: f64 = mine.map(|r| r.prefill_s).sum();
+            tokens as f64 / (elapsed - prefill)
+        })
+        .collect();
+    match rates.iter().all(|r| r.is_finite() && *r > 0.0) {
+        true => rates,
+        false => Vec::new(),
+    }
 }
 
 /// Aggregates raw records into one summary per run, in the order of `runs`. Errors when there is
@@ -279,11 +388,11 @@ pub fn summarize(
     let (baseline_decode_s, baseline_tps) = decode(baseline)?;
     let baseline_prompts = per_prompt(&by_method[baseline.method.as_str()]);
 
-    let baseline_text: HashMap<usize, &str> = by_method
+    let baseline_text: HashMap<(usize, usize), &str> = by_method
         .get(baseline.method.as_str())
         .map(|reqs| {
             reqs.iter()
-                .filter_map(|r| r.text.as_deref().map(|t| (r.request, t)))
+                .filter_map(|r| r.text.as_deref().map(|t| ((r.request, r.repeat), t)))
                 .collect()
         })
         .unwrap_or_default();
@@ -335,12 +444,9 @@ pub fn summarize(
             speedup: tps / baseline_tps,
             ttft_s: mean_interval(&ttfts),
             tpot_s: mean_interval(&tpots),
-            speedup_interval: speedup_interval(
-                &prompts,
-                decode_s,
-                &baseline_prompts,
-                baseline_decode_s,
-            ),
+            speedup_interval: time_scale(&prompts, decode_s)
+                .zip(time_scale(&baseline_prompts, baseline_decode_s))
+                .and_then(|scales| speedup_interval(&prompts, &baseline_prompts, scales)),
             speedup_per_prompt: geometric_mean_interval(&per_prompt_speedups),
             acceptance_rate: acceptance_interval.map(|i| i.mean),
             acceptance_interval,
@@ -356,12 +462,15 @@ pub fn summarize(
                 overhead_s: sum(|r| r.overhead_s),
             },
             kv_blocks_peak: reqs.iter().map(|r| r.kv_blocks_peak).max().unwrap_or(0),
+            tokens_per_s_by_repeat: tokens_per_s_by_repeat(run, reqs),
             matches_baseline: {
                 let compared: Vec<bool> = reqs
                     .iter()
                     .filter_map(|r| {
                         let text = r.text.as_deref()?;
-                        baseline_text.get(&r.request).map(|b| *b == text)
+                        baseline_text
+                            .get(&(r.request, r.repeat))
+                            .map(|b| *b == text)
                     })
                     .collect();
                 (!compared.is_empty())
@@ -381,6 +490,7 @@ mod tests {
             method: method.into(),
             request,
             step: 0,
+            repeat: 0,
             proposed,
             draft_depth: proposed,
             accepted,
@@ -460,6 +570,7 @@ mod tests {
                 is_baseline: true,
                 elapsed_s: 8.0,
                 setup_s: 0.0,
+                repeat_elapsed_s: Vec::new(),
             },
             MethodRun {
                 method: "spec".into(),
@@ -467,6 +578,7 @@ mod tests {
                 is_baseline: false,
                 elapsed_s: 4.8,
                 setup_s: 0.0,
+                repeat_elapsed_s: Vec::new(),
             },
         ];
         let steps: Vec<StepRecord> = [base0, base1, spec0, spec1].concat();
@@ -526,6 +638,7 @@ mod tests {
             is_baseline: true,
             elapsed_s: 5.0,
             setup_s: 0.0,
+            repeat_elapsed_s: Vec::new(),
         }];
         let s = &summarize(&runs, &[r], &steps).unwrap()[0];
         // decode tokens/s: 3 tokens over 5 − 2 s
@@ -540,6 +653,87 @@ mod tests {
     }
 
     #[test]
+    fn repeats_are_summed_per_prompt_and_spread_by_repeat() {
+        // one prompt, run twice: 2 tokens in 2 s, then 2 tokens in 4 s
+        let mut second = vec![step("m", 0, 0, 0), step("m", 0, 0, 0)];
+        for s in &mut second {
+            s.repeat = 1;
+            s.target_s = 2.0;
+        }
+        let first = vec![step("m", 0, 0, 0), step("m", 0, 0, 0)];
+        let requests = [request("m", 0, &first), request("m", 0, &second)];
+        assert_eq!(requests[1].repeat, 1);
+        let runs = [MethodRun {
+            method: "m".into(),
+            description: String::new(),
+            is_baseline: true,
+            elapsed_s: 6.0,
+            setup_s: 0.0,
+            repeat_elapsed_s: vec![2.0, 4.0],
+        }];
+        let steps = [first, second].concat();
+        let s = &summarize(&runs, &requests, &steps).unwrap()[0];
+        assert_eq!(s.tokens_per_s_by_repeat, vec![1.0, 0.5]);
+        // the prompt is the unit: τ over one prompt, both repeats summed into it
+        assert_eq!(s.tau.n, 1);
+        assert_eq!(s.requests, 2);
+    }
+
+    #[test]
+    fn categories_split_the_prompts() {
+        let base: Vec<_> = (0..2)
+            .map(|i| (0..4).map(|_| step("base", i, 0, 0)).collect::<Vec<_>>())
+            .collect();
+        let spec = [
+            vec![step("spec", 0, 2, 2), step("spec", 0, 2, 0)],
+            vec![step("spec", 1, 2, 1), step("spec", 1, 2, 0)],
+        ];
+        let mut requests = Vec::new();
+        for (i, (b, s)) in base.iter().zip(&spec).enumerate() {
+            for mut r in [request("base", i, b), request("spec", i, s)] {
+                r.category = Some(["writing", "math"][i].into());
+                requests.push(r);
+            }
+        }
+        let run = |method: &str, baseline: bool, elapsed_s: f64| MethodRun {
+            method: method.into(),
+            description: String::new(),
+            is_baseline: baseline,
+            elapsed_s,
+            setup_s: 0.0,
+            repeat_elapsed_s: Vec::new(),
+        };
+        let runs = [run("base", true, 8.0), run("spec", false, 4.8)];
+        let c = summarize_categories(&runs, &requests).unwrap();
+        let rows: Vec<(&str, &str)> = c
+            .iter()
+            .map(|c| (c.method.as_str(), c.category.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("base", "writing"),
+                ("spec", "writing"),
+                ("base", "math"),
+                ("spec", "math")
+            ]
+        );
+        // writing = prompt 0: 4 tokens in 2.4 s vs 4 in 4 s; τ (2 + 2) / 2
+        assert!((c[1].speedup.unwrap().mean - (4.0 / 2.4) / 1.0).abs() < 1e-12);
+        assert!((c[1].tokens_per_s - 4.0 / 2.4).abs() < 1e-12);
+        assert_eq!(c[1].tau.mean, 2.0);
+        // math = prompt 1: 3 tokens in 2.4 s; τ 1.5
+        assert!((c[3].speedup.unwrap().mean - 1.25).abs() < 1e-12);
+        assert_eq!(c[3].tau.mean, 1.5);
+        assert_eq!(c[0].speedup.unwrap().mean, 1.0);
+        // no categories, no rows
+        for r in &mut requests {
+            r.category = None;
+        }
+        assert!(summarize_categories(&runs, &requests).unwrap().is_empty());
+    }
+
+    #[test]
     fn summary_needs_a_baseline() {
         let runs = vec![MethodRun {
             method: "spec".into(),
@@ -547,6 +741,7 @@ mod tests {
             is_baseline: false,
             elapsed_s: 1.0,
             setup_s: 0.0,
+            repeat_elapsed_s: Vec::new(),
         }];
         let err = summarize(&runs, &[], &[]).unwrap_err();
         assert!(err.to_string().contains("baseline"));

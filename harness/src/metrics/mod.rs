@@ -18,6 +18,10 @@
 //!   depth d proposed), with the number of such steps; *unconditional* (vLLM's per-position
 //!   rate) = P(depth d accepted | depth d proposed), with the number of steps that proposed it.
 //!
+//! - **per category** (MT-Bench, Spec-Bench questions; every turn of a question in its
+//!   category): τ, speedup and decode tokens/s as above on that category's prompts
+//!   ([`CategorySummary`]).
+//!
 //! Intervals are 95 % percentile-bootstrap intervals over prompts ([`bootstrap`]: 2000
 //! resamples, fixed seed), reported with their n; under [`FEW_PROMPTS`] prompts reports warn
 //! that they are rough. Repeats of a prompt (`repeat = N`) are summed into that prompt first:
@@ -28,7 +32,8 @@ mod records;
 mod stats;
 
 pub use aggregate::{
-    acceptance_by_depth, accepted_lengths, summarize, DepthAcceptance, MethodSummary, TimeSplit,
+    acceptance_by_depth, accepted_lengths, summarize, summarize_categories, CategorySummary,
+    DepthAcceptance, MethodSummary, TimeSplit,
 };
 pub use records::{MethodRun, RequestRecord, StepRecord};
 pub use stats::{

@@ -14,6 +14,9 @@ pub struct StepRecord {
     pub request: usize,
     /// 0-based step (target pass) number within the request.
     pub step: usize,
+    /// 0-based repeat of the schedule this step ran in (`repeat = N` in the config).
+    #[serde(default)]
+    pub repeat: usize,
     /// Draft tokens (chain) or draft tree nodes proposed this step; 0 for plain decoding.
     pub proposed: usize,
     /// Depth of the deepest proposed node (= `proposed` for a chain; 0 when nothing proposed).
@@ -68,8 +71,17 @@ pub struct RequestRecord {
     pub method: String,
     /// Index of the request in the prompt list.
     pub request: usize,
+    /// 0-based repeat of the schedule (`repeat = N` in the config).
+    #[serde(default)]
+    pub repeat: usize,
     /// Prompt id (see `config::Prompt::id`).
     pub prompt_id: String,
+    /// The prompt's category (MT-Bench, Spec-Bench questions), else `None`.
+    #[serde(default)]
+    pub category: Option<String>,
+    /// 1-based turn of a multi-turn question (1 otherwise).
+    #[serde(default = "first_turn")]
+    pub turn: usize,
     /// Prompt length in tokens (nominal for synthetic prompts).
     pub prompt_tokens: usize,
     /// Tokens generated (Σ emitted).
@@ -107,8 +119,8 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    /// Sums a request's steps. `steps` must all belong to this method and request (not checked
-    /// here; [`crate::metrics::summarize`] groups by the fields).
+    /// Sums a request's steps (its `repeat` is theirs). `steps` must all belong to this method,
+    /// request and repeat (not checked here; [`crate::metrics::summarize`] groups by the fields).
     pub fn from_steps(
         method: &str,
         request: usize,
@@ -121,7 +133,10 @@ impl RequestRecord {
         RequestRecord {
             method: method.to_string(),
             request,
+            repeat: steps.first().map_or(0, |s| s.repeat),
             prompt_id: prompt_id.to_string(),
+            category: None,
+            turn: 1,
             prompt_tokens,
             generated_tokens: steps.iter().map(|s| s.emitted).sum(),
             target_passes: steps.len(),
@@ -165,6 +180,10 @@ impl RequestRecord {
     }
 }
 
+fn first_turn() -> usize {
+    1
+}
+
 /// One method's whole run over the prompts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MethodRun {
@@ -181,4 +200,8 @@ pub struct MethodRun {
     /// draft models, calibrating costs, tuning a layer-skip drafter); not part of `elapsed_s`.
     #[serde(default)]
     pub setup_s: f64,
+    /// `elapsed_s` split by repeat (one entry per repeat of the schedule; empty in records
+    /// written before repeats existed).
+    #[serde(default)]
+    pub repeat_elapsed_s: Vec<f64>,
 }

@@ -1,6 +1,6 @@
 //! CSV tables (RFC 4180 quoting) of summaries, requests and steps.
 
-use crate::metrics::{MethodSummary, RequestRecord, StepRecord};
+use crate::metrics::{CategorySummary, MethodSummary, RequestRecord, StepRecord};
 
 fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
@@ -67,6 +67,7 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
             "commit_s",
             "overhead_s",
             "kv_blocks_peak",
+            "tokens_per_s_by_repeat",
         ],
         summaries.iter().map(|s| {
             let pp = s.speedup_per_prompt;
@@ -120,6 +121,43 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
                 s.time_split.commit_s.to_string(),
                 s.time_split.overhead_s.to_string(),
                 s.kv_blocks_peak.to_string(),
+                s.tokens_per_s_by_repeat
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(";"),
+            ]
+        }),
+    )
+}
+
+/// One row per method × category.
+pub fn categories_csv(categories: &[CategorySummary]) -> String {
+    table(
+        &[
+            "method",
+            "category",
+            "prompts",
+            "tau_mean",
+            "tau_lo95",
+            "tau_hi95",
+            "speedup",
+            "speedup_lo95",
+            "speedup_hi95",
+            "tokens_per_s",
+        ],
+        categories.iter().map(|c| {
+            vec![
+                c.method.clone(),
+                c.category.clone(),
+                c.tau.n.to_string(),
+                c.tau.mean.to_string(),
+                c.tau.lo.to_string(),
+                c.tau.hi.to_string(),
+                opt(c.speedup.map(|i| i.mean)),
+                opt(c.speedup.map(|i| i.lo)),
+                opt(c.speedup.map(|i| i.hi)),
+                c.tokens_per_s.to_string(),
             ]
         }),
     )
@@ -131,6 +169,7 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
         &[
             "method",
             "request",
+            "repeat",
             "prompt_id",
             "prompt_tokens",
             "generated_tokens",
@@ -153,6 +192,7 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
             vec![
                 r.method.clone(),
                 r.request.to_string(),
+                r.repeat.to_string(),
                 r.prompt_id.clone(),
                 r.prompt_tokens.to_string(),
                 r.generated_tokens.to_string(),
@@ -181,6 +221,7 @@ pub fn steps_csv(steps: &[StepRecord]) -> String {
         &[
             "method",
             "request",
+            "repeat",
             "step",
             "proposed",
             "draft_depth",
@@ -200,6 +241,7 @@ pub fn steps_csv(steps: &[StepRecord]) -> String {
             vec![
                 s.method.clone(),
                 s.request.to_string(),
+                s.repeat.to_string(),
                 s.step.to_string(),
                 s.proposed.to_string(),
                 s.draft_depth.to_string(),

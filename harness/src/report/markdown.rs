@@ -3,10 +3,15 @@
 use std::fmt::Write;
 
 use super::Provenance;
-use crate::metrics::{Interval, MethodSummary, BOOTSTRAP_RESAMPLES, FEW_PROMPTS};
+use crate::metrics::{CategorySummary, Interval, MethodSummary, BOOTSTRAP_RESAMPLES, FEW_PROMPTS};
 
-/// A markdown document: the per-configuration table, the definitions used, and the provenance.
-pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) -> String {
+/// A markdown document: the per-configuration table, the definitions used, the per-category
+/// table when the prompts have categories, and the provenance.
+pub fn summary_markdown(
+    summaries: &[MethodSummary],
+    categories: &[CategorySummary],
+    provenance: &Provenance,
+) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# {}\n", provenance.config.name);
     if !provenance.config.description.is_empty() {
@@ -114,6 +119,25 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
             if n == 1 { "" } else { "s" }
         );
     }
+    let spreads: Vec<String> = summaries
+        .iter()
+        .filter(|s| !s.tokens_per_s_by_repeat.is_empty())
+        .map(|s| {
+            let r = &s.tokens_per_s_by_repeat;
+            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{} {lo:.1}–{hi:.1} ({} runs)", s.method, r.len())
+        })
+        .collect();
+    if !spreads.is_empty() {
+        let _ = writeln!(
+            md,
+            "Repeats (the same prompts and seed run again; the prompt stays the unit of the \
+             intervals): decode tokens/s, lowest–highest repeat: {}.\n",
+            spreads.join(", ")
+        );
+    }
+    write_category_table(&mut md, summaries, categories, provenance);
     write_acceptance_tables(&mut md, summaries);
     let setups: Vec<String> = summaries
         .iter()
@@ -169,6 +193,72 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
         let _ = writeln!(md, "- note: {note}");
     }
     md
+}
+
+/// The per-category table, Spec-Bench's columns: per category the speedup and the mean accepted
+/// tokens τ, then the overall speedup, τ and decode tokens/s of each method.
+fn write_category_table(
+    md: &mut String,
+    summaries: &[MethodSummary],
+    categories: &[CategorySummary],
+    provenance: &Provenance,
+) {
+    if categories.is_empty() {
+        return;
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for c in categories {
+        if !names.contains(&c.category.as_str()) {
+            names.push(&c.category);
+        }
+    }
+    let _ = writeln!(md, "### Per category\n");
+    let _ = writeln!(
+        md,
+        "| method | {} | overall speedup | mean accepted tokens τ | decode tokens/s |",
+        names
+            .iter()
+            .map(|n| format!("{n}: speedup / τ"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(md, "|---|{}---:|---:|---:|", "---:|".repeat(names.len()));
+    for s in summaries {
+        let cells: Vec<String> = names
+            .iter()
+            .map(|name| {
+                categories
+                    .iter()
+                    .find(|c| c.method == s.method && c.category == *name)
+                    .map_or("-".into(), |c| {
+                        let speedup = c.speedup.map_or("-".into(), |i| format!("{:.2}×", i.mean));
+                        format!("{speedup} / {:.2} (n={})", c.tau.mean, c.tau.n)
+                    })
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.2}× | {:.2} | {:.1} |",
+            s.method,
+            cells.join(" | "),
+            s.speedup,
+            s.tau.mean,
+            s.tokens_per_s
+        );
+    }
+    let multi_turn = provenance.notes.iter().any(|n| n.contains("later turns"));
+    let _ = writeln!(
+        md,
+        "\nSpeedup and τ per category over that category's prompts (intervals in \
+         `categories.csv`){}.\n",
+        if multi_turn {
+            "; a category holds both turns of its questions, and every method's second turn \
+             continues the **baseline's** first-turn answer, so all methods are compared on the \
+             same contexts (at T > 0 too)"
+        } else {
+            ""
+        }
+    );
 }
 
 /// `mean [lo, hi]` with `decimals` decimals, `-` for none.

@@ -13,6 +13,8 @@
 //! | `summary.md` | the summary table and the provenance in markdown |
 //! | `speedup.svg`, `tau.svg`, `acceptance_by_depth.svg`, `accepted_lengths.svg`, `latency.svg`, `time_split.svg` | plots |
 //!
+//! | `categories.csv`, `categories.svg` | per method × category (only when the prompts have categories) |
+//!
 //! [`write_results`] writes all of them; [`rerender`] reads the raw JSONL back and rewrites the
 //! derived files (summary, CSV, markdown, plots).
 
@@ -22,21 +24,23 @@ mod markdown;
 mod plots;
 mod provenance;
 
-pub use csv::{requests_csv, steps_csv, summary_csv};
+pub use csv::{categories_csv, requests_csv, steps_csv, summary_csv};
 pub use jsonl::{read_jsonl, write_jsonl};
 pub use markdown::summary_markdown;
 pub use plots::{
-    bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_latency,
-    plot_speedup, plot_tau, plot_time_split, Bar, Legend, Series, SeriesStyle,
+    bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_categories,
+    plot_latency, plot_speedup, plot_tau, plot_time_split, Bar, Legend, Series, SeriesStyle,
 };
-pub use provenance::{crate_versions, hash_file, Provenance};
+pub use provenance::{build_dirty, crate_versions, hash_file, Provenance, BUILD_COMMIT};
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::{HarnessError, Result};
-use crate::metrics::{summarize, MethodRun, MethodSummary, RequestRecord, StepRecord};
+use crate::metrics::{
+    summarize, summarize_categories, MethodRun, MethodSummary, RequestRecord, StepRecord,
+};
 
 /// Everything a run produced.
 #[derive(Debug, Clone)]
@@ -85,7 +89,12 @@ pub mod files {
     pub const LATENCY_SVG: &str = "latency.svg";
     /// Time-split plot.
     pub const TIME_SPLIT_SVG: &str = "time_split.svg";
-    /// Every file a results folder holds after [`super::write_results`].
+    /// Per-category CSV (only when the prompts have categories).
+    pub const CATEGORIES_CSV: &str = "categories.csv";
+    /// Per-category speedup plot (only when the prompts have categories).
+    pub const CATEGORIES_SVG: &str = "categories.svg";
+    /// Every file a results folder holds after [`super::write_results`] (the per-category
+    /// files besides, when the prompts have categories).
     pub const ALL: [&str; 15] = [
         PROVENANCE,
         RUNS,
@@ -143,13 +152,22 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
         })
         .collect();
     written.push(write_jsonl(&dir.join(files::SUMMARY_JSONL), &lines)?);
+    let categories = summarize_categories(&results.runs, &results.requests)?;
+    if !categories.is_empty() {
+        let p = dir.join(files::CATEGORIES_CSV);
+        std::fs::write(&p, categories_csv(&categories)).map_err(|e| HarnessError::io(&p, e))?;
+        written.push(p);
+        let p = dir.join(files::CATEGORIES_SVG);
+        plot_categories(&p, &categories)?;
+        written.push(p);
+    }
     for (name, text) in [
         (files::SUMMARY_CSV, summary_csv(&results.summaries)),
         (files::REQUESTS_CSV, requests_csv(&results.requests)),
         (files::STEPS_CSV, steps_csv(&results.steps)),
         (
             files::SUMMARY_MD,
-            summary_markdown(&results.summaries, &results.provenance),
+            summary_markdown(&results.summaries, &categories, &results.provenance),
         ),
     ] {
         let p = dir.join(name);

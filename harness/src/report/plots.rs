@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::error::{HarnessError, Result};
-use crate::metrics::MethodSummary;
+use crate::metrics::{CategorySummary, MethodSummary};
 
 const SIZE: (u32, u32) = (900, 520);
 
@@ -305,6 +305,26 @@ pub fn plot_tau(path: &Path, summaries: &[MethodSummary]) -> Result<()> {
         path,
         "Mean accepted length τ (tokens per target pass)",
         "τ",
+        &bars,
+        Some(1.0),
+    )
+}
+
+/// Per-category speedup bars (each method's bar in its colour beside the others in the
+/// category), whiskers the bootstrap interval of that same ratio, a red line at 1.
+pub fn plot_categories(path: &Path, categories: &[CategorySummary]) -> Result<()> {
+    let bars: Vec<Bar> = categories
+        .iter()
+        .map(|c| Bar {
+            label: format!("{} {}", c.category, c.method),
+            value: c.speedup.map_or(0.0, |i| i.mean),
+            interval: c.speedup.map(|i| (i.lo, i.hi)),
+        })
+        .collect();
+    bar_chart(
+        path,
+        "Speedup per category",
+        "speedup (×)",
         &bars,
         Some(1.0),
     )

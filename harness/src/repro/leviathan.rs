@@ -145,6 +145,7 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
             },
             max_tokens: p.tokens,
             batch_size: 1,
+            repeat: 1,
             baseline: crate::config::BaselineRule::Add,
             schedule: Default::default(),
             simulation: None,

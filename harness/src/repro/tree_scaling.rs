@@ -247,6 +247,7 @@ pub fn measure_table(
 ) -> Result<(TreeAcceptance, RankMeasurement)> {
     let prompts = PromptSet::Humaneval {
         count: Some(size.prompts),
+        chat: None,
     }
     .load(Path::new("."))?;
     let loaded = LoadedModel::open(DRAFT)?;

@@ -56,6 +56,7 @@ pub fn simulate_request(
             method: method.to_string(),
             request,
             step: steps.len(),
+            repeat: 0,
             proposed: k,
             draft_depth: k,
             accepted,
