@@ -41,18 +41,6 @@ impl Interval {
     pub fn half_width(&self) -> f64 {
         (self.hi - self.lo) / 2.0
     }
-
-    /// `mean [lo, hi] (n = N)` with `decimals` decimals.
-    pub fn display(&self, decimals: usize) -> String {
-        format!(
-            "{:.d$} [{:.d$}, {:.d$}] (n={})",
-            self.mean,
-            self.lo,
-            self.hi,
-            self.n,
-            d = decimals
-        )
-    }
 }
 
 /// Arithmetic mean; `None` for an empty slice.

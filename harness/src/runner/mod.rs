@@ -198,13 +198,11 @@ pub fn run_experiment_on(
         .ok_or_else(|| HarnessError::Metrics("no baseline method".into()))?;
     // (repeat, outcome) per method
     let mut outcomes: Vec<Vec<(usize, RequestOutcome)>> = vec![Vec::new(); methods.len()];
-    backend.prepare(
-        methods,
-        Some(&RequestSpec {
-            index: phases[0][0],
-            prompt: &prompts[phases[0][0]],
-        }),
-    )?;
+    let first = phases[0].first().map(|&index| RequestSpec {
+        index,
+        prompt: &prompts[index],
+    });
+    backend.prepare(methods, first.as_ref())?;
     for repeat in 0..repeats {
         for (phase, indices) in phases.iter().enumerate() {
             if phase == 1 && repeat == 0 {
