@@ -26,7 +26,12 @@ fn print_outcome(results: &RunResults, dir: &Path) {
         results.summaries.first().map_or(0, |s| s.requests),
         dir.display()
     );
-    let optional = [files::CATEGORIES_CSV, files::CATEGORIES_SVG];
+    let optional = [
+        files::CATEGORIES_CSV,
+        files::CATEGORIES_SVG,
+        files::SPEEDUP_BY_K_SVG,
+        files::TAU_BY_K_SVG,
+    ];
     for f in files::ALL.iter().chain(&optional) {
         if files::ALL.contains(f) || dir.join(f).exists() {
             println!("  {}", dir.join(f).display());

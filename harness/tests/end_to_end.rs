@@ -103,6 +103,11 @@ fn a_simulated_experiment_writes_every_output() {
         );
         assert_eq!(s.accepted_lengths.len(), k + 1);
     }
+    // k2 and k4 differ only in K: speedup and τ against K, one series with both points
+    for f in [files::SPEEDUP_BY_K_SVG, files::TAU_BY_K_SVG] {
+        let svg = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("chain"), "{f}");
+    }
     // The CSV has a header and one row per method; the markdown names every method.
     let csv = std::fs::read_to_string(dir.join(files::SUMMARY_CSV)).unwrap();
     assert_eq!(csv.lines().count(), 4);

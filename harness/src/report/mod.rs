@@ -14,6 +14,7 @@
 //! | `speedup.svg`, `tau.svg`, `acceptance_by_depth.svg`, `accepted_lengths.svg`, `latency.svg`, `time_split.svg` | plots |
 //!
 //! | `categories.csv`, `categories.svg` | per method × category (only when the prompts have categories) |
+//! | `speedup_by_k.svg`, `tau_by_k.svg` | speedup and τ against K per drafter (only when methods differ only in a fixed K) |
 //!
 //! [`write_results`] writes all of them; [`rerender`] reads the raw JSONL back and rewrites the
 //! derived files (summary, CSV, markdown, plots).
@@ -29,7 +30,8 @@ pub use jsonl::{read_jsonl, write_jsonl};
 pub use markdown::summary_markdown;
 pub use plots::{
     bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_categories,
-    plot_latency, plot_speedup, plot_tau, plot_time_split, Bar, Legend, Series, SeriesStyle,
+    plot_latency, plot_speedup, plot_tau, plot_time_split, series_by_k, Bar, Legend, Series,
+    SeriesStyle,
 };
 pub use provenance::{build_dirty, crate_versions, hash_file, Provenance, BUILD_COMMIT};
 
@@ -93,8 +95,12 @@ pub mod files {
     pub const CATEGORIES_CSV: &str = "categories.csv";
     /// Per-category speedup plot (only when the prompts have categories).
     pub const CATEGORIES_SVG: &str = "categories.svg";
-    /// Every file a results folder holds after [`super::write_results`] (the per-category
-    /// files besides, when the prompts have categories).
+    /// Speedup against K per drafter (only when two or more methods differ only in a fixed K).
+    pub const SPEEDUP_BY_K_SVG: &str = "speedup_by_k.svg";
+    /// τ against K per drafter (as [`SPEEDUP_BY_K_SVG`]).
+    pub const TAU_BY_K_SVG: &str = "tau_by_k.svg";
+    /// Every file a results folder holds after [`super::write_results`] (the per-category and
+    /// by-K files besides, when the run has them).
     pub const ALL: [&str; 15] = [
         PROVENANCE,
         RUNS,
@@ -160,6 +166,36 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
         let p = dir.join(files::CATEGORIES_SVG);
         plot_categories(&p, &categories)?;
         written.push(p);
+    }
+    let methods = &results.provenance.config.methods;
+    for (name, title, y, f) in [
+        (
+            files::SPEEDUP_BY_K_SVG,
+            "Speedup against K",
+            "speedup (×)",
+            (|s| s.speedup) as fn(&MethodSummary) -> f64,
+        ),
+        (
+            files::TAU_BY_K_SVG,
+            "Mean accepted length τ against K",
+            "τ",
+            |s| s.tau.mean,
+        ),
+    ] {
+        let series = series_by_k(methods, &results.summaries, f);
+        if !series.is_empty() {
+            let p = dir.join(name);
+            line_plot(
+                &p,
+                title,
+                "K (drafts per step)",
+                y,
+                &series,
+                false,
+                Legend::UpperLeft,
+            )?;
+            written.push(p);
+        }
     }
     for (name, text) in [
         (files::SUMMARY_CSV, summary_csv(&results.summaries)),

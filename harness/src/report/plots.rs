@@ -330,6 +330,45 @@ pub fn plot_categories(path: &Path, categories: &[CategorySummary]) -> Result<()
     )
 }
 
+/// Methods that differ only in a fixed K, as series: per (drafter, verifier) with two or more
+/// fixed-K methods (no fallback), the points (K, f(summary)) in K order. `methods` are the run's
+/// method configs (`provenance.config.methods`), matched to `summaries` by name.
+pub fn series_by_k(
+    methods: &[crate::config::MethodConfig],
+    summaries: &[MethodSummary],
+    f: fn(&MethodSummary) -> f64,
+) -> Vec<Series> {
+    use crate::methods::kinds::Fixed;
+    let mut groups: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for m in methods.iter().filter(|m| m.fallback.is_none()) {
+        let Some(k) = m.policy.as_ref().and_then(|p| p.as_kind::<Fixed>()) else {
+            continue;
+        };
+        let Some(s) = summaries.iter().find(|s| s.method == m.name) else {
+            continue;
+        };
+        let key = format!("{} / {}", m.drafter.describe(), m.verifier.describe());
+        match groups.iter_mut().find(|(g, _)| *g == key) {
+            Some((_, points)) => points.push((k.k as f64, f(s))),
+            None => groups.push((key, vec![(k.k as f64, f(s))])),
+        }
+    }
+    groups
+        .into_iter()
+        .filter(|(_, points)| points.len() >= 2)
+        .enumerate()
+        .map(|(i, (label, mut points))| {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series {
+                label,
+                points,
+                style: SeriesStyle::Line,
+                color: i,
+            }
+        })
+        .collect()
+}
+
 /// Acceptance by depth: per drafting configuration, the conditional rate (line) and the
 /// unconditional one (markers), in the configuration's colour.
 pub fn plot_acceptance_by_depth(path: &Path, summaries: &[MethodSummary]) -> Result<()> {
