@@ -43,7 +43,8 @@ def table(folder):
 
     def decode_rate(rs):
         tokens = sum(r["generated_tokens"] for r in rs)
-        seconds = sum(r["elapsed_s"] - r["overhead_s"] for r in rs)
+        # the prefill: its own field since the records split it out (overhead before)
+        seconds = sum(r["elapsed_s"] - r.get("prefill_s", r["overhead_s"]) for r in rs)
         return tokens / seconds if seconds > 0 else float("nan")
 
     base_rate = decode_rate(by[baseline])

@@ -2,9 +2,11 @@
 //! algorithms crate).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use specdec_harness::cli;
+use specdec_harness::engine::Penalties;
 use specdec_harness::generate::{generate, generate_method_help, GenerateOptions};
 
 /// specdec: speculative decoding, kernel first.
@@ -21,7 +23,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print the versions of the workspace crates.
+    /// Print the versions of the workspace crates, the git commit built in, and the main
+    /// third-party crates' versions.
     Version,
     /// Generate from one prompt, streaming the text, then print one summary line (tokens,
     /// tokens/s, acceptance rate, mean accepted length τ).
@@ -35,7 +38,7 @@ enum Command {
     Generate {
         /// Target model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (fetched by
         /// scripts/fetch-models.sh), or a path to a .gguf file.
-        #[arg(long)]
+        #[arg(long, short = 'm', visible_alias = "model")]
         target: String,
         /// Draft model (same tokenizer as the target), as for --target.
         #[arg(long)]
@@ -47,18 +50,47 @@ enum Command {
         /// largest K for auto).
         #[arg(long, default_value_t = 4)]
         k: usize,
-        /// The prompt text.
-        #[arg(long)]
-        prompt: String,
+        /// The prompt text (or --file).
+        #[arg(long, short = 'p', conflicts_with = "file")]
+        prompt: Option<String>,
+        /// Read the prompt from a file; `-` reads standard input (also read when neither
+        /// --prompt nor --file is given and stdin is not a terminal).
+        #[arg(long, short = 'f')]
+        file: Option<PathBuf>,
         /// Softmax temperature; 0 is greedy.
         #[arg(long, default_value_t = 0.0)]
         temperature: f64,
-        /// Most tokens to generate.
-        #[arg(long, default_value_t = 128)]
-        max_tokens: usize,
-        /// Wrap the prompt in the model's chat template (instruct models).
+        /// Keep only the K most probable tokens (applied to the target and, by the drafters, to
+        /// the draft distribution).
         #[arg(long)]
+        top_k: Option<usize>,
+        /// Nucleus sampling: keep the most probable tokens up to this mass, in (0, 1].
+        #[arg(long)]
+        top_p: Option<f64>,
+        /// Repetition penalty r > 0 on the target's logits (1 = off).
+        #[arg(long, default_value_t = 1.0)]
+        repetition_penalty: f32,
+        /// Frequency penalty per occurrence (0 = off).
+        #[arg(long, default_value_t = 0.0)]
+        frequency_penalty: f32,
+        /// Presence penalty (0 = off).
+        #[arg(long, default_value_t = 0.0)]
+        presence_penalty: f32,
+        /// Most tokens to generate (0: nothing).
+        #[arg(long, short = 'n', default_value_t = 128)]
+        max_tokens: usize,
+        /// Wrap the prompt in the model's chat template [default: when the model has one].
+        #[arg(long, overrides_with = "no_chat")]
         chat: bool,
+        /// Feed the prompt raw, without the chat template.
+        #[arg(long, overrides_with = "chat")]
+        no_chat: bool,
+        /// Print one JSON object (text, tokens, timings, acceptance, τ) instead of streaming.
+        #[arg(long)]
+        json: bool,
+        /// CPU threads for the model [default: all cores].
+        #[arg(long, short = 't')]
+        threads: Option<usize>,
         /// Seed of the random draws (T > 0).
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -155,6 +187,8 @@ enum Command {
     ///
     /// placement: co-located vs remote draft behind PCIe / NVLink / network links.
     ///
+    /// dynamic-k: adaptive K policies vs the best fixed K (simulated; experiments/sim-policies.toml).
+    ///
     /// acceptance-temperature: acceptance and τ vs temperature, Qwen pair (real models).
     ///
     /// tree-scaling: chain vs k-ary vs dynamic vs Sequoia trees against node budget.
@@ -189,42 +223,88 @@ enum Command {
     Bench(specdec::harness::bench::cli::BenchArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Cli::parse();
-    match args.command {
-        Command::Version => {
-            println!("specdec {}", env!("CARGO_PKG_VERSION"));
+/// Runs the command; an error is printed as a message with its causes (never a backtrace,
+/// whatever `RUST_BACKTRACE` says) and exits with status 1.
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let mut said = err.to_string();
+            eprintln!("error: {said}");
+            // causes the message does not already spell out
+            for cause in err.chain().skip(1).map(|c| c.to_string()) {
+                if !said.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                    said.push_str(&cause);
+                }
+            }
+            ExitCode::FAILURE
         }
+    }
+}
+
+fn run(args: Cli) -> anyhow::Result<()> {
+    match args.command {
+        Command::Version => print!("{}", version_text()),
         Command::Generate {
             target,
             draft,
             method,
             k,
             prompt,
+            file,
             temperature,
+            top_k,
+            top_p,
+            repetition_penalty,
+            frequency_penalty,
+            presence_penalty,
             max_tokens,
             chat,
+            no_chat,
+            json,
+            threads,
             seed,
             device,
             head,
             kv_memory,
         } => {
+            if let Some(n) = threads {
+                specdec_harness::generate::use_threads(n)?;
+            }
             let options = GenerateOptions {
                 target,
                 draft,
                 method,
                 k,
-                prompt,
+                prompt: read_prompt(prompt, file)?,
                 temperature,
+                top_k,
+                top_p,
+                penalties: Penalties {
+                    repetition: repetition_penalty,
+                    frequency: frequency_penalty,
+                    presence: presence_penalty,
+                },
                 max_tokens,
-                chat,
+                chat: match (chat, no_chat) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
                 seed,
                 device,
                 head,
                 kv_memory,
             };
-            let summary = generate(&options, &mut std::io::stdout().lock())?;
-            eprintln!("{}", summary.line());
+            let mut loading = |line: &str| eprintln!("{line}");
+            if json {
+                let summary = generate(&options, &mut std::io::sink(), &mut loading)?;
+                println!("{}", summary.to_json());
+            } else {
+                let summary = generate(&options, &mut std::io::stdout().lock(), &mut loading)?;
+                eprintln!("{}", summary.line());
+            }
         }
         Command::Serve {
             target,
@@ -269,6 +349,55 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `specdec version`: the workspace crates' version, the git commit built in, and the main
+/// third-party crates' versions.
+fn version_text() -> String {
+    use specdec_harness::report::{build_dirty, crate_versions, BUILD_COMMIT};
+    let mut text = format!(
+        "specdec {} (git commit {BUILD_COMMIT}{})\n",
+        env!("CARGO_PKG_VERSION"),
+        match build_dirty() {
+            Some(true) => ", uncommitted changes",
+            _ => "",
+        }
+    );
+    for krate in [
+        "specdec-kernels",
+        "specdec-models",
+        "specdec-algorithms",
+        "specdec-harness",
+        "specdec-train",
+    ] {
+        text.push_str(&format!("  {krate} {}\n", env!("CARGO_PKG_VERSION")));
+    }
+    for (krate, version) in crate_versions() {
+        text.push_str(&format!("  {krate} {version}\n"));
+    }
+    text
+}
+
+/// The prompt: `--prompt`, else the `--file` (`-`: stdin), else stdin when it is not a terminal.
+fn read_prompt(prompt: Option<String>, file: Option<PathBuf>) -> anyhow::Result<String> {
+    use std::io::{IsTerminal, Read};
+    let from_stdin = || -> anyhow::Result<String> {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| anyhow::anyhow!("reading the prompt from standard input: {e}"))?;
+        Ok(text)
+    };
+    match (prompt, file) {
+        (Some(p), _) => Ok(p),
+        (None, Some(f)) if f.as_os_str() == "-" => from_stdin(),
+        (None, Some(f)) => std::fs::read_to_string(&f)
+            .map_err(|e| anyhow::anyhow!("reading the prompt file {}: {e}", f.display())),
+        (None, None) if !std::io::stdin().is_terminal() => from_stdin(),
+        (None, None) => {
+            anyhow::bail!("no prompt: give --prompt TEXT, --file PATH, or pipe it into stdin")
+        }
+    }
 }
 
 /// `specdec prove`: prints the proof table; fails if any row fails.

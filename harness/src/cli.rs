@@ -26,8 +26,16 @@ fn print_outcome(results: &RunResults, dir: &Path) {
         results.summaries.first().map_or(0, |s| s.requests),
         dir.display()
     );
-    for f in files::ALL {
-        println!("  {}", dir.join(f).display());
+    let optional = [
+        files::CATEGORIES_CSV,
+        files::CATEGORIES_SVG,
+        files::SPEEDUP_BY_K_SVG,
+        files::TAU_BY_K_SVG,
+    ];
+    for f in files::ALL.iter().chain(&optional) {
+        if files::ALL.contains(f) || dir.join(f).exists() {
+            println!("  {}", dir.join(f).display());
+        }
     }
 }
 
@@ -109,6 +117,7 @@ pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
         },
         max_tokens: a.max_tokens,
         batch_size: 1,
+        repeat: 1,
         baseline: BaselineRule::Add,
         schedule: Default::default(),
         toy: None,
@@ -153,15 +162,19 @@ pub fn simulate(args: &SimulateArgs, out: Option<&Path>, quiet: bool) -> Result<
     Ok(dir)
 }
 
-/// The reproductions `specdec repro` knows.
-pub const REPRODUCTIONS: [&str; 6] = [
+/// The reproductions `specdec repro` knows (the table of experiments/README.md, in its order).
+pub const REPRODUCTIONS: [&str; 7] = [
     "leviathan",
     "placement",
+    "dynamic-k",
     "acceptance-temperature",
     "tree-scaling",
     "multi-level",
     "batching",
 ];
+
+/// The config of the `dynamic-k` reproduction.
+const DYNAMIC_K: &str = include_str!("../../experiments/sim-policies.toml");
 
 /// `specdec repro NAME [--quick] [--out DIR]`: runs a reproduction (default folder
 /// `results/repro/NAME`), prints its table and the files written. `quick` picks the smoke-test
@@ -176,6 +189,13 @@ pub fn repro(name: &str, quick: bool, out: Option<&Path>) -> Result<PathBuf> {
     let output = match name {
         "leviathan" => repro::leviathan::run(&dir, &repro::leviathan::LeviathanParams::default())?,
         "placement" => repro::placement::run(&dir, &repro::placement::PlacementParams::default())?,
+        "dynamic-k" => {
+            // the experiment config is the reproduction (see experiments/repro/dynamic-k)
+            let loaded = ExperimentConfig::from_toml(DYNAMIC_K, "experiments/sim-policies.toml")?;
+            let results = run_experiment(&loaded, &dir, false)?;
+            print_outcome(&results, &dir);
+            return Ok(dir);
+        }
         "acceptance-temperature" => at::run(
             &dir,
             &if quick {
@@ -221,4 +241,27 @@ pub fn repro(name: &str, quick: bool, out: Option<&Path>) -> Result<PathBuf> {
         println!("  {}", f.display());
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `specdec repro`'s list is the README's table of reproductions, in order.
+    #[test]
+    fn reproductions_match_the_readme() {
+        let readme = include_str!("../../experiments/README.md");
+        let listed: Vec<&str> = readme
+            .lines()
+            .filter_map(|l| l.strip_prefix("| [`"))
+            .filter_map(|l| l.split_once("`](repro/").map(|(name, _)| name))
+            .collect();
+        assert_eq!(listed, REPRODUCTIONS);
+    }
+
+    #[test]
+    fn the_dynamic_k_config_loads() {
+        let loaded = ExperimentConfig::from_toml(DYNAMIC_K, "sim-policies.toml").unwrap();
+        assert!(loaded.config.simulation.is_some());
+    }
 }

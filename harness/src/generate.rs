@@ -1,5 +1,6 @@
 //! `specdec generate`: one prompt through the engine, text streamed as tokens are accepted, then
-//! a one-line summary (tokens, tokens/s, acceptance rate, mean accepted length τ).
+//! a one-line summary (tokens, prefill and decode times, acceptance rate, mean accepted length
+//! τ), or one JSON object ([`GenerateSummary`]).
 
 use std::io::Write;
 
@@ -8,10 +9,11 @@ use specdec_kernels::sampling::SamplingParams;
 use specdec_models::llama::parse_device;
 
 use crate::config::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
-use crate::engine::{check_fits_context, Generation, Request};
+use crate::engine::{check_fits_context, Generation, Penalties, Request};
 use crate::error::{HarnessError, Result};
 use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain, Staged};
 use crate::methods::{lookup, normalise, DrafterRole, DRAFTERS};
+use crate::metrics::RequestRecord;
 use crate::runner::{EngineBackend, KvMemory};
 
 /// The method `generate --method auto` stands for: the cost-model policy over the draft
@@ -67,10 +69,17 @@ pub struct GenerateOptions {
     pub prompt: String,
     /// Softmax temperature (0 = greedy).
     pub temperature: f64,
+    /// Keep only the `top_k` most probable tokens (≥ 1).
+    pub top_k: Option<usize>,
+    /// Nucleus mass in (0, 1].
+    pub top_p: Option<f64>,
+    /// Repetition / frequency / presence penalties on the target's logits.
+    pub penalties: Penalties,
     /// Most tokens to generate.
     pub max_tokens: usize,
-    /// Wrap the prompt in the model's chat template.
-    pub chat: bool,
+    /// Wrap the prompt in the model's chat template: `Some(true)` / `Some(false)` as asked,
+    /// `None` when the model has one.
+    pub chat: Option<bool>,
     /// Seed of the random draws.
     pub seed: u64,
     /// Where the models run: `cpu`, `cuda` or `cuda:N`.
@@ -83,13 +92,25 @@ pub struct GenerateOptions {
     pub kv_memory: Option<String>,
 }
 
-/// The summary of one generation.
-#[derive(Debug, Clone, PartialEq)]
+/// The summary of one generation (also `generate --json`'s object).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct GenerateSummary {
+    /// The generated text (special tokens skipped).
+    pub text: String,
     /// Tokens generated.
     pub tokens: usize,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
     /// Seconds from admission (prefill included) to the last token.
     pub elapsed_s: f64,
+    /// Seconds of the prompt prefill.
+    pub prefill_s: f64,
+    /// Time to first token (prefill + the first step), seconds.
+    pub ttft_s: f64,
+    /// Time per output token after the first, seconds (`None` under 2 tokens).
+    pub tpot_s: Option<f64>,
+    /// Tokens per decode second (prefill excluded).
+    pub decode_tokens_per_s: Option<f64>,
     /// Accepted drafts / proposed drafts (`None` when nothing was proposed).
     pub acceptance: Option<f64>,
     /// Mean accepted length τ: (accepted drafts + 1) per target pass.
@@ -99,14 +120,21 @@ pub struct GenerateSummary {
 }
 
 impl GenerateSummary {
-    /// Summarises an engine [`Generation`].
-    pub fn of(g: &Generation) -> Self {
+    /// Summarises an engine [`Generation`] whose decoded text is `text`.
+    pub fn of(g: &Generation, text: String) -> Self {
         let proposed: usize = g.steps.iter().map(|s| s.proposed).sum();
         let accepted: usize = g.steps.iter().map(|s| s.accepted).sum();
         let passes = g.steps.len();
+        let record = RequestRecord::from_steps("", 0, "", g.prompt_tokens, g.elapsed_s, &g.steps);
         Self {
+            text,
             tokens: g.tokens.len(),
+            prompt_tokens: g.prompt_tokens,
             elapsed_s: g.elapsed_s,
+            prefill_s: record.prefill_s,
+            ttft_s: record.ttft_s,
+            tpot_s: record.tpot_s(),
+            decode_tokens_per_s: record.tokens_per_s(),
             acceptance: (proposed > 0).then(|| accepted as f64 / proposed as f64),
             tau: if passes == 0 {
                 0.0
@@ -117,17 +145,27 @@ impl GenerateSummary {
         }
     }
 
-    /// One line: `N tokens in S s (R tokens/s), acceptance A, τ T over P target passes`.
+    /// The summary as one line of JSON (`generate --json`).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// One line: `N tokens in S s (prefill P s, then R tokens/s), acceptance A, τ T over P
+    /// target passes`.
     pub fn line(&self) -> String {
         let acceptance = self
             .acceptance
             .map_or("n/a".to_string(), |a| format!("{:.1}%", 100.0 * a));
         format!(
-            "{} tokens in {:.2} s ({:.1} tokens/s), acceptance {acceptance}, mean accepted \
-             length τ {:.2} over {} target passes",
+            "{} tokens in {:.2} s (prefill of {} prompt tokens {:.2} s, TTFT {:.2} s, then {:.1} \
+             tokens/s), acceptance {acceptance}, mean accepted length τ {:.2} over {} target \
+             passes",
             self.tokens,
             self.elapsed_s,
-            self.tokens as f64 / self.elapsed_s.max(1e-9),
+            self.prompt_tokens,
+            self.prefill_s,
+            self.ttft_s,
+            self.decode_tokens_per_s.unwrap_or(0.0),
             self.tau,
             self.passes
         )
@@ -193,6 +231,22 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
     Ok(method)
 }
 
+/// Runs the model code on `threads` CPU threads (rayon's global pool), before any model loads.
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] for 0 threads, or when the pool was already started.
+pub fn use_threads(threads: usize) -> Result<()> {
+    if threads == 0 {
+        return Err(HarnessError::InvalidEngine(
+            "--threads must be at least 1".into(),
+        ));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .map_err(|e| HarnessError::InvalidEngine(format!("--threads {threads}: {e}")))
+}
+
 /// `drafter` with its `head` parameter set to `head`.
 ///
 /// # Errors
@@ -214,23 +268,46 @@ pub fn with_head(drafter: &DrafterConfig, head: &str) -> Result<DrafterConfig> {
 }
 
 /// Runs one prompt, writing the text to `out` as it is generated, and returns the summary (the
-/// caller prints [`GenerateSummary::line`]).
+/// caller prints [`GenerateSummary::line`]). `--max-tokens 0` writes nothing and returns an
+/// empty summary without loading a model. `on_loading` is told what is being loaded first.
 ///
 /// # Errors
-/// Model loading (a missing model names `scripts/fetch-models.sh`), a draft with another
-/// tokenizer, an unknown method, a prompt and `max_tokens` past the model's context (refused
-/// before any work), engine errors; writing to `out`.
-pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<GenerateSummary> {
+/// Invalid sampling settings or penalties (before any model loads); model loading (a missing
+/// model names `scripts/fetch-models.sh`), a draft with another tokenizer, an unknown method,
+/// `--chat` with a model without a chat template, a prompt and `max_tokens` past the model's
+/// context (refused before any work), engine errors; writing to `out`.
+pub fn generate(
+    options: &GenerateOptions,
+    out: &mut dyn Write,
+    on_loading: &mut dyn FnMut(&str),
+) -> Result<GenerateSummary> {
     let mut method = method_for(&options.method, options.k, options.draft.as_deref())?;
     if let Some(head) = &options.head {
         method.drafter = with_head(&method.drafter, head)?;
     }
     let sampling = SamplingParams {
         temperature: options.temperature,
-        top_k: None,
-        top_p: None,
+        top_k: options.top_k,
+        top_p: options.top_p,
     };
+    sampling.validate()?;
+    options.penalties.validate()?;
     let device = parse_device(&options.device)?;
+    if options.max_tokens == 0 {
+        return Ok(GenerateSummary {
+            text: String::new(),
+            tokens: 0,
+            prompt_tokens: 0,
+            elapsed_s: 0.0,
+            prefill_s: 0.0,
+            ttft_s: 0.0,
+            tpot_s: None,
+            decode_tokens_per_s: None,
+            acceptance: None,
+            tau: 0.0,
+            passes: 0,
+        });
+    }
     // staged's `--draft layer_skip` / `eagle` levels run on the target: no model to load
     let draft_model = options
         .draft
@@ -240,6 +317,13 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         Some(text) => KvMemory::parse(text)?,
         None => KvMemory::machine_default(),
     };
+    on_loading(&match &options.draft {
+        Some(draft) => format!(
+            "loading {} and {draft} on {}…",
+            options.target, options.device
+        ),
+        None => format!("loading {} on {}…", options.target, options.device),
+    });
     let mut backend = EngineBackend::open_with(
         kv_memory,
         &options.target,
@@ -249,10 +333,14 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         options.max_tokens,
         1,
     )?
+    .with_penalties(options.penalties)?
     .on_device(device)?;
+    let chat = options
+        .chat
+        .unwrap_or_else(|| backend.tokenizer().chat_template().is_some());
     let request = Request {
         id: 0,
-        prompt: backend.encode(&options.prompt, options.chat)?,
+        prompt: backend.encode(&options.prompt, chat)?,
         stop: backend.stop_rule(options.max_tokens),
     };
     // refused before any method is built or token generated
@@ -287,7 +375,8 @@ pub fn generate(options: &GenerateOptions, out: &mut dyn Write) -> Result<Genera
         return Err(HarnessError::io("<stdout>", e));
     }
     writeln!(out).map_err(|e| HarnessError::io("<stdout>", e))?;
-    Ok(GenerateSummary::of(&generations[0]))
+    let text = tokenizer.decode_skip_special(&generations[0].tokens)?;
+    Ok(GenerateSummary::of(&generations[0], text))
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ fn a_full_config_parses() {
         ModelSource::parse(&c.models.target).unwrap(),
         ModelSource::Named(specdec_harness::config::KnownModel::QwenCoder1_5b)
     );
-    assert!(matches!(c.prompts, PromptSet::Inline { ref texts } if texts.len() == 2));
+    assert!(matches!(c.prompts, PromptSet::Inline { ref texts, .. } if texts.len() == 2));
     assert_eq!(c.methods.len(), 3);
     assert!(c.methods[0].is_baseline());
     assert_eq!(c.methods[1].policy, Some(PolicyConfig::of(Fixed { k: 4 })));
@@ -333,7 +333,10 @@ fn humaneval_prompts_load_from_the_cache() {
     if specdec_models::registry::cached_for_test("humaneval").is_none() {
         return;
     }
-    let set = PromptSet::Humaneval { count: Some(3) };
+    let set = PromptSet::Humaneval {
+        count: Some(3),
+        chat: None,
+    };
     let prompts = set.load(std::path::Path::new(".")).unwrap();
     assert_eq!(prompts.len(), 3);
     assert_eq!(prompts[2].id, "humaneval/2");
@@ -341,9 +344,12 @@ fn humaneval_prompts_load_from_the_cache() {
         prompts.iter().all(|p| p.text.contains("def ")),
         "{prompts:?}"
     );
-    let all = PromptSet::Humaneval { count: None }
-        .load(std::path::Path::new("."))
-        .unwrap();
+    let all = PromptSet::Humaneval {
+        count: None,
+        chat: None,
+    }
+    .load(std::path::Path::new("."))
+    .unwrap();
     assert_eq!(all.len(), 164);
 }
 

@@ -85,12 +85,43 @@ fn a_simulated_experiment_writes_every_output() {
         assert!((0.0..=1.0).contains(&a));
         assert!(s.time_split.draft_s > 0.0);
         assert_eq!(s.acceptance_by_depth.len(), k);
+        // every interval inside the statistic's range, over the 4 prompts
+        assert!(
+            s.tau.lo >= 1.0 && s.tau.lo <= s.tau.hi && s.tau.n == 4,
+            "{:?}",
+            s.tau
+        );
+        let ai = s.acceptance_interval.unwrap();
+        assert!(ai.lo >= 0.0 && ai.hi <= 1.0, "{ai:?}");
+        let si = s.speedup_interval.unwrap();
+        assert!(si.lo > 0.0 && (si.mean - s.speedup).abs() < 1e-9, "{si:?}");
+        // the histogram counts every drafting step once
+        assert_eq!(
+            s.accepted_lengths.iter().sum::<usize>(),
+            s.target_passes,
+            "{s:?}"
+        );
+        assert_eq!(s.accepted_lengths.len(), k + 1);
+    }
+    // k2 and k4 differ only in K: speedup and τ against K, one series with both points
+    for f in [files::SPEEDUP_BY_K_SVG, files::TAU_BY_K_SVG] {
+        let svg = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("chain"), "{f}");
     }
     // The CSV has a header and one row per method; the markdown names every method.
     let csv = std::fs::read_to_string(dir.join(files::SUMMARY_CSV)).unwrap();
     assert_eq!(csv.lines().count(), 4);
     let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
-    for m in ["baseline", "k2", "k4", "git commit"] {
+    for m in [
+        "baseline",
+        "k2",
+        "k4",
+        "git commit",
+        "Warning: only 4 prompts",
+        "Acceptance by position",
+        "unconditional",
+        "Accepted drafts per step",
+    ] {
         assert!(md.contains(m), "summary.md lacks {m}");
     }
     // Provenance: the config as run, with its baseline, and the seed.
@@ -311,4 +342,100 @@ fn toy_results_do_not_depend_on_the_schedule() {
     assert_eq!(records(&by_method), records(&interleaved));
     assert!(by_method.runs.len() >= 2);
     assert_eq!(by_method.steps.len(), interleaved.steps.len());
+}
+
+/// `repeat = 2` runs the schedule twice: twice the records, each labelled with its repeat, one
+/// decode tokens/s per repeat, and intervals still over the 4 prompts.
+#[test]
+fn repeats_run_the_schedule_again() {
+    let dir = temp_dir("e2e-repeat");
+    let text = SIM.replace("max_tokens = 24", "max_tokens = 24\nrepeat = 2");
+    let loaded = ExperimentConfig::from_toml(&text, "repeat.toml").unwrap();
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    assert_eq!(results.requests.len(), 2 * 12);
+    for repeat in 0..2 {
+        assert_eq!(
+            results
+                .requests
+                .iter()
+                .filter(|r| r.repeat == repeat)
+                .count(),
+            12
+        );
+    }
+    assert!(results.steps.iter().any(|s| s.repeat == 1));
+    for s in &results.summaries {
+        assert_eq!(s.tokens_per_s_by_repeat.len(), 2, "{s:?}");
+        assert_eq!(s.tau.n, 4);
+        // the same seed: the same simulated work in both repeats
+        assert_eq!(s.tokens_per_s_by_repeat[0], s.tokens_per_s_by_repeat[1]);
+    }
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    assert!(md.contains("Repeats"), "{md}");
+    let err = ExperimentConfig::from_toml(
+        &SIM.replace("max_tokens = 24", "max_tokens = 24\nrepeat = 0"),
+        "r0.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("repeat"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// MT-Bench with both turns on SmolLM2 at T = 1: the second turn runs after the first, carries
+/// the baseline's first-turn answer for every method (the same context, so the same prompt
+/// length), and the per-category files are written.
+#[test]
+fn mtbench_second_turns_continue_the_baselines_answer() {
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none()
+        || specdec_models::registry::cached_for_test("mtbench").is_none()
+    {
+        return;
+    }
+    let config = r#"
+name = "mt2"
+max_tokens = 6
+[models]
+target = "smollm2-135m"
+[prompts]
+source = "mtbench"
+categories = ["writing", "math"]
+per_category = 1
+turns = 2
+[sampling]
+temperature = 1.0
+seed = 3
+[[methods]]
+name = "ngram"
+drafter = { kind = "ngram", n = 3 }
+policy = { kind = "fixed", k = 3 }
+"#;
+    let dir = temp_dir("mt2");
+    let loaded = ExperimentConfig::from_toml(config, "mt2.toml").unwrap();
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    assert_eq!(results.requests.len(), 2 * 4);
+    let of = |method: &str, turn: usize| -> Vec<&RequestRecord> {
+        results
+            .requests
+            .iter()
+            .filter(|r| r.method == method && r.turn == turn)
+            .collect()
+    };
+    for (first, second) in of("baseline", 1).iter().zip(of("baseline", 2)) {
+        assert_eq!(first.category, second.category);
+        assert!(second.prompt_id.ends_with("/turn2"), "{}", second.prompt_id);
+        // turn 2's prompt holds turn 1 and its answer
+        assert!(second.prompt_tokens > first.prompt_tokens + 4, "{second:?}");
+    }
+    // every method's second turn starts from the same context: the same prompt length
+    for (b, n) in of("baseline", 2).iter().zip(of("ngram", 2)) {
+        assert_eq!(b.prompt_tokens, n.prompt_tokens, "{}", b.prompt_id);
+    }
+    assert!(dir.join(files::CATEGORIES_CSV).exists());
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    assert!(
+        md.contains("Per category") && md.contains("baseline's"),
+        "{md}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

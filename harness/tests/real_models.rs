@@ -53,9 +53,12 @@ fn method(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
 /// The first `n` HumanEval prompts as engine requests of `max_tokens` tokens.
 fn humaneval_requests(backend: &EngineBackend, n: usize, max_tokens: usize) -> Vec<Request> {
     assert!(have("humaneval"));
-    let prompts = PromptSet::Humaneval { count: Some(n) }
-        .load(std::path::Path::new("."))
-        .expect("HumanEval prompts");
+    let prompts = PromptSet::Humaneval {
+        count: Some(n),
+        chat: None,
+    }
+    .load(std::path::Path::new("."))
+    .expect("HumanEval prompts");
     prompts
         .iter()
         .enumerate()

@@ -121,14 +121,17 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         k: 3,
         prompt: prompt.into(),
         temperature: 0.0,
+        top_k: None,
+        top_p: None,
+        penalties: Default::default(),
         max_tokens: 40,
-        chat: false,
+        chat: Some(false),
         seed: 0,
         device: "cpu".into(),
         head: None,
         kv_memory: None,
     };
-    let summary = generate(&options, &mut expected).unwrap();
+    let summary = generate(&options, &mut expected, &mut |_| {}).unwrap();
     // generate ends its output with a newline of its own
     let expected = String::from_utf8(expected).unwrap();
     assert_eq!(served, expected.strip_suffix('\n').unwrap());

@@ -32,6 +32,11 @@ pub struct ExperimentConfig {
     /// Requests in flight at once (≥ 1).
     #[serde(default = "one")]
     pub batch_size: usize,
+    /// How many times the whole schedule runs (≥ 1): every method over every prompt, `repeat`
+    /// times, with the same seed (the same work; the spread of tokens/s over repeats is the
+    /// run-to-run noise) [default: 1].
+    #[serde(default = "one")]
+    pub repeat: usize,
     /// What to do when no plain-decoding baseline is listed.
     #[serde(default)]
     pub baseline: BaselineRule,
@@ -132,6 +137,31 @@ pub struct SamplingConfig {
     /// Seed of every random draw of the run.
     #[serde(default)]
     pub seed: u64,
+    /// Repetition penalty r > 0 on the target's logits, with each tree node's own history
+    /// (1 = off; see [`crate::engine::Penalties`]) [default: 1].
+    #[serde(default = "no_repetition_penalty")]
+    pub repetition_penalty: f32,
+    /// Frequency penalty per occurrence (0 = off) [default: 0].
+    #[serde(default)]
+    pub frequency_penalty: f32,
+    /// Presence penalty (0 = off) [default: 0].
+    #[serde(default)]
+    pub presence_penalty: f32,
+}
+
+fn no_repetition_penalty() -> f32 {
+    1.0
+}
+
+impl SamplingConfig {
+    /// The penalties of this table.
+    pub fn penalties(&self) -> crate::engine::Penalties {
+        crate::engine::Penalties {
+            repetition: self.repetition_penalty,
+            frequency: self.frequency_penalty,
+            presence: self.presence_penalty,
+        }
+    }
 }
 
 impl Default for SamplingConfig {
@@ -141,6 +171,9 @@ impl Default for SamplingConfig {
             top_k: None,
             top_p: None,
             seed: 0,
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
         }
     }
 }
@@ -211,6 +244,9 @@ impl ExperimentConfig {
         if self.batch_size == 0 {
             return Err(invalid("batch_size", "must be at least 1".into()));
         }
+        if self.repeat == 0 {
+            return Err(invalid("repeat", "must be at least 1".into()));
+        }
         let s = &self.sampling;
         if !(s.temperature.is_finite() && s.temperature >= 0.0) {
             return Err(invalid(
@@ -225,6 +261,15 @@ impl ExperimentConfig {
             if !(p > 0.0 && p <= 1.0) {
                 return Err(invalid("sampling.top_p", format!("{p} is not in (0, 1]")));
             }
+        }
+        s.penalties()
+            .validate()
+            .map_err(|e| invalid("sampling.repetition_penalty", e.to_string()))?;
+        if !s.penalties().is_off() && self.simulation.is_some() {
+            return Err(invalid(
+                "sampling",
+                "penalties act on model logits; the simulation has none".into(),
+            ));
         }
         let target =
             ModelSource::parse(&self.models.target).map_err(|e| invalid("models.target", e))?;
@@ -272,19 +317,29 @@ impl ExperimentConfig {
                 .map_err(|e| invalid("simulation", e.to_string()))?;
         }
         match &self.prompts {
-            PromptSet::Inline { texts } if texts.is_empty() => {
+            PromptSet::Inline { texts, .. } if texts.is_empty() => {
                 return Err(invalid("prompts.texts", "holds no prompt".into()))
             }
             PromptSet::Synthetic { count: 0, .. } => {
                 return Err(invalid("prompts.count", "must be at least 1".into()))
             }
-            PromptSet::Humaneval { count: Some(0) } | PromptSet::File { count: Some(0), .. } => {
+            PromptSet::Humaneval { count: Some(0), .. }
+            | PromptSet::File { count: Some(0), .. } => {
                 return Err(invalid("prompts.count", "must be at least 1".into()))
             }
             PromptSet::Mtbench {
                 per_category: Some(0),
                 ..
+            }
+            | PromptSet::File {
+                per_category: Some(0),
+                ..
             } => return Err(invalid("prompts.per_category", "must be at least 1".into())),
+            PromptSet::Mtbench { turns: Some(t), .. } | PromptSet::File { turns: Some(t), .. }
+                if !(1..=2).contains(t) =>
+            {
+                return Err(invalid("prompts.turns", format!("{t} is not 1 or 2")))
+            }
             _ => {}
         }
         let mut names = HashSet::new();

@@ -401,6 +401,7 @@ impl<'a> Engine<'a> {
         let mut trees = Vec::with_capacity(active.len());
         let mut draft_s = Vec::with_capacity(active.len());
         let mut choices = Vec::with_capacity(active.len());
+        let mut drafters = Vec::with_capacity(active.len());
         for seq in active.iter_mut() {
             let t0 = Instant::now();
             let (choice, mut budget) = seq.policy.next_budget();
@@ -447,6 +448,7 @@ impl<'a> Engine<'a> {
             }
             trees.push(tree);
             choices.push(choice);
+            drafters.push(drafter.name());
             draft_s.push(t0.elapsed().as_secs_f64());
         }
         // 3: one target pass over every tree.
@@ -576,6 +578,7 @@ impl<'a> Engine<'a> {
                 method: self.options.method.clone(),
                 request: seq.index,
                 step: seq.step as usize,
+                repeat: 0,
                 proposed,
                 draft_depth: tree.topology().max_depth(),
                 accepted,
@@ -584,9 +587,11 @@ impl<'a> Engine<'a> {
                 target_s,
                 verify_s,
                 commit_s,
-                overhead_s: if seq.step == 0 { seq.prefill_s } else { 0.0 },
+                overhead_s: 0.0,
+                prefill_s: if first { seq.prefill_s } else { 0.0 },
                 kv_blocks: kv_blocks_used,
                 batch,
+                drafter: std::mem::take(&mut drafters[position]),
             });
             seq.step += 1;
             if let Some(reason) = finish {

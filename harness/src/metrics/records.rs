@@ -14,6 +14,9 @@ pub struct StepRecord {
     pub request: usize,
     /// 0-based step (target pass) number within the request.
     pub step: usize,
+    /// 0-based repeat of the schedule this step ran in (`repeat = N` in the config).
+    #[serde(default)]
+    pub repeat: usize,
     /// Draft tokens (chain) or draft tree nodes proposed this step; 0 for plain decoding.
     pub proposed: usize,
     /// Depth of the deepest proposed node (= `proposed` for a chain; 0 when nothing proposed).
@@ -33,16 +36,31 @@ pub struct StepRecord {
     pub commit_s: f64,
     /// Seconds of everything else (scheduling, metadata, host work).
     pub overhead_s: f64,
-    /// KV cache blocks held by this sequence after the step.
+    /// Seconds of the request's prompt prefill (admission: all prompt tokens but the last into
+    /// the target's KV cache, the drafters told) before this step: on step 0 only, else 0.
+    #[serde(default)]
+    pub prefill_s: f64,
+    /// Blocks of the target's paged KV cache in use after the step, over every sequence in
+    /// flight (measured from the model's pool; the simulation, which runs one request at a
+    /// time, counts this sequence's; 0 when the model has no paged cache, as the toy models).
     pub kv_blocks: usize,
     /// Sequences in the target pass that served this step (1 without batching).
     pub batch: usize,
+    /// Name of the drafter that drafted this step (the method's own, or its fallback's); empty
+    /// in records written before it was recorded.
+    #[serde(default)]
+    pub drafter: String,
 }
 
 impl StepRecord {
-    /// Sum of the five time components, in seconds.
+    /// Sum of the six time components (prefill included), in seconds.
     pub fn total_s(&self) -> f64 {
-        self.draft_s + self.target_s + self.verify_s + self.commit_s + self.overhead_s
+        self.draft_s
+            + self.target_s
+            + self.verify_s
+            + self.commit_s
+            + self.overhead_s
+            + self.prefill_s
     }
 }
 
@@ -53,8 +71,17 @@ pub struct RequestRecord {
     pub method: String,
     /// Index of the request in the prompt list.
     pub request: usize,
+    /// 0-based repeat of the schedule (`repeat = N` in the config).
+    #[serde(default)]
+    pub repeat: usize,
     /// Prompt id (see `config::Prompt::id`).
     pub prompt_id: String,
+    /// The prompt's category (MT-Bench, Spec-Bench questions), else `None`.
+    #[serde(default)]
+    pub category: Option<String>,
+    /// 1-based turn of a multi-turn question (1 otherwise).
+    #[serde(default = "first_turn")]
+    pub turn: usize,
     /// Prompt length in tokens (nominal for synthetic prompts).
     pub prompt_tokens: usize,
     /// Tokens generated (Σ emitted).
@@ -65,8 +92,15 @@ pub struct RequestRecord {
     pub proposed: usize,
     /// Σ accepted drafts.
     pub accepted: usize,
-    /// Seconds from admission to retirement of this request.
+    /// Seconds from admission to retirement of this request (prefill included).
     pub elapsed_s: f64,
+    /// Seconds of the prompt prefill (Σ of the steps' `prefill_s`).
+    #[serde(default)]
+    pub prefill_s: f64,
+    /// Time to first token: the prefill plus the first step (whose target pass emits the first
+    /// token), in seconds; 0 without steps.
+    #[serde(default)]
+    pub ttft_s: f64,
     /// Σ draft seconds.
     pub draft_s: f64,
     /// Σ target seconds.
@@ -85,8 +119,8 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    /// Sums a request's steps. `steps` must all belong to this method and request (not checked
-    /// here; [`crate::metrics::summarize`] groups by the fields).
+    /// Sums a request's steps (its `repeat` is theirs). `steps` must all belong to this method,
+    /// request and repeat (not checked here; [`crate::metrics::summarize`] groups by the fields).
     pub fn from_steps(
         method: &str,
         request: usize,
@@ -99,13 +133,18 @@ impl RequestRecord {
         RequestRecord {
             method: method.to_string(),
             request,
+            repeat: steps.first().map_or(0, |s| s.repeat),
             prompt_id: prompt_id.to_string(),
+            category: None,
+            turn: 1,
             prompt_tokens,
             generated_tokens: steps.iter().map(|s| s.emitted).sum(),
             target_passes: steps.len(),
             proposed: steps.iter().map(|s| s.proposed).sum(),
             accepted: steps.iter().map(|s| s.accepted).sum(),
             elapsed_s,
+            prefill_s: sum(|s| s.prefill_s),
+            ttft_s: steps.first().map_or(0.0, StepRecord::total_s),
             draft_s: sum(|s| s.draft_s),
             target_s: sum(|s| s.target_s),
             verify_s: sum(|s| s.verify_s),
@@ -122,10 +161,27 @@ impl RequestRecord {
             .then(|| (self.accepted + self.target_passes) as f64 / self.target_passes as f64)
     }
 
-    /// Generated tokens per elapsed second; `None` when no time elapsed.
-    pub fn tokens_per_s(&self) -> Option<f64> {
-        (self.elapsed_s > 0.0).then(|| self.generated_tokens as f64 / self.elapsed_s)
+    /// Seconds of decoding: elapsed minus the prefill.
+    pub fn decode_s(&self) -> f64 {
+        (self.elapsed_s - self.prefill_s).max(0.0)
     }
+
+    /// Generated tokens per decode second (prefill excluded); `None` when no time elapsed.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        let decode = self.decode_s();
+        (decode > 0.0).then(|| self.generated_tokens as f64 / decode)
+    }
+
+    /// Time per output token after the first: (elapsed − TTFT) / (tokens − 1), in seconds
+    /// (vLLM's TPOT); `None` for fewer than 2 tokens.
+    pub fn tpot_s(&self) -> Option<f64> {
+        (self.generated_tokens >= 2)
+            .then(|| (self.elapsed_s - self.ttft_s).max(0.0) / (self.generated_tokens - 1) as f64)
+    }
+}
+
+fn first_turn() -> usize {
+    1
 }
 
 /// One method's whole run over the prompts.
@@ -144,4 +200,8 @@ pub struct MethodRun {
     /// draft models, calibrating costs, tuning a layer-skip drafter); not part of `elapsed_s`.
     #[serde(default)]
     pub setup_s: f64,
+    /// `elapsed_s` split by repeat (one entry per repeat of the schedule; empty in records
+    /// written before repeats existed).
+    #[serde(default)]
+    pub repeat_elapsed_s: Vec<f64>,
 }

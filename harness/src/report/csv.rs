@@ -1,6 +1,6 @@
 //! CSV tables (RFC 4180 quoting) of summaries, requests and steps.
 
-use crate::metrics::{MethodSummary, RequestRecord, StepRecord};
+use crate::metrics::{CategorySummary, MethodSummary, RequestRecord, StepRecord};
 
 fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
@@ -25,7 +25,8 @@ fn opt(x: Option<f64>) -> String {
     x.map(|v| v.to_string()).unwrap_or_default()
 }
 
-/// One row per configuration. Times are seconds; `acceptance_by_depth` is `;`-separated.
+/// One row per configuration. Times are seconds; the histogram and the per-depth rates are
+/// `;`-separated lists.
 pub fn summary_csv(summaries: &[MethodSummary]) -> String {
     table(
         &[
@@ -36,23 +37,37 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
             "generated_tokens",
             "target_passes",
             "elapsed_s",
+            "prefill_s",
             "tokens_per_s",
             "speedup",
-            "speedup_per_prompt_mean",
+            "speedup_lo95",
+            "speedup_hi95",
+            "speedup_per_prompt_geomean",
             "speedup_per_prompt_lo95",
             "speedup_per_prompt_hi95",
             "acceptance_rate",
+            "acceptance_lo95",
+            "acceptance_hi95",
             "tau_mean",
             "tau_lo95",
             "tau_hi95",
             "tau_n",
+            "ttft_s_mean",
+            "ttft_s_lo95",
+            "ttft_s_hi95",
+            "tpot_s_mean",
+            "tpot_s_lo95",
+            "tpot_s_hi95",
+            "accepted_lengths",
             "acceptance_by_depth",
+            "acceptance_by_depth_unconditional",
             "draft_s",
             "target_s",
             "verify_s",
             "commit_s",
             "overhead_s",
             "kv_blocks_peak",
+            "tokens_per_s_by_repeat",
         ],
         summaries.iter().map(|s| {
             let pp = s.speedup_per_prompt;
@@ -64,19 +79,40 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
                 s.generated_tokens.to_string(),
                 s.target_passes.to_string(),
                 s.elapsed_s.to_string(),
+                s.prefill_s.to_string(),
                 s.tokens_per_s.to_string(),
                 s.speedup.to_string(),
+                opt(s.speedup_interval.map(|i| i.lo)),
+                opt(s.speedup_interval.map(|i| i.hi)),
                 opt(pp.map(|i| i.mean)),
                 opt(pp.map(|i| i.lo)),
                 opt(pp.map(|i| i.hi)),
                 opt(s.acceptance_rate),
+                opt(s.acceptance_interval.map(|i| i.lo)),
+                opt(s.acceptance_interval.map(|i| i.hi)),
                 s.tau.mean.to_string(),
                 s.tau.lo.to_string(),
                 s.tau.hi.to_string(),
                 s.tau.n.to_string(),
+                opt(s.ttft_s.map(|i| i.mean)),
+                opt(s.ttft_s.map(|i| i.lo)),
+                opt(s.ttft_s.map(|i| i.hi)),
+                opt(s.tpot_s.map(|i| i.mean)),
+                opt(s.tpot_s.map(|i| i.lo)),
+                opt(s.tpot_s.map(|i| i.hi)),
+                s.accepted_lengths
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(";"),
                 s.acceptance_by_depth
                     .iter()
-                    .map(|a| format!("{a:.4}"))
+                    .map(|a| format!("{:.4}", a.conditional))
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                s.acceptance_by_depth
+                    .iter()
+                    .map(|a| format!("{:.4}", a.unconditional))
                     .collect::<Vec<_>>()
                     .join(";"),
                 s.time_split.draft_s.to_string(),
@@ -85,6 +121,43 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
                 s.time_split.commit_s.to_string(),
                 s.time_split.overhead_s.to_string(),
                 s.kv_blocks_peak.to_string(),
+                s.tokens_per_s_by_repeat
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(";"),
+            ]
+        }),
+    )
+}
+
+/// One row per method × category.
+pub fn categories_csv(categories: &[CategorySummary]) -> String {
+    table(
+        &[
+            "method",
+            "category",
+            "prompts",
+            "tau_mean",
+            "tau_lo95",
+            "tau_hi95",
+            "speedup",
+            "speedup_lo95",
+            "speedup_hi95",
+            "tokens_per_s",
+        ],
+        categories.iter().map(|c| {
+            vec![
+                c.method.clone(),
+                c.category.clone(),
+                c.tau.n.to_string(),
+                c.tau.mean.to_string(),
+                c.tau.lo.to_string(),
+                c.tau.hi.to_string(),
+                opt(c.speedup.map(|i| i.mean)),
+                opt(c.speedup.map(|i| i.lo)),
+                opt(c.speedup.map(|i| i.hi)),
+                c.tokens_per_s.to_string(),
             ]
         }),
     )
@@ -96,6 +169,7 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
         &[
             "method",
             "request",
+            "repeat",
             "prompt_id",
             "prompt_tokens",
             "generated_tokens",
@@ -104,6 +178,9 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
             "accepted",
             "tau",
             "elapsed_s",
+            "prefill_s",
+            "ttft_s",
+            "tpot_s",
             "draft_s",
             "target_s",
             "verify_s",
@@ -115,6 +192,7 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
             vec![
                 r.method.clone(),
                 r.request.to_string(),
+                r.repeat.to_string(),
                 r.prompt_id.clone(),
                 r.prompt_tokens.to_string(),
                 r.generated_tokens.to_string(),
@@ -123,6 +201,9 @@ pub fn requests_csv(requests: &[RequestRecord]) -> String {
                 r.accepted.to_string(),
                 opt(r.tau()),
                 r.elapsed_s.to_string(),
+                r.prefill_s.to_string(),
+                r.ttft_s.to_string(),
+                opt(r.tpot_s()),
                 r.draft_s.to_string(),
                 r.target_s.to_string(),
                 r.verify_s.to_string(),
@@ -140,6 +221,7 @@ pub fn steps_csv(steps: &[StepRecord]) -> String {
         &[
             "method",
             "request",
+            "repeat",
             "step",
             "proposed",
             "draft_depth",
@@ -150,13 +232,16 @@ pub fn steps_csv(steps: &[StepRecord]) -> String {
             "verify_s",
             "commit_s",
             "overhead_s",
+            "prefill_s",
             "kv_blocks",
             "batch",
+            "drafter",
         ],
         steps.iter().map(|s| {
             vec![
                 s.method.clone(),
                 s.request.to_string(),
+                s.repeat.to_string(),
                 s.step.to_string(),
                 s.proposed.to_string(),
                 s.draft_depth.to_string(),
@@ -167,8 +252,10 @@ pub fn steps_csv(steps: &[StepRecord]) -> String {
                 s.verify_s.to_string(),
                 s.commit_s.to_string(),
                 s.overhead_s.to_string(),
+                s.prefill_s.to_string(),
                 s.kv_blocks.to_string(),
                 s.batch.to_string(),
+                s.drafter.clone(),
             ]
         }),
     )

@@ -3,10 +3,15 @@
 use std::fmt::Write;
 
 use super::Provenance;
-use crate::metrics::MethodSummary;
+use crate::metrics::{CategorySummary, Interval, MethodSummary, BOOTSTRAP_RESAMPLES, FEW_PROMPTS};
 
-/// A markdown document: the per-configuration table, the definitions used, and the provenance.
-pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) -> String {
+/// A markdown document: the per-configuration table, the definitions used, the per-category
+/// table when the prompts have categories, and the provenance.
+pub fn summary_markdown(
+    summaries: &[MethodSummary],
+    categories: &[CategorySummary],
+    provenance: &Provenance,
+) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# {}\n", provenance.config.name);
     if !provenance.config.description.is_empty() {
@@ -21,7 +26,7 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
     let slowest = summaries
         .iter()
         .filter(|s| s.generated_tokens > 0)
-        .map(|s| s.time_split.total_s() / s.generated_tokens as f64)
+        .map(|s| s.time_split.decode_s() / s.generated_tokens as f64)
         .fold(0.0f64, f64::max);
     let (unit, scale) = if slowest < 1e-4 {
         ("µs", 1e6)
@@ -30,18 +35,30 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
     };
     let _ = writeln!(
         md,
-        "| method | drafter / verifier / policy | tokens/s | speedup | per-prompt speedup (95% CI) | acceptance | τ (95% CI) | = baseline | draft / target / verify / commit / overhead ({unit} per token) |"
+        "| method | drafter / verifier / policy | n | decode tokens/s | speedup (95% CI) | per-prompt speedup, geometric mean (95% CI) | acceptance (95% CI) | τ (95% CI) | TTFT ms (95% CI) | TPOT ms (95% CI) | = baseline | draft / target / verify / commit / overhead ({unit} per token) |"
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(
+        md,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
+    let ms = |i: Option<Interval>| {
+        interval(
+            i.map(|i| Interval {
+                mean: i.mean * 1e3,
+                lo: i.lo * 1e3,
+                hi: i.hi * 1e3,
+                n: i.n,
+            }),
+            1,
+        )
+    };
     for s in summaries {
-        let pp = s
-            .speedup_per_prompt
-            .map(|i| format!("{:.2} [{:.2}, {:.2}]", i.mean, i.lo, i.hi))
-            .unwrap_or_else(|| "-".into());
-        let acc = s
-            .acceptance_rate
-            .map(|a| format!("{:.3}", a))
-            .unwrap_or_else(|| "-".into());
+        let speedup = match s.speedup_interval {
+            Some(i) if !s.is_baseline => format!("{:.2}× [{:.2}, {:.2}]", s.speedup, i.lo, i.hi),
+            _ => format!("{:.2}×", s.speedup),
+        };
+        let pp = interval(s.speedup_per_prompt, 2);
+        let acc = interval(s.acceptance_interval, 3);
         let per_token = |x: f64| {
             if s.generated_tokens == 0 {
                 0.0
@@ -57,7 +74,7 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
             .collect();
         let _ = writeln!(
             md,
-            "| {}{} | {} | {:.1} | {:.2}× | {} | {} | {:.2} [{:.2}, {:.2}] | {} | {} |",
+            "| {}{} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.method,
             if s.is_baseline && s.method != "baseline" {
                 " (baseline)"
@@ -65,30 +82,63 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
                 ""
             },
             s.description,
+            s.tau.n,
             s.tokens_per_s,
-            s.speedup,
+            speedup,
             pp,
             acc,
-            s.tau.mean,
-            s.tau.lo,
-            s.tau.hi,
+            interval(Some(s.tau), 2),
+            ms(s.ttft_s),
+            ms(s.tpot_s),
             s.matches_baseline
                 .map(|(equal, of)| format!("{equal}/{of}"))
                 .unwrap_or_else(|| "-".into()),
             split.join(" / ")
         );
     }
-    let n = summaries.first().map(|s| s.requests).unwrap_or(0);
+    let n = summaries.iter().map(|s| s.tau.n).min().unwrap_or(0);
     let _ = writeln!(
         md,
-        "\nTimes are {time_unit} ({} backend). {n} prompts per method. Speedup = tokens/s over the \
-         baseline's in this run. Acceptance = accepted drafts / proposed drafts. τ = accepted \
-         drafts + 1 per target pass, mean over prompts with a two-sided 95% Student-t interval \
-         over prompts; the per-prompt speedup interval is the same kind. = baseline: prompts whose \
-         text equals the baseline's on the same prompt (at temperature 0 a lossless method \
-         matches on every prompt; above 0 texts differ by chance).\n",
+        "\nTimes are {time_unit} ({} backend). n = prompts per method. Speedup = tokens/s over \
+         the baseline's in this run, both over decode time (the prompt prefill, in TTFT, left out); \
+         TTFT = time to first token (prefill + first step); TPOT = time per output token after \
+         the first; per-prompt speedup = baseline seconds per token / the \
+         method's on the same prompt, geometric mean over prompts. Acceptance = accepted drafts / \
+         proposed drafts. τ = accepted drafts + 1 per target pass, mean over prompts. Intervals: \
+         95% percentile bootstrap over prompts ({BOOTSTRAP_RESAMPLES} resamples, fixed seed), \
+         inside the statistic's range. = baseline: prompts whose text equals the baseline's on \
+         the same prompt (at temperature 0 a lossless method matches on every prompt; above 0 \
+         texts differ by chance). Definitions: `harness/src/metrics/mod.rs`.\n",
         provenance.backend
     );
+    if n < FEW_PROMPTS {
+        let _ = writeln!(
+            md,
+            "**Warning: only {n} prompt{} per method: the intervals are rough (with 2 prompts they \
+             are about the two prompts' values); run at least {FEW_PROMPTS}.**\n",
+            if n == 1 { "" } else { "s" }
+        );
+    }
+    let spreads: Vec<String> = summaries
+        .iter()
+        .filter(|s| !s.tokens_per_s_by_repeat.is_empty())
+        .map(|s| {
+            let r = &s.tokens_per_s_by_repeat;
+            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{} {lo:.1}–{hi:.1} ({} runs)", s.method, r.len())
+        })
+        .collect();
+    if !spreads.is_empty() {
+        let _ = writeln!(
+            md,
+            "Repeats (the same prompts and seed run again; the prompt stays the unit of the \
+             intervals): decode tokens/s, lowest–highest repeat: {}.\n",
+            spreads.join(", ")
+        );
+    }
+    write_category_table(&mut md, summaries, categories, provenance);
+    write_acceptance_tables(&mut md, summaries);
     let setups: Vec<String> = summaries
         .iter()
         .filter(|s| s.setup_s > 0.0)
@@ -143,4 +193,134 @@ pub fn summary_markdown(summaries: &[MethodSummary], provenance: &Provenance) ->
         let _ = writeln!(md, "- note: {note}");
     }
     md
+}
+
+/// The per-category table, Spec-Bench's columns: per category the speedup and the mean accepted
+/// tokens τ, then the overall speedup, τ and decode tokens/s of each method.
+fn write_category_table(
+    md: &mut String,
+    summaries: &[MethodSummary],
+    categories: &[CategorySummary],
+    provenance: &Provenance,
+) {
+    if categories.is_empty() {
+        return;
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for c in categories {
+        if !names.contains(&c.category.as_str()) {
+            names.push(&c.category);
+        }
+    }
+    let _ = writeln!(md, "### Per category\n");
+    let _ = writeln!(
+        md,
+        "| method | {} | overall speedup | mean accepted tokens τ | decode tokens/s |",
+        names
+            .iter()
+            .map(|n| format!("{n}: speedup / τ"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(md, "|---|{}---:|---:|---:|", "---:|".repeat(names.len()));
+    for s in summaries {
+        let cells: Vec<String> = names
+            .iter()
+            .map(|name| {
+                categories
+                    .iter()
+                    .find(|c| c.method == s.method && c.category == *name)
+                    .map_or("-".into(), |c| {
+                        let speedup = c.speedup.map_or("-".into(), |i| format!("{:.2}×", i.mean));
+                        format!("{speedup} / {:.2} (n={})", c.tau.mean, c.tau.n)
+                    })
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.2}× | {:.2} | {:.1} |",
+            s.method,
+            cells.join(" | "),
+            s.speedup,
+            s.tau.mean,
+            s.tokens_per_s
+        );
+    }
+    let multi_turn = provenance.notes.iter().any(|n| n.contains("later turns"));
+    let _ = writeln!(
+        md,
+        "\nSpeedup and τ per category over that category's prompts (intervals in \
+         `categories.csv`){}.\n",
+        if multi_turn {
+            "; a category holds both turns of its questions, and every method's second turn \
+             continues the **baseline's** first-turn answer, so all methods are compared on the \
+             same contexts (at T > 0 too)"
+        } else {
+            ""
+        }
+    );
+}
+
+/// `mean [lo, hi]` with `decimals` decimals, `-` for none.
+fn interval(i: Option<Interval>, decimals: usize) -> String {
+    i.map(|i| format!("{:.d$} [{:.d$}, {:.d$}]", i.mean, i.lo, i.hi, d = decimals))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The accepted-length histogram and acceptance by position (conditional and unconditional,
+/// each with its count) of every drafting method.
+fn write_acceptance_tables(md: &mut String, summaries: &[MethodSummary]) {
+    let drafting: Vec<&MethodSummary> = summaries
+        .iter()
+        .filter(|s| !s.accepted_lengths.is_empty())
+        .collect();
+    if drafting.is_empty() {
+        return;
+    }
+    let longest = drafting
+        .iter()
+        .map(|s| s.accepted_lengths.len())
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(md, "### Accepted drafts per step (steps that drafted)\n");
+    let header: Vec<String> = (0..longest).map(|a| a.to_string()).collect();
+    let _ = writeln!(md, "| method | {} | steps |", header.join(" | "));
+    let _ = writeln!(md, "|---|{}---:|", "---:|".repeat(longest));
+    for s in &drafting {
+        let total: usize = s.accepted_lengths.iter().sum();
+        let cells: Vec<String> = (0..longest)
+            .map(|a| {
+                let c = s.accepted_lengths.get(a).copied().unwrap_or(0);
+                format!("{c} ({:.0}%)", 100.0 * c as f64 / total.max(1) as f64)
+            })
+            .collect();
+        let _ = writeln!(md, "| {} | {} | {total} |", s.method, cells.join(" | "));
+    }
+    let deepest = drafting
+        .iter()
+        .map(|s| s.acceptance_by_depth.len())
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(
+        md,
+        "\n### Acceptance by position\n\nConditional: P(position d accepted | d − 1 accepted, d \
+         proposed), of the steps that reached d; unconditional (vLLM's per-position rate): \
+         P(position d accepted | d proposed), of the steps that proposed d. Counts in brackets.\n"
+    );
+    let header: Vec<String> = (1..=deepest).map(|d| format!("d = {d}")).collect();
+    let _ = writeln!(md, "| method | kind | {} |", header.join(" | "));
+    let _ = writeln!(md, "|---|---|{}", "---:|".repeat(deepest));
+    for s in &drafting {
+        for (kind, conditional) in [("conditional", true), ("unconditional", false)] {
+            let cells: Vec<String> = (0..deepest)
+                .map(|d| match s.acceptance_by_depth.get(d) {
+                    Some(a) if conditional => format!("{:.3} ({})", a.conditional, a.reached),
+                    Some(a) => format!("{:.3} ({})", a.unconditional, a.proposed),
+                    None => "-".into(),
+                })
+                .collect();
+            let _ = writeln!(md, "| {} | {kind} | {} |", s.method, cells.join(" | "));
+        }
+    }
+    let _ = writeln!(md);
 }

@@ -11,7 +11,10 @@
 //! | `steps.jsonl`, `steps.csv` | one line per method × prompt × target pass |
 //! | `summary.jsonl`, `summary.csv` | one line per method: the aggregates (provenance embedded in the JSONL) |
 //! | `summary.md` | the summary table and the provenance in markdown |
-//! | `speedup.svg`, `tau.svg`, `acceptance_by_depth.svg`, `time_split.svg` | plots |
+//! | `speedup.svg`, `tau.svg`, `acceptance_by_depth.svg`, `accepted_lengths.svg`, `latency.svg`, `time_split.svg` | plots |
+//!
+//! | `categories.csv`, `categories.svg` | per method × category (only when the prompts have categories) |
+//! | `speedup_by_k.svg`, `tau_by_k.svg` | speedup and τ against K per drafter (only when methods differ only in a fixed K) |
 //!
 //! [`write_results`] writes all of them; [`rerender`] reads the raw JSONL back and rewrites the
 //! derived files (summary, CSV, markdown, plots).
@@ -22,21 +25,24 @@ mod markdown;
 mod plots;
 mod provenance;
 
-pub use csv::{requests_csv, steps_csv, summary_csv};
+pub use csv::{categories_csv, requests_csv, steps_csv, summary_csv};
 pub use jsonl::{read_jsonl, write_jsonl};
 pub use markdown::summary_markdown;
 pub use plots::{
-    bar_chart, line_plot, plot_acceptance_by_depth, plot_speedup, plot_tau, plot_time_split, Bar,
-    Legend, Series, SeriesStyle,
+    bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_categories,
+    plot_latency, plot_speedup, plot_tau, plot_time_split, series_by_k, Bar, Legend, Series,
+    SeriesStyle,
 };
-pub use provenance::{crate_versions, hash_file, Provenance};
+pub use provenance::{build_dirty, crate_versions, hash_file, Provenance, BUILD_COMMIT};
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::{HarnessError, Result};
-use crate::metrics::{summarize, MethodRun, MethodSummary, RequestRecord, StepRecord};
+use crate::metrics::{
+    summarize, summarize_categories, MethodRun, MethodSummary, RequestRecord, StepRecord,
+};
 
 /// Everything a run produced.
 #[derive(Debug, Clone)]
@@ -79,10 +85,23 @@ pub mod files {
     pub const TAU_SVG: &str = "tau.svg";
     /// Acceptance-by-depth plot.
     pub const ACCEPTANCE_SVG: &str = "acceptance_by_depth.svg";
+    /// Accepted-length histogram.
+    pub const ACCEPTED_LENGTHS_SVG: &str = "accepted_lengths.svg";
+    /// TTFT / TPOT plot.
+    pub const LATENCY_SVG: &str = "latency.svg";
     /// Time-split plot.
     pub const TIME_SPLIT_SVG: &str = "time_split.svg";
-    /// Every file a results folder holds after [`super::write_results`].
-    pub const ALL: [&str; 13] = [
+    /// Per-category CSV (only when the prompts have categories).
+    pub const CATEGORIES_CSV: &str = "categories.csv";
+    /// Per-category speedup plot (only when the prompts have categories).
+    pub const CATEGORIES_SVG: &str = "categories.svg";
+    /// Speedup against K per drafter (only when two or more methods differ only in a fixed K).
+    pub const SPEEDUP_BY_K_SVG: &str = "speedup_by_k.svg";
+    /// τ against K per drafter (as [`SPEEDUP_BY_K_SVG`]).
+    pub const TAU_BY_K_SVG: &str = "tau_by_k.svg";
+    /// Every file a results folder holds after [`super::write_results`] (the per-category and
+    /// by-K files besides, when the run has them).
+    pub const ALL: [&str; 15] = [
         PROVENANCE,
         RUNS,
         REQUESTS_JSONL,
@@ -95,6 +114,8 @@ pub mod files {
         SPEEDUP_SVG,
         TAU_SVG,
         ACCEPTANCE_SVG,
+        ACCEPTED_LENGTHS_SVG,
+        LATENCY_SVG,
         TIME_SPLIT_SVG,
     ];
 }
@@ -137,13 +158,52 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
         })
         .collect();
     written.push(write_jsonl(&dir.join(files::SUMMARY_JSONL), &lines)?);
+    let categories = summarize_categories(&results.runs, &results.requests)?;
+    if !categories.is_empty() {
+        let p = dir.join(files::CATEGORIES_CSV);
+        std::fs::write(&p, categories_csv(&categories)).map_err(|e| HarnessError::io(&p, e))?;
+        written.push(p);
+        let p = dir.join(files::CATEGORIES_SVG);
+        plot_categories(&p, &categories)?;
+        written.push(p);
+    }
+    let methods = &results.provenance.config.methods;
+    for (name, title, y, f) in [
+        (
+            files::SPEEDUP_BY_K_SVG,
+            "Speedup against K",
+            "speedup (×)",
+            (|s| s.speedup) as fn(&MethodSummary) -> f64,
+        ),
+        (
+            files::TAU_BY_K_SVG,
+            "Mean accepted length τ against K",
+            "τ",
+            |s| s.tau.mean,
+        ),
+    ] {
+        let series = series_by_k(methods, &results.summaries, f);
+        if !series.is_empty() {
+            let p = dir.join(name);
+            line_plot(
+                &p,
+                title,
+                "K (drafts per step)",
+                y,
+                &series,
+                false,
+                Legend::UpperLeft,
+            )?;
+            written.push(p);
+        }
+    }
     for (name, text) in [
         (files::SUMMARY_CSV, summary_csv(&results.summaries)),
         (files::REQUESTS_CSV, requests_csv(&results.requests)),
         (files::STEPS_CSV, steps_csv(&results.steps)),
         (
             files::SUMMARY_MD,
-            summary_markdown(&results.summaries, &results.provenance),
+            summary_markdown(&results.summaries, &categories, &results.provenance),
         ),
     ] {
         let p = dir.join(name);
@@ -159,6 +219,12 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
     written.push(p);
     let p = dir.join(files::ACCEPTANCE_SVG);
     plot_acceptance_by_depth(&p, s)?;
+    written.push(p);
+    let p = dir.join(files::ACCEPTED_LENGTHS_SVG);
+    plot_accepted_lengths(&p, s)?;
+    written.push(p);
+    let p = dir.join(files::LATENCY_SVG);
+    plot_latency(&p, s)?;
     written.push(p);
     let p = dir.join(files::TIME_SPLIT_SVG);
     plot_time_split(&p, s)?;

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -14,9 +13,10 @@ use crate::error::{HarnessError, Result};
 /// The provenance recorded with every result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
-    /// `git rev-parse HEAD` at run time, else `$SPECDEC_GIT_COMMIT`, else `unknown`.
+    /// The git commit the running binary was built from ([`BUILD_COMMIT`]; `unknown` without
+    /// git at build time).
     pub git_commit: String,
-    /// Whether the work tree had uncommitted changes (`None` when git was not available).
+    /// Whether that build had uncommitted changes to tracked files (`None` when unknown).
     pub git_dirty: Option<bool>,
     /// Version of the specdec crates.
     pub specdec_version: String,
@@ -56,7 +56,7 @@ impl Provenance {
         backend: &str,
         notes: Vec<String>,
     ) -> Result<Provenance> {
-        let (git_commit, git_dirty) = git_state();
+        let (git_commit, git_dirty) = (BUILD_COMMIT.to_string(), build_dirty());
         let mut model_hashes = BTreeMap::new();
         let entries = std::iter::once(&config.models.target).chain(config.models.draft.iter());
         for entry in entries {
@@ -94,23 +94,15 @@ impl Provenance {
     }
 }
 
-fn git_state() -> (String, Option<bool>) {
-    let run = |args: &[&str]| -> Option<String> {
-        let out = Command::new("git").args(args).output().ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
-    match run(&["rev-parse", "HEAD"]) {
-        Some(commit) if !commit.is_empty() => {
-            let dirty =
-                run(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
-            (commit, dirty)
-        }
-        _ => (
-            std::env::var("SPECDEC_GIT_COMMIT").unwrap_or_else(|_| "unknown".to_string()),
-            None,
-        ),
+/// The git commit this crate was built from (by `build.rs`; `unknown` without git).
+pub const BUILD_COMMIT: &str = env!("SPECDEC_BUILD_COMMIT");
+
+/// Whether the build had uncommitted changes to tracked files (`None` when unknown).
+pub fn build_dirty() -> Option<bool> {
+    match env!("SPECDEC_BUILD_DIRTY") {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
     }
 }
 
@@ -209,6 +201,17 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_build_commit_is_built_in() {
+        // this test runs from a git checkout: the build script saw a 40-hex commit
+        assert!(
+            BUILD_COMMIT == "unknown"
+                || (BUILD_COMMIT.len() == 40
+                    && BUILD_COMMIT.chars().all(|c| c.is_ascii_hexdigit())),
+            "{BUILD_COMMIT}"
+        );
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub struct TemperatureRow {
     pub temperature: f64,
     /// Accepted / proposed drafts of the linear method.
     pub acceptance: Option<f64>,
-    /// Acceptance at depth 1..=K.
+    /// Conditional acceptance at depth 1..=K (see [`crate::metrics::DepthAcceptance`]).
     pub acceptance_by_depth: Vec<f64>,
     /// τ (accepted + 1 per target pass), mean and 95 % interval over prompts.
     pub tau: Interval,
@@ -98,7 +98,11 @@ pub fn run(dir: &Path, p: &TemperatureParams) -> Result<ReproOutput> {
         rows.push(TemperatureRow {
             temperature: t,
             acceptance: lin.acceptance_rate,
-            acceptance_by_depth: lin.acceptance_by_depth.clone(),
+            acceptance_by_depth: lin
+                .acceptance_by_depth
+                .iter()
+                .map(|d| d.conditional)
+                .collect(),
             tau: lin.tau,
             speedup: lin.speedup,
             baseline_tokens_per_s: base.tokens_per_s,
@@ -108,7 +112,7 @@ pub fn run(dir: &Path, p: &TemperatureParams) -> Result<ReproOutput> {
     let mut files = Vec::new();
     let mut md = format!(
         "Acceptance and τ against temperature: {} drafting for {}, linear K = {}, {} HumanEval \
-         prompts × {} tokens per temperature (95% t-interval over prompts; speedup = tokens/s \
+         prompts × {} tokens per temperature (95% bootstrap interval over prompts; speedup = tokens/s \
          over the plain baseline of the same run).\n\n\
          | T | acceptance | acceptance by depth 1..K | τ [95% CI] | speedup | baseline tok/s | linear tok/s |\n\
          |---:|---:|---|---:|---:|---:|---:|\n",

@@ -52,11 +52,11 @@ pub struct LeviathanRow {
     pub gamma: usize,
     /// Analytic E(α, γ).
     pub e_analytic: f64,
-    /// Simulated τ with its 95 % t-interval over requests.
+    /// Simulated τ with its 95 % bootstrap interval over requests.
     pub tau_sim: crate::metrics::Interval,
     /// Analytic walltime gain at c.
     pub gain_analytic: f64,
-    /// Simulated speedup with its 95 % t-interval over requests.
+    /// Simulated speedup with its 95 % bootstrap interval over requests.
     pub gain_sim: crate::metrics::Interval,
 }
 
@@ -111,7 +111,7 @@ pub struct ToyRow {
     pub gamma: usize,
     /// E(α, γ).
     pub e_analytic: f64,
-    /// Measured τ with its 95 % t-interval over requests.
+    /// Measured τ with its 95 % bootstrap interval over requests.
     pub tau_measured: crate::metrics::Interval,
 }
 
@@ -122,7 +122,7 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
         DrafterConfig, ExperimentConfig, MethodConfig, ModelsConfig, PolicyConfig, PromptSet,
         SamplingConfig, ToyConfig, VerifierConfig,
     };
-    use crate::metrics::{t_interval, RequestRecord};
+    use crate::metrics::{mean_interval, RequestRecord};
     use crate::runner::{Backend, RequestSpec, ToyBackend};
     let mut out = Vec::new();
     for &toy_seed in toy_seeds {
@@ -145,6 +145,7 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
             },
             max_tokens: p.tokens,
             batch_size: 1,
+            repeat: 1,
             baseline: crate::config::BaselineRule::Add,
             schedule: Default::default(),
             simulation: None,
@@ -188,7 +189,7 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
                 alpha,
                 gamma,
                 e_analytic: leviathan_expected_tokens(alpha, gamma),
-                tau_measured: t_interval(&taus)
+                tau_measured: mean_interval(&taus)
                     .ok_or_else(|| HarnessError::Metrics("no toy requests".into()))?,
             });
         }
@@ -222,7 +223,7 @@ pub fn run(dir: &Path, p: &LeviathanParams) -> Result<ReproOutput> {
 
     let mut md = format!(
         "Expected tokens per target pass E(α, γ) and walltime gain at c = {} (draft/target cost), \
-         analytic vs simulated ({} requests × {} tokens per cell, 95% t-interval over requests, seed {}).\n\n\
+         analytic vs simulated ({} requests × {} tokens per cell, 95% bootstrap interval over requests, seed {}).\n\n\
          | α | γ | E analytic | τ simulated [95% CI] | gain analytic | gain simulated [95% CI] |\n|---:|---:|---:|---:|---:|---:|\n",
         p.c, p.requests, p.tokens, p.seed
     );
@@ -246,7 +247,7 @@ pub fn run(dir: &Path, p: &LeviathanParams) -> Result<ReproOutput> {
         "\n## Measured with toy models\n\nReal chain rejection sampling (the kernels' verifier, production \
          randomness) on context-free toy pairs (vocab 8, dense tables, temperature 1), where every \
          draft is accepted with probability exactly α = Σ min(p, q); {} requests × {} tokens per \
-         cell, 95% t-interval over requests.\n\n| toy seed | α (exact) | γ | E analytic | τ measured [95% CI] |\n|---:|---:|---:|---:|---:|\n",
+         cell, 95% bootstrap interval over requests.\n\n| toy seed | α (exact) | γ | E analytic | τ measured [95% CI] |\n|---:|---:|---:|---:|---:|\n",
         p.requests, p.tokens
     );
     for r in &toy {

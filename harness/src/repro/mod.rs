@@ -14,7 +14,7 @@ pub mod tree_scaling;
 use std::path::{Path, PathBuf};
 
 use crate::error::{HarnessError, Result};
-use crate::metrics::{t_interval, Interval};
+use crate::metrics::{mean_interval, Interval};
 use specdec_algorithms::policy::FixedPolicy;
 
 use crate::simulation::{simulate_request, AcceptanceProcess, CostModel, SplitMix64};
@@ -31,10 +31,10 @@ pub struct ReproOutput {
 /// Simulated τ and speedup of a fixed-K chain over `requests` requests of `tokens` tokens each.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ChainMeasurement {
-    /// Per-request τ, mean and 95 % t-interval over requests.
+    /// Per-request τ, mean and 95 % bootstrap interval over requests.
     pub tau: Interval,
     /// Per-request speedup over plain decoding on the same cost model (plain seconds per token /
-    /// this K's seconds per token), mean and 95 % t-interval over requests.
+    /// this K's seconds per token), mean and 95 % bootstrap interval over requests.
     pub speedup: Interval,
 }
 
@@ -70,8 +70,8 @@ pub fn measure_chain(
     }
     let none = || HarnessError::Metrics("no requests to measure".into());
     Ok(ChainMeasurement {
-        tau: t_interval(&taus).ok_or_else(none)?,
-        speedup: t_interval(&speedups).ok_or_else(none)?,
+        tau: mean_interval(&taus).ok_or_else(none)?,
+        speedup: mean_interval(&speedups).ok_or_else(none)?,
     })
 }
 

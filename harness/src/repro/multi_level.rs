@@ -104,13 +104,13 @@ pub fn run(dir: &Path, p: &MultiLevelParams) -> Result<ReproOutput> {
             tokens_per_s: s.tokens_per_s,
             speedup: s.speedup,
             speedup_per_prompt: s.speedup_per_prompt,
-            draft_share: s.time_split.draft_s / s.time_split.total_s().max(f64::MIN_POSITIVE),
+            draft_share: s.time_split.draft_s / s.time_split.decode_s().max(f64::MIN_POSITIVE),
         })
         .collect();
     let mut files = Vec::new();
     let mut md = format!(
         "Multi-level vs linear vs n-gram: {} (target) on {} HumanEval prompts × {} tokens, T = {}, \
-         K = {k} (95% t-intervals over prompts).\n\n\
+         K = {k} (95% bootstrap intervals over prompts).\n\n\
          | method | acceptance | τ [95% CI] | tokens/s | speedup | per-prompt speedup [95% CI] | draft share |\n\
          |---|---:|---:|---:|---:|---:|---:|\n",
         super::real::TARGET,

@@ -227,7 +227,7 @@ pub fn run(dir: &Path, p: &PlacementParams) -> Result<ReproOutput> {
     );
     let mut md = format!(
         "Best-K speedup over plain decoding (K ≤ {}), analytic and simulated ({} requests × {} tokens, \
-         95% t-interval over requests, seed {}). Remote: the draft runs on its own device; each step \
+         95% bootstrap interval over requests, seed {}). Remote: the draft runs on its own device; each step \
          pays 2 × latency + bytes / bandwidth.\n\n\
          | scenario | α | placement | latency µs | GB/s | payload | best K | speedup analytic | speedup simulated [95% CI] |\n\
          |---|---:|---|---:|---:|---|---:|---:|---:|\n",

@@ -71,6 +71,7 @@ pub fn qwen_config(
         },
         prompts: PromptSet::Humaneval {
             count: Some(size.prompts),
+            chat: None,
         },
         sampling: SamplingConfig {
             temperature,
@@ -79,6 +80,7 @@ pub fn qwen_config(
         },
         max_tokens: size.max_tokens,
         batch_size,
+        repeat: 1,
         baseline: BaselineRule::Add,
         schedule: Default::default(),
         toy: None,

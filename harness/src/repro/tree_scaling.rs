@@ -31,7 +31,7 @@ use crate::config::{DrafterConfig, PromptSet};
 use crate::engine::Request;
 use crate::error::{HarnessError, Result};
 use crate::methods::drafters::{SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH};
-use crate::metrics::{t_interval, Interval};
+use crate::metrics::{mean_interval, Interval};
 use crate::report::{line_plot, Legend, Series, SeriesStyle};
 use crate::runner::{EngineBackend, LoadedModel};
 use crate::simulation::{accepted_length, dynamic_tree, CostCurve, CostModel, TreeAcceptance};
@@ -247,6 +247,7 @@ pub fn measure_table(
 ) -> Result<(TreeAcceptance, RankMeasurement)> {
     let prompts = PromptSet::Humaneval {
         count: Some(size.prompts),
+        chat: None,
     }
     .load(Path::new("."))?;
     let loaded = LoadedModel::open(DRAFT)?;
@@ -439,7 +440,7 @@ pub fn simulate(
                 Some((name, shape)) => (name.to_string(), Some(acc.expected_tau(shape))),
                 None => (format!("dynamic (EAGLE-2, top-{})", p.top_k), None),
             };
-            let tau = t_interval(&taus[i])
+            let tau = mean_interval(&taus[i])
                 .ok_or_else(|| HarnessError::Metrics("no simulated steps".into()))?;
             rows.push(TreeRow {
                 budget: n,

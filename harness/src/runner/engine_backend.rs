@@ -23,7 +23,7 @@ use super::engine_context::ModelSet;
 use super::kv_memory::{KvMemory, KvPlan};
 use super::models::{check_same_tokenizer, time_forward, LoadedModel, Target};
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
-use crate::config::{ExperimentConfig, MethodConfig};
+use crate::config::{ExperimentConfig, MethodConfig, Prompt};
 use crate::engine::{EngineOptions, Generation, Penalties};
 use crate::engine::{Request, StopRule};
 use crate::error::Result;
@@ -37,6 +37,7 @@ pub struct EngineBackend {
     drafts: HashMap<String, LoadedModel>,
     default_draft: Option<String>,
     sampling: SamplingParams,
+    penalties: Penalties,
     seed: u64,
     max_tokens: usize,
     batch_size: usize,
@@ -78,7 +79,18 @@ impl EngineBackend {
             config.max_tokens,
             config.batch_size,
         )?
+        .with_penalties(config.sampling.penalties())?
         .on_device(device)
+    }
+
+    /// Applies `penalties` to the target's logits of every later run.
+    ///
+    /// # Errors
+    /// [`crate::HarnessError::InvalidEngine`] for invalid penalties.
+    pub fn with_penalties(mut self, penalties: Penalties) -> Result<Self> {
+        penalties.validate()?;
+        self.penalties = penalties;
+        Ok(self)
     }
 
     /// Loads `target` (and `draft`, checking its tokenizer), each a registry name or a GGUF path,
@@ -138,6 +150,7 @@ impl EngineBackend {
             drafts,
             default_draft: draft.map(str::to_string),
             sampling,
+            penalties: Penalties::default(),
             seed,
             max_tokens,
             batch_size: batch_size.max(1),
@@ -254,6 +267,19 @@ impl EngineBackend {
         Ok(tokenizer.encode(&rendered)?)
     }
 
+    /// Tokenizes an experiment prompt: its conversation through the chat template when
+    /// [`Prompt::chat`], else its raw text ([`Prompt::raw_text`]).
+    ///
+    /// # Errors
+    /// As [`EngineBackend::encode`].
+    pub fn encode_prompt(&self, prompt: &Prompt) -> Result<Vec<u32>> {
+        Ok(if prompt.chat {
+            self.encode_messages(&prompt.messages())?
+        } else {
+            self.target_file.tokenizer.encode_prompt(&prompt.raw_text())?
+        })
+    }
+
     /// Runs `method` over `requests` with the engine, calling `on_tokens(request id, tokens)` as
     /// tokens are emitted and `on_done(index)` as each request retires.
     ///
@@ -281,7 +307,7 @@ impl EngineBackend {
         EngineOptions {
             method: method.name.clone(),
             sampling: self.sampling,
-            penalties: Penalties::default(),
+            penalties: self.penalties,
             seed: self.seed,
             batch_size: self.batch_size,
         }
@@ -294,7 +320,7 @@ impl Backend for EngineBackend {
     /// method's build time is reported as the set-up of its first run.
     fn prepare(&mut self, methods: &[MethodConfig], first: Option<&RequestSpec<'_>>) -> Result<()> {
         if let Some(spec) = first {
-            self.calibration = Some(self.encode(&spec.prompt.text, spec.prompt.chat)?);
+            self.calibration = Some(self.encode_prompt(spec.prompt)?);
         }
         for method in methods {
             if self.built.contains_key(&method.name) {
@@ -328,7 +354,7 @@ impl Backend for EngineBackend {
             .map(|spec| {
                 Ok(Request {
                     id: spec.index as u64,
-                    prompt: self.encode(&spec.prompt.text, spec.prompt.chat)?,
+                    prompt: self.encode_prompt(spec.prompt)?,
                     stop: stop.clone(),
                 })
             })

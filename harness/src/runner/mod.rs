@@ -132,7 +132,7 @@ pub fn run_experiment_on(
     progress: bool,
 ) -> Result<RunResults> {
     let config = &loaded.config;
-    let prompts = config.prompts.load(&loaded.base_dir())?;
+    let mut prompts = config.prompts.load(&loaded.base_dir())?;
     if prompts.is_empty() {
         return Err(HarnessError::ConfigInvalid {
             origin: loaded
@@ -150,13 +150,25 @@ pub fn run_experiment_on(
             config.batch_size
         ));
     }
+    // Later turns run after every first turn, conditioned on the baseline's answers.
+    let phases: [Vec<usize>; 2] = [
+        (0..prompts.len())
+            .filter(|&i| prompts[i].answer_of.is_none())
+            .collect(),
+        (0..prompts.len())
+            .filter(|&i| prompts[i].answer_of.is_some())
+            .collect(),
+    ];
+    if !phases[1].is_empty() {
+        notes.push(
+            "later turns continue the baseline's answer to the earlier turn, for every method \
+             (the same contexts for all methods)"
+                .into(),
+        );
+    }
     let provenance = Provenance::collect(config, loaded.path.as_deref(), backend.name(), notes)?;
-    let specs: Vec<RequestSpec> = prompts
-        .iter()
-        .enumerate()
-        .map(|(index, prompt)| RequestSpec { index, prompt })
-        .collect();
-    let total = (prompts.len() * config.methods.len()) as u64;
+    let repeats = config.repeat.max(1);
+    let total = (prompts.len() * config.methods.len() * repeats) as u64;
     let bar = if progress {
         let b = ProgressBar::new(total);
         b.set_style(
@@ -179,32 +191,60 @@ pub fn run_experiment_on(
             is_baseline: method.is_baseline(),
             elapsed_s: 0.0,
             setup_s: 0.0,
+            repeat_elapsed_s: vec![0.0; repeats],
         })
         .collect();
-    let mut outcomes: Vec<Vec<RequestOutcome>> = vec![Vec::new(); methods.len()];
-    backend.prepare(methods, specs.first())?;
-    for (group, order) in schedule_order(
-        config.schedule,
-        specs.len(),
-        config.batch_size,
-        methods.len(),
-    ) {
-        for m in order {
-            let method = &methods[m];
-            bar.set_message(method.name.clone());
-            let group_specs = &specs[group.clone()];
-            let outcome = backend.run_method(method, group_specs, &mut |_| bar.inc(1))?;
-            check_outcome(method, group_specs, &outcome)?;
-            runs[m].elapsed_s += outcome.elapsed_s;
-            runs[m].setup_s += outcome.setup_s;
-            outcomes[m].extend(outcome.requests);
+    let baseline = methods
+        .iter()
+        .position(MethodConfig::is_baseline)
+        .ok_or_else(|| HarnessError::Metrics("no baseline method".into()))?;
+    // (repeat, outcome) per method
+    let mut outcomes: Vec<Vec<(usize, RequestOutcome)>> = vec![Vec::new(); methods.len()];
+    let first = phases[0].first().map(|&index| RequestSpec {
+        index,
+        prompt: &prompts[index],
+    });
+    backend.prepare(methods, first.as_ref())?;
+    for repeat in 0..repeats {
+        for (phase, indices) in phases.iter().enumerate() {
+            if phase == 1 && repeat == 0 {
+                condition_on_baseline(&mut prompts, indices, &outcomes[baseline])?;
+            }
+            let specs: Vec<RequestSpec> = indices
+                .iter()
+                .map(|&index| RequestSpec {
+                    index,
+                    prompt: &prompts[index],
+                })
+                .collect();
+            for (group, order) in schedule_order(
+                config.schedule,
+                specs.len(),
+                config.batch_size,
+                methods.len(),
+            ) {
+                for m in order {
+                    let method = &methods[m];
+                    bar.set_message(method.name.clone());
+                    let group_specs = &specs[group.clone()];
+                    let outcome = backend.run_method(method, group_specs, &mut |_| bar.inc(1))?;
+                    check_outcome(method, group_specs, &outcome)?;
+                    runs[m].elapsed_s += outcome.elapsed_s;
+                    runs[m].repeat_elapsed_s[repeat] += outcome.elapsed_s;
+                    runs[m].setup_s += outcome.setup_s;
+                    outcomes[m].extend(outcome.requests.into_iter().map(|r| (repeat, r)));
+                }
+            }
         }
     }
     let mut requests = Vec::new();
     let mut steps = Vec::new();
     for (method, mut outs) in methods.iter().zip(outcomes) {
-        outs.sort_by_key(|r| r.request);
-        for r in outs {
+        outs.sort_by_key(|(repeat, r)| (*repeat, r.request));
+        for (repeat, mut r) in outs {
+            for s in &mut r.steps {
+                s.repeat = repeat;
+            }
             let prompt = &prompts[r.request];
             let mut rec = RequestRecord::from_steps(
                 &method.name,
@@ -215,6 +255,9 @@ pub fn run_experiment_on(
                 &r.steps,
             );
             rec.text = r.text;
+            rec.repeat = repeat;
+            rec.category = prompt.category.clone();
+            rec.turn = prompt.turn;
             requests.push(rec);
             steps.extend(r.steps);
         }
@@ -230,6 +273,39 @@ pub fn run_experiment_on(
     };
     write_results(out_dir, &results)?;
     Ok(results)
+}
+
+/// Gives each later-turn prompt at `indices` its conversation so far: the earlier turn's own
+/// history, then (the earlier turn's text, the baseline's answer to it) from the baseline's
+/// first-repeat outcomes `baseline`.
+///
+/// # Errors
+/// When the baseline has no text for the earlier turn (the simulation produces none).
+fn condition_on_baseline(
+    prompts: &mut [Prompt],
+    indices: &[usize],
+    baseline: &[(usize, RequestOutcome)],
+) -> Result<()> {
+    for &i in indices {
+        let Some(first) = prompts[i].answer_of else {
+            continue;
+        };
+        let answer = baseline
+            .iter()
+            .find(|(repeat, r)| *repeat == 0 && r.request == first)
+            .and_then(|(_, r)| r.text.clone())
+            .ok_or_else(|| {
+                HarnessError::Metrics(format!(
+                    "prompt `{}` continues the baseline's answer to `{}`, but the backend gave \
+                     no text for it (multi-turn prompts need a backend with a tokenizer)",
+                    prompts[i].id, prompts[first].id
+                ))
+            })?;
+        let mut history = prompts[first].history.clone();
+        history.push((prompts[first].text.clone(), answer));
+        prompts[i].history = history;
+    }
+    Ok(())
 }
 
 /// The order of an experiment's backend calls: `(prompt range, method indices)` per round.

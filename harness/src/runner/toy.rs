@@ -24,6 +24,7 @@ use crate::methods::{build_method, DeviceModel, DraftContext};
 pub struct ToyBackend {
     pair: ToyPair,
     params: SamplingParams,
+    penalties: Penalties,
     max_tokens: usize,
     seed: u64,
     batch_size: usize,
@@ -40,6 +41,7 @@ impl ToyBackend {
                 top_k: config.sampling.top_k,
                 top_p: config.sampling.top_p,
             },
+            penalties: config.sampling.penalties(),
             max_tokens: config.max_tokens,
             seed: config.sampling.seed,
             batch_size: config.batch_size,
@@ -171,7 +173,7 @@ impl Backend for ToyBackend {
         let options = EngineOptions {
             method: method.name.clone(),
             sampling: self.params,
-            penalties: Penalties::default(),
+            penalties: self.penalties,
             seed: self.seed,
             batch_size: self.batch_size,
         };

@@ -56,6 +56,7 @@ pub fn simulate_request(
             method: method.to_string(),
             request,
             step: steps.len(),
+            repeat: 0,
             proposed: k,
             draft_depth: k,
             accepted,
@@ -65,8 +66,10 @@ pub fn simulate_request(
             verify_s: c.verify_s,
             commit_s: c.commit_s,
             overhead_s: c.overhead_s,
+            prefill_s: 0.0,
             kv_blocks: (prompt_tokens + generated).div_ceil(SIM_BLOCK_TOKENS),
             batch: 1,
+            drafter: if k > 0 { "simulated" } else { "none" }.into(),
         });
     }
     Ok(SimulatedRequest { steps, elapsed_s })

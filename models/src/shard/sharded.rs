@@ -182,4 +182,9 @@ impl LanguageModel for ShardedModel {
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
         self.on_all("rewind", |m| m.rewind(seq, n))
     }
+
+    /// Rank 0's pool (every rank holds the same blocks, each for its share of the heads).
+    fn kv_room(&self) -> Option<crate::model::KvRoom> {
+        self.ranks.first().and_then(|r| r.kv_room())
+    }
 }

@@ -423,4 +423,5 @@ impl LanguageModel for CudaLlamaModel {
         self.last_trees.remove(&seq);
         Ok(())
     }
+
 }

@@ -1,0 +1,123 @@
+//! The `specdec` command as a user meets it: errors are messages with their causes and never a
+//! backtrace (even with `RUST_BACKTRACE=1`), `version` names the commit built in, and
+//! `generate`'s flags are checked before any model loads.
+
+use std::process::Command;
+
+fn specdec(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_specdec"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("the specdec binary runs")
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn errors_are_messages_not_backtraces() {
+    let out = specdec(&["run", "/nonexistent/experiment.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains("/nonexistent/experiment.toml"), "{err}");
+    assert!(!err.to_lowercase().contains("backtrace"), "{err}");
+    assert!(
+        !err.contains("at src/") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn version_names_the_built_in_commit_and_crates() {
+    let out = specdec(&["version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("specdec "), "{text}");
+    assert!(text.contains("git commit "), "{text}");
+    for krate in ["specdec-harness", "specdec-models", "tokenizers", "serde"] {
+        assert!(text.contains(krate), "{krate} missing: {text}");
+    }
+}
+
+#[test]
+fn generate_checks_its_flags_before_loading() {
+    // max tokens 0: nothing at all on stdout, no model needed
+    let out = specdec(&["generate", "-m", "no-such-model", "-p", "hi", "-n", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    // bad sampling values are refused by name, before any loading line
+    for (flag, value, named) in [
+        ("--top-p", "1.5", "top_p"),
+        ("--top-k", "0", "top_k"),
+        ("--repetition-penalty", "0", "repetition"),
+    ] {
+        let out = specdec(&["generate", "-m", "no-such-model", "-p", "hi", flag, value]);
+        assert_eq!(out.status.code(), Some(1), "{flag}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(named) && !err.contains("loading"),
+            "{flag}: {err}"
+        );
+    }
+    // a missing model: a message naming it, after the loading line
+    let out = specdec(&["generate", "-m", "no-such-model", "-p", "hi", "-n", "4"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("loading no-such-model") && err.contains("no-such-model"),
+        "{err}"
+    );
+    assert!(!err.to_lowercase().contains("backtrace"), "{err}");
+    // the prompt from a file that is not there: named
+    let out = specdec(&["generate", "-m", "x", "-f", "/nonexistent/prompt.txt"]);
+    assert!(
+        stderr(&out).contains("/nonexistent/prompt.txt"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// With SmolLM2 in the cache: `--json` prints one JSON object with the text, tokens, timings,
+/// acceptance and τ; the prompt comes from stdin.
+#[test]
+fn generate_json_on_smollm2() {
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none() {
+        return;
+    }
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specdec"))
+        .args([
+            "generate",
+            "-m",
+            "smollm2-135m",
+            "-n",
+            "8",
+            "-t",
+            "2",
+            "--json",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"What is the capital of France?")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["tokens"], 8, "{v}");
+    assert!(!v["text"].as_str().unwrap().trim().is_empty(), "{v}");
+    for key in ["ttft_s", "prefill_s", "tau", "acceptance", "elapsed_s"] {
+        assert!(v.get(key).is_some(), "{key}: {v}");
+    }
+}
