@@ -58,7 +58,7 @@ use crate::metrics::StepRecord;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoDrafter;
 
-impl Drafter<f32> for NoDrafter {
+impl<N: specdec_kernels::sampling::Prob> Drafter<N> for NoDrafter {
     fn name(&self) -> String {
         "none".into()
     }
@@ -70,8 +70,8 @@ impl Drafter<f32> for NoDrafter {
     fn propose(
         &mut self,
         request: &DraftRequest<'_>,
-        _decisions: &mut dyn specdec_kernels::sampling::Decisions<f32>,
-    ) -> specdec_algorithms::Result<DraftTree<f32>> {
+        _decisions: &mut dyn specdec_kernels::sampling::Decisions<N>,
+    ) -> specdec_algorithms::Result<DraftTree<N>> {
         Ok(DraftTree::root_only(
             request.root()?,
             DraftKind::Deterministic,
