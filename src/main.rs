@@ -402,7 +402,7 @@ fn read_prompt(prompt: Option<String>, file: Option<PathBuf>) -> anyhow::Result<
 
 /// `specdec prove`: prints the proof table; fails if any row fails.
 fn prove() -> anyhow::Result<()> {
-    let rows = specdec::algorithms::proof::prove(&mut std::io::stdout().lock())?;
+    let rows = specdec::harness::prove::prove(&mut std::io::stdout().lock())?;
     let failed = rows.iter().filter(|r| !r.passed()).count();
     anyhow::ensure!(failed == 0, "{failed} proof rows failed");
     Ok(())

@@ -8,9 +8,11 @@
 //! width ≤ 2 and depth ≤ 2, N = 3.
 
 use proptest::prelude::*;
-use specdec::algorithms::proof::{run_case, standard_cases, Expectation, SpecLoop, ToyDrafter};
+use specdec::algorithms::proof::{
+    reference_probs, run_case, standard_cases, Expectation, SpecLoop, ToyDrafter,
+};
 use specdec::algorithms::verify::{PairedVerifier, Verifier};
-use specdec::kernels::sampling::{prepare_probs, BigRational, Prob, SamplingParams};
+use specdec::kernels::sampling::{BigRational, Prob, SamplingParams};
 use specdec::kernels::verification::{DraftKind, VerifyMethod};
 use specdec::models::toy::strategies::toy_pair;
 use specdec::models::toy::ToyPair;
@@ -153,8 +155,8 @@ proptest! {
             prop_assert_eq!(lengths.prob(&n), expected, "n = {}", n);
         }
         if order == 0 {
-            let p = prepare_probs(&pair.target.next_probs_as::<BigRational>(&prompt), &params).unwrap();
-            let q = prepare_probs(&pair.draft.next_probs_as::<BigRational>(&prompt), &params).unwrap();
+            let p = reference_probs(&pair.target.next_probs_as::<BigRational>(&prompt), &params).unwrap();
+            let q = reference_probs(&pair.draft.next_probs_as::<BigRational>(&prompt), &params).unwrap();
             let a = p.iter().zip(&q).fold(zero(), |s, (x, y)| s + if x < y { x.clone() } else { y.clone() });
             for n in 0..=k {
                 let law = if n < k { a.pow_u32(n as u32) * (one() - a.clone()) } else { a.pow_u32(k as u32) };
@@ -169,8 +171,8 @@ fn all_accepted(pair: &ToyPair, params: &SamplingParams, context: &[u32], i: usi
     if i == 0 {
         return one();
     }
-    let p = prepare_probs(&pair.target.next_probs_as::<BigRational>(context), params).unwrap();
-    let q = prepare_probs(&pair.draft.next_probs_as::<BigRational>(context), params).unwrap();
+    let p = reference_probs(&pair.target.next_probs_as::<BigRational>(context), params).unwrap();
+    let q = reference_probs(&pair.draft.next_probs_as::<BigRational>(context), params).unwrap();
     let mut total = zero();
     for x in 0..p.len() {
         let both = if p[x] < q[x] {

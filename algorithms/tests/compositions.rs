@@ -8,7 +8,6 @@
 //! steps aside. Negative controls (a staged drafter whose level 1 forwards an unchecked
 //! level-0 token; a feature head recording `q` from a stale feature) must be caught.
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -19,17 +18,17 @@ use specdec_algorithms::drafters::{
     StagedDrafter, TreeBuilder, TreeFill,
 };
 use specdec_algorithms::policy::{
-    AimdPolicy, Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, DrafterChoice,
-    FallbackPolicy, FixedPolicy, PidPolicy, SpeculationPolicy, StepOutcome, StepTiming, TreeSearch,
+    AimdPolicy, Budget, CostCurve, CostModel, CostModelPolicy, DisableGate, FallbackPolicy,
+    FixedPolicy, PidPolicy, SpeculationPolicy, TreeSearch,
 };
 use specdec_algorithms::proof::{
-    enumerate, target_distribution, toy_features, Distribution, ToyFeatureHead,
+    target_distribution, Composition, Distribution, Drafting, Explored, ToyFeatureHead,
 };
 use specdec_algorithms::trees::{sequoia_tree, TreeShape};
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_algorithms::Result;
 use specdec_kernels::sampling::{prepare_probs, BigRational, Decisions, SamplingParams};
-use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput, VerifyMethod};
+use specdec_kernels::verification::{DraftKind, DraftTree, VerifyMethod};
 use specdec_models::toy::{strategies::toy_pair, ToyModel, ToyPair, ToyStyle};
 
 type Q = BigRational;
@@ -42,22 +41,16 @@ fn model(toy: &ToyModel, params: SamplingParams) -> impl DraftModel<Q> {
     })
 }
 
-/// One composition: the target, the paired verifier, the sampling parameters and the prompt.
+/// One composition set-up: the library's [`Composition`] with the verifiers of its drafters.
 struct Setup {
+    composition: Composition,
     target: ToyModel,
     verifier: PairedVerifier<Q>,
     /// The fallback drafter's verifier, for compositions with one.
     fallback_verifier: Option<PairedVerifier<Q>>,
     params: SamplingParams,
     prompt: Vec<u32>,
-    n_tokens: usize,
-    /// Every budget a policy chose during the enumeration (`Debug` text), to check that dynamic
-    /// policies really changed the budget.
-    budgets_seen: RefCell<BTreeSet<String>>,
 }
-
-/// What one enumerated round produced (orderable, to merge equal branches).
-type RoundResult = (Vec<u32>, Vec<Option<usize>>, Vec<usize>);
 
 impl Setup {
     fn new(
@@ -67,202 +60,125 @@ impl Setup {
         prompt: &[u32],
         n: usize,
     ) -> Self {
+        Self::with_params(SamplingParams::default(), target, method, kind, prompt, n)
+    }
+
+    fn with_params(
+        params: SamplingParams,
+        target: &ToyModel,
+        method: VerifyMethod,
+        kind: DraftKind,
+        prompt: &[u32],
+        n: usize,
+    ) -> Self {
         Self {
+            composition: Composition {
+                target: target.clone(),
+                params,
+                prompt: prompt.to_vec(),
+                n_tokens: n,
+            },
             target: target.clone(),
             verifier: PairedVerifier::new(Arc::new(method), kind).expect("lossless pairing"),
             fallback_verifier: None,
-            params: SamplingParams::default(),
+            params,
             prompt: prompt.to_vec(),
-            n_tokens: n,
-            budgets_seen: RefCell::default(),
         }
     }
 
-    fn round(
-        &self,
-        verifier: &PairedVerifier<Q>,
-        drafter: &mut dyn Drafter<Q>,
-        budget: &Budget,
-        generated: &[u32],
-        step: u64,
-        decisions: &mut dyn Decisions<Q>,
-    ) -> Result<RoundResult> {
-        let mut context = self.prompt.clone();
-        context.extend_from_slice(generated);
-        tell_features(drafter, &context)?;
-        let request = DraftRequest {
-            sequence: 0,
-            step,
-            context: &context,
-            budget,
-        };
-        let tree: DraftTree<Q> = drafter.propose(&request, decisions)?;
-        assert!(
-            tree.draft_count() <= budget.max_drafts(),
-            "drafter exceeded its budget"
-        );
-        let rows = (0..tree.len())
-            .map(|node| {
-                let mut ctx = context.clone();
-                ctx.extend(
-                    tree.topology().path_to(node)[1..]
-                        .iter()
-                        .map(|&n| tree.token(n)),
-                );
-                prepare_probs(&self.target.next_probs_as::<Q>(&ctx), &self.params)
-            })
-            .collect::<specdec_kernels::Result<Vec<_>>>()?;
-        let input = VerifyInput {
-            sequence: 0,
-            step,
-            tree: &tree,
-            target_probs: &rows,
-        };
-        let verdict = verifier.verify(&input, decisions)?;
-        Ok((
-            verdict.emitted_tokens(&tree),
-            tree.topology().parents().to_vec(),
-            verdict.accepted_path,
-        ))
-    }
-
     /// The exact distribution of the first `n_tokens` tokens under drafter × verifier × policy.
-    fn exact<P: SpeculationPolicy + Clone>(
+    fn exact<P: SpeculationPolicy + 'static>(
         &self,
         drafter: &mut dyn Drafter<Q>,
         policy: P,
     ) -> Distribution<Vec<u32>, Q> {
-        self.exact_with_fallback(
-            drafter,
-            None,
-            FallbackPolicy::<P, FixedPolicy>::new(policy, None),
-        )
+        self.explore(drafter, None, policy, None::<FixedPolicy>)
+            .distribution
     }
 
-    /// [`Setup::exact`] for a primary drafter and an optional fallback one (verified by
-    /// `fallback_verifier`) under their [`FallbackPolicy`].
-    fn exact_with_fallback<P: SpeculationPolicy + Clone, F: SpeculationPolicy + Clone>(
+    fn explore<P: SpeculationPolicy + 'static, F: SpeculationPolicy + 'static>(
         &self,
         primary: &mut dyn Drafter<Q>,
-        mut fallback: Option<&mut dyn Drafter<Q>>,
-        policy: FallbackPolicy<P, F>,
-    ) -> Distribution<Vec<u32>, Q> {
-        let mut out = Distribution::new();
-        self.explore(
-            primary,
-            &mut fallback,
-            policy,
-            Vec::new(),
-            num_traits::One::one(),
-            0,
-            &mut out,
+        fallback: Option<&mut dyn Drafter<Q>>,
+        policy: P,
+        fallback_policy: Option<F>,
+    ) -> Explored {
+        let policy = FallbackPolicy::new(
+            Box::new(policy) as Box<dyn SpeculationPolicy>,
+            fallback_policy.map(|f| Box::new(f) as Box<dyn SpeculationPolicy>),
         );
-        out
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn explore<P: SpeculationPolicy + Clone, F: SpeculationPolicy + Clone>(
-        &self,
-        primary: &mut dyn Drafter<Q>,
-        fallback: &mut Option<&mut dyn Drafter<Q>>,
-        mut policy: FallbackPolicy<P, F>,
-        generated: Vec<u32>,
-        prob: Q,
-        step: u64,
-        out: &mut Distribution<Vec<u32>, Q>,
-    ) {
-        let (choice, budget) = policy.next_budget();
-        let label = match &budget {
-            Budget::Tree(shape) => format!("Tree({} nodes)", shape.drafts()),
-            other => format!("{other:?}"),
+        let mut primary = Drafting {
+            drafter: primary,
+            verifier: self.verifier.clone(),
         };
-        let label = match choice {
-            DrafterChoice::Primary => label,
-            DrafterChoice::Fallback => format!("fallback {label}"),
-        };
-        self.budgets_seen.borrow_mut().insert(label);
-        let branches = enumerate(|e| match (choice, fallback.as_deref_mut()) {
-            (DrafterChoice::Fallback, Some(drafter)) => {
-                let verifier = self
-                    .fallback_verifier
-                    .as_ref()
-                    .expect("a fallback verifier");
-                self.round(verifier, drafter, &budget, &generated, step, e)
-            }
-            _ => self.round(&self.verifier, primary, &budget, &generated, step, e),
-        })
-        .expect("enumerable round");
-        for ((emitted, parents, path), p) in branches.iter() {
-            let mut next = generated.clone();
-            next.extend(emitted);
-            next.truncate(self.n_tokens);
-            let mass = prob.clone() * p.clone();
-            if next.len() >= self.n_tokens {
-                out.add(next, mass);
-                continue;
-            }
-            let topology = specdec_kernels::TreeTopology::from_parents(parents).unwrap();
-            let mut after = policy.clone();
-            let outcome = StepOutcome::from_verdict(&topology, path).unwrap();
-            after.observe_measured(&outcome, &StepTiming::default());
-            self.explore(primary, fallback, after, next, mass, step + 1, out);
-        }
+        let mut fallback = fallback.map(|drafter| Drafting {
+            drafter,
+            verifier: self.fallback_verifier.clone().expect("a fallback verifier"),
+        });
+        self.composition
+            .exact(&mut primary, fallback.as_mut(), &policy)
+            .expect("enumerable composition")
     }
 
     /// Asserts exact equality with the target and returns the budgets the policy chose.
-    fn assert_lossless<P: SpeculationPolicy + Clone>(
+    fn assert_lossless<P: SpeculationPolicy + 'static>(
         &self,
         what: &str,
         drafter: &mut dyn Drafter<Q>,
         policy: P,
     ) -> BTreeSet<String> {
-        self.assert_lossless_with_fallback(
-            what,
-            drafter,
-            None,
-            FallbackPolicy::<P, FixedPolicy>::new(policy, None),
-        )
+        self.assert_lossless_with_fallback(what, drafter, None, policy, None::<FixedPolicy>)
     }
 
-    /// [`Setup::assert_lossless`] for [`Setup::exact_with_fallback`].
-    fn assert_lossless_with_fallback<P: SpeculationPolicy + Clone, F: SpeculationPolicy + Clone>(
+    /// [`Setup::assert_lossless`] with a fallback drafter and its policy.
+    fn assert_lossless_with_fallback<
+        P: SpeculationPolicy + 'static,
+        F: SpeculationPolicy + 'static,
+    >(
         &self,
         what: &str,
         primary: &mut dyn Drafter<Q>,
         fallback: Option<&mut dyn Drafter<Q>>,
-        policy: FallbackPolicy<P, F>,
+        policy: P,
+        fallback_policy: Option<F>,
     ) -> BTreeSet<String> {
-        self.budgets_seen.borrow_mut().clear();
-        let got = self.exact_with_fallback(primary, fallback, policy);
-        let want: Distribution<Vec<u32>, Q> =
-            target_distribution(&self.target, &self.params, &self.prompt, self.n_tokens).unwrap();
-        let tv = got.total_variation(&want);
+        let got = self.explore(primary, fallback, policy, fallback_policy);
+        let want = self.composition.target().unwrap();
+        let tv = got.distribution.total_variation(&want);
         assert!(
             tv == num_traits::Zero::zero(),
-            "{what}: total variation {tv} (worst outcome {:?})",
-            got.worst_outcome(&want)
+            "{what} ({:?}): total variation {tv} (worst outcome {:?})",
+            self.params,
+            got.distribution.worst_outcome(&want)
         );
-        self.budgets_seen.borrow().clone()
+        got.budgets
     }
 }
 
-/// Tells a feature drafter the toy target's features of `context` as one admission: each
-/// enumerated branch has its own context, so the drafter starts afresh every round (drafting
-/// after incremental verdicts equals drafting afresh: `drafters::feature`'s tests).
-fn tell_features(drafter: &mut dyn Drafter<Q>, context: &[u32]) -> Result<()> {
-    if !drafter.wants_features() {
-        return Ok(());
+/// Seeds every composition also runs with, beside its own (a fixed list, so a failure
+/// reproduces).
+const SEEDS: [u64; 2] = [101, 202];
+
+/// The (seed, sampling) pairs a composition runs at: its own seed and [`SEEDS`], each at T = 1
+/// and at T = 1/2 with top-k 2 and top-p 7/8. The first (its own seed at T = 1) is where it also
+/// checks that dynamic policies really changed the budget (`check_moves`).
+fn grid(own_seed: u64) -> Vec<(u64, SamplingParams)> {
+    let filtered = SamplingParams {
+        temperature: 0.5,
+        top_k: Some(2),
+        top_p: Some(0.875),
+    };
+    std::iter::once(own_seed)
+        .chain(SEEDS)
+        .flat_map(|seed| [(seed, SamplingParams::default()), (seed, filtered)])
+        .collect()
+}
+
+/// Runs `case` at every point of [`grid`]`(own_seed)`, checking policy moves at the first.
+fn over_grid(own_seed: u64, case: fn(u64, SamplingParams, bool)) {
+    for (i, (seed, params)) in grid(own_seed).into_iter().enumerate() {
+        case(seed, params, i == 0);
     }
-    drafter.release(0)?;
-    let committed = context.len() - 1;
-    let features = toy_features(context, 0..committed);
-    drafter.observe(&DraftFeedback {
-        sequence: 0,
-        context,
-        committed,
-        accepted: 0,
-        features: Some(&features),
-    })
 }
 
 fn pair(seed: u64) -> ToyPair {
@@ -287,23 +203,26 @@ fn twitchy_gate<P: SpeculationPolicy + 'static>(inner: P) -> DisableGate<P> {
 
 #[test]
 fn chain_drafts_with_every_policy() {
-    let pair = pair(11);
-    let params = SamplingParams::default();
+    over_grid(11, chain_drafts_with_every_policy_at);
+}
+
+fn chain_drafts_with_every_policy_at(seed: u64, params: SamplingParams, check_moves: bool) {
+    let pair = pair(seed);
     for method in [VerifyMethod::ChainRejection, VerifyMethod::MultiRound] {
-        let setup = Setup::new(&pair.target, method, DraftKind::Iid, &[0], 4);
+        let setup = Setup::with_params(params, &pair.target, method, DraftKind::Iid, &[0], 4);
         let mut drafter = ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample);
         setup.assert_lossless("chain × fixed K=2", &mut drafter, FixedPolicy::chain(2));
         let seen = setup.assert_lossless("chain × AIMD", &mut drafter, aimd());
-        assert!(seen.len() >= 2, "AIMD varied K: {seen:?}");
+        assert!(!check_moves || seen.len() >= 2, "AIMD varied K: {seen:?}");
         let pid = PidPolicy::new(0.6, 2.0, [3.0, 1.0, 0.5], 1, 3).unwrap();
         let seen = setup.assert_lossless("chain × PID", &mut drafter, pid);
-        assert!(seen.len() >= 2, "PID varied K: {seen:?}");
+        assert!(!check_moves || seen.len() >= 2, "PID varied K: {seen:?}");
         let costs = CostModel::new(CostCurve::linear(0.2).unwrap(), 0.1, 0.0).unwrap();
         let cost = CostModelPolicy::new(costs, TreeSearch::Chain { max_k: 3 }).unwrap();
         setup.assert_lossless("chain × cost model", &mut drafter, cost.clone());
         let seen = setup.assert_lossless("chain × gated AIMD", &mut drafter, twitchy_gate(aimd()));
         assert!(
-            seen.contains("Plain") && seen.contains("Chain(2)"),
+            !check_moves || seen.contains("Plain") && seen.contains("Chain(2)"),
             "gate toggled: {seen:?}"
         );
         setup.assert_lossless("chain × gated cost model", &mut drafter, twitchy_gate(cost));
@@ -312,9 +231,17 @@ fn chain_drafts_with_every_policy() {
 
 #[test]
 fn deterministic_drafts_with_target_only_verification() {
-    let pair = pair(5);
-    let params = SamplingParams::default();
-    let setup = Setup::new(
+    over_grid(5, deterministic_drafts_with_target_only_verification_at);
+}
+
+fn deterministic_drafts_with_target_only_verification_at(
+    seed: u64,
+    params: SamplingParams,
+    _check_moves: bool,
+) {
+    let pair = pair(seed);
+    let setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::TargetOnly,
         DraftKind::Deterministic,
@@ -340,7 +267,8 @@ fn deterministic_drafts_with_target_only_verification() {
         FixedPolicy::new(Budget::TreeNodes(4)),
     );
     let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
-    let ngram_setup = Setup::new(
+    let ngram_setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::TargetOnly,
         DraftKind::Deterministic,
@@ -362,11 +290,19 @@ fn deterministic_drafts_with_target_only_verification() {
 
 #[test]
 fn sampled_trees_with_multi_draft_verification() {
-    let pair = pair(23);
-    let params = SamplingParams::default();
+    over_grid(23, sampled_trees_with_multi_draft_verification_at);
+}
+
+fn sampled_trees_with_multi_draft_verification_at(
+    seed: u64,
+    params: SamplingParams,
+    check_moves: bool,
+) {
+    let pair = pair(seed);
     let sequoia = Arc::new(sequoia_tree(&[0.6, 0.3], 3, 2).unwrap().shape);
     assert_eq!(sequoia.drafts(), 3);
-    let setup = Setup::new(
+    let setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::RecursiveRejection,
         DraftKind::WithoutReplacement,
@@ -396,10 +332,11 @@ fn sampled_trees_with_multi_draft_verification() {
     .unwrap();
     let seen = setup.assert_lossless("w/o-replacement × cost-model trees", &mut wor, cost);
     assert!(
-        seen.iter().any(|b| b.starts_with("Tree")),
+        !check_moves || seen.iter().any(|b| b.starts_with("Tree")),
         "cost model chose trees: {seen:?}"
     );
-    let iid_setup = Setup::new(
+    let iid_setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::MultiRound,
         DraftKind::Iid,
@@ -420,10 +357,14 @@ fn sampled_trees_with_multi_draft_verification() {
 
 #[test]
 fn staged_multi_level_is_lossless() {
-    let pair = pair(31);
+    over_grid(31, staged_multi_level_is_lossless_at);
+}
+
+fn staged_multi_level_is_lossless_at(seed: u64, params: SamplingParams, _check_moves: bool) {
+    let pair = pair(seed);
     let level1_model = pair.draft.clone();
-    let params = SamplingParams::default();
-    let setup = Setup::new(
+    let setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::ChainRejection,
         DraftKind::Iid,
@@ -452,12 +393,23 @@ fn staged_multi_level_is_lossless() {
 
 #[test]
 fn a_fallback_drafter_where_the_first_steps_aside_is_lossless() {
+    over_grid(
+        13,
+        a_fallback_drafter_where_the_first_steps_aside_is_lossless_at,
+    );
+}
+
+fn a_fallback_drafter_where_the_first_steps_aside_is_lossless_at(
+    seed: u64,
+    params: SamplingParams,
+    check_moves: bool,
+) {
     // A sampled chain (rejection sampling) under a gate that toggles it off and on, with n-gram
     // lookup (deterministic drafts, target-only verification) drafting where it is off; and a
     // staged drafter as the fallback of a sampled tree.
-    let pair = pair(13);
-    let params = SamplingParams::default();
-    let mut setup = Setup::new(
+    let pair = pair(seed);
+    let mut setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::ChainRejection,
         DraftKind::Iid,
@@ -469,26 +421,27 @@ fn a_fallback_drafter_where_the_first_steps_aside_is_lossless() {
     );
     let mut chain = ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample);
     let mut ngram = NgramDrafter::new(NgramConfig::default(), 3).unwrap();
-    let policy = FallbackPolicy::new(twitchy_gate(aimd()), Some(FixedPolicy::chain(2)));
     let seen = setup.assert_lossless_with_fallback(
         "gated chain, else n-gram K=2",
         &mut chain,
         Some(&mut ngram),
-        policy,
+        twitchy_gate(aimd()),
+        Some(FixedPolicy::chain(2)),
     );
     assert!(
-        seen.contains("Chain(1)") && seen.contains("fallback Chain(2)"),
+        !check_moves || seen.contains("Chain(1)") && seen.contains("fallback Chain(2)"),
         "both drafters drafted: {seen:?}"
     );
-    let policy = FallbackPolicy::new(twitchy_gate(aimd()), Some(aimd()));
     setup.assert_lossless_with_fallback(
         "gated chain, else n-gram AIMD",
         &mut chain,
         Some(&mut ngram),
-        policy,
+        twitchy_gate(aimd()),
+        Some(aimd()),
     );
 
-    let mut tree_setup = Setup::new(
+    let mut tree_setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::MultiRound,
         DraftKind::Iid,
@@ -517,10 +470,11 @@ fn a_fallback_drafter_where_the_first_steps_aside_is_lossless() {
         "gated tree, else staged K=2",
         &mut tree,
         Some(&mut staged),
-        FallbackPolicy::new(gate, Some(FixedPolicy::chain(2))),
+        gate,
+        Some(FixedPolicy::chain(2)),
     );
     assert!(
-        seen.iter().any(|b| b.starts_with("fallback")),
+        !check_moves || seen.iter().any(|b| b.starts_with("fallback")),
         "the fallback drafted: {seen:?}"
     );
 }
@@ -615,7 +569,14 @@ fn greedy_compositions_reproduce_greedy_decoding() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    // Pinned: a fixed generator seed and no persistence file, so the sweep is the same on every
+    // machine and a failure reproduces.
+    #![proptest_config(ProptestConfig {
+        cases: 12,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(21),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
     /// Random toy pairs (zeros, one-hot rows, equal models included): dynamic-K chains and staged
     /// drafting stay exactly lossless.
     #[test]
@@ -640,9 +601,18 @@ fn feature_head() -> ToyFeatureHead {
 
 #[test]
 fn feature_heads_draft_losslessly_in_chain_and_tree_form() {
-    let pair = pair(47);
+    over_grid(47, feature_heads_draft_losslessly_in_chain_and_tree_form_at);
+}
+
+fn feature_heads_draft_losslessly_in_chain_and_tree_form_at(
+    seed: u64,
+    params: SamplingParams,
+    _check_moves: bool,
+) {
+    let pair = pair(seed);
     let prompt = [1, 2, 0];
-    let setup = Setup::new(
+    let setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::ChainRejection,
         DraftKind::Iid,
@@ -664,7 +634,8 @@ fn feature_heads_draft_losslessly_in_chain_and_tree_form() {
         &mut staged,
         FixedPolicy::chain(2),
     );
-    let setup = Setup::new(
+    let setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::RecursiveRejection,
         DraftKind::WithoutReplacement,
@@ -681,7 +652,8 @@ fn feature_heads_draft_losslessly_in_chain_and_tree_form() {
         &mut tree,
         FixedPolicy::new(Budget::TreeNodes(4)),
     );
-    let setup = Setup::new(
+    let setup = Setup::with_params(
+        params,
         &pair.target,
         VerifyMethod::TargetOnly,
         DraftKind::Deterministic,

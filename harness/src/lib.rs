@@ -22,6 +22,7 @@ pub mod error;
 pub mod generate;
 pub mod methods;
 pub mod metrics;
+pub mod prove;
 pub mod report;
 pub mod repro;
 pub mod runner;

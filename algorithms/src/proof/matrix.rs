@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::verify::{PairedVerifier, Verifier};
 use specdec_kernels::sampling::{BigRational, Prob, SamplingParams};
 use specdec_kernels::verification::{DraftKind, VerifyMethod};
-use specdec_models::toy::{ToyPair, ToyStyle};
+use specdec_models::toy::{ToyModel, ToyPair, ToyStyle};
 use std::sync::Arc;
 
 /// What a case is expected to show.
@@ -157,10 +157,55 @@ pub fn case(
     Ok(ProofCase { spec, expectation })
 }
 
+/// A lossless case on hand-written order-0 tables (weights per token, normalised), for exact
+/// ties: equal probabilities at the top-k boundary and cumulative masses exactly at top-p.
+///
+/// # Errors
+/// A mismatched pair; table errors.
+pub fn tie_case(
+    verifier: Arc<dyn Verifier<BigRational>>,
+    drafter: ToyDrafter,
+    params: SamplingParams,
+    target: &[u32],
+    draft: &[u32],
+) -> Result<ProofCase> {
+    let pair = ToyPair::new(
+        ToyModel::from_weights(target.len(), 0, &[target.to_vec()])?,
+        ToyModel::from_weights(draft.len(), 0, &[draft.to_vec()])?,
+    )?;
+    let paired = PairedVerifier::new(verifier, drafter.kind())?;
+    let spec = SpecLoop::new(pair, drafter, paired, params, vec![0, 1], 3)?;
+    Ok(ProofCase {
+        spec,
+        expectation: Expectation::Lossless,
+    })
+}
+
+impl ProofCase {
+    /// The same case generating `n_tokens` tokens.
+    pub fn with_tokens(mut self, n_tokens: usize) -> Self {
+        self.spec.n_tokens = n_tokens;
+        self
+    }
+}
+
 /// The standard matrix behind `specdec prove`: every lossless verifier with every tree kind it
-/// accepts (chains; trees with and without replacement; deterministic top-k trees) at
-/// temperatures 0, 1 and 1/2 (one case with top-k and top-p), typical acceptance (lossy), a
-/// forced mismatched pair and the four broken chain variants (controls).
+/// accepts, typical acceptance (lossy), a forced mismatched pair and the broken chain variants
+/// (controls). The shapes, by what they exercise:
+///
+/// - **chains**: K = 3 or 4 with N = 3 (all-accepted paths cut before the bonus), and K = 1 or 2
+///   with N = 3 or 4 (**N > K**: the bonus token is drawn, then later rounds);
+/// - **trees**: 2 × 2 (two children per node, two levels), and **3 and 4 sampled children at
+///   the root** (`3`, `4`, `3x1`) for multi-round and recursive rejection, where "rejected token
+///   not removed" and "removed but not renormalised" give different distributions;
+/// - **sampling**: T = 0, T = 1 and T = 1/2, plain and with top-k and top-p (both T = 1 and
+///   T = 1/2, thresholds chosen to remove tokens on the seeded tables), on vocabularies of 3 to
+///   5 tokens and Markov orders 1 and 2; and hand-written dyadic tables with **exact ties** at
+///   the top-k boundary and cumulative masses exactly at top-p ([`tie_case`]), where a wrong
+///   tie rule or a strict threshold comparison changes the distribution.
+///
+/// Every row runs the production decision rules through the enumerator, and the target's
+/// reference comes from the independent oracle.
 ///
 /// # Errors
 /// Model construction errors.
@@ -172,46 +217,143 @@ pub fn standard_cases() -> Result<Vec<ProofCase>> {
         widths: vec![2, 2],
         kind,
     };
-    let filtered = SamplingParams {
-        top_k: Some(3),
-        top_p: Some(0.875),
-        ..t(1.0)
+    let wide = |widths: &[usize], kind| ToyDrafter::Tree {
+        widths: widths.to_vec(),
+        kind,
+    };
+    let filtered = |temperature, top_k, top_p| SamplingParams {
+        top_k: Some(top_k),
+        top_p: Some(top_p),
+        ..t(temperature)
     };
     let (iid, wor, det) = (
         DraftKind::Iid,
         DraftKind::WithoutReplacement,
         DraftKind::Deterministic,
     );
-    // (verifier, drafter, parameters, (seed, vocabulary, order)).
+    // (verifier, drafter, parameters, (seed, vocabulary, order), N).
     let mut lossless = vec![
-        (Greedy, tree(iid), t(0.0), (11, 3, 1)),
-        (Greedy, tree(wor), t(0.0), (11, 3, 1)),
-        (Greedy, tree(det), t(0.0), (11, 3, 1)),
-        (Greedy, chain(3), t(0.0), (12, 4, 2)),
-        (ChainRejection, chain(3), t(1.0), (13, 3, 1)),
-        (ChainRejection, chain(3), t(0.5), (13, 3, 2)),
-        (ChainRejection, chain(3), t(0.0), (13, 3, 1)),
-        (ChainRejection, chain(3), filtered, (14, 4, 1)),
+        (Greedy, tree(iid), t(0.0), (11, 3, 1), 3),
+        (Greedy, tree(wor), t(0.0), (11, 3, 1), 3),
+        (Greedy, tree(det), t(0.0), (11, 3, 1), 3),
+        (Greedy, chain(3), t(0.0), (12, 4, 2), 3),
+        (Greedy, chain(1), t(0.0), (12, 4, 2), 3),
+        (ChainRejection, chain(3), t(1.0), (13, 3, 1), 3),
+        (ChainRejection, chain(3), t(0.5), (13, 3, 2), 3),
+        (ChainRejection, chain(3), t(0.0), (13, 3, 1), 3),
+        (
+            ChainRejection,
+            chain(3),
+            filtered(1.0, 3, 0.875),
+            (14, 4, 1),
+            3,
+        ),
+        // N > K: the bonus token is reached.
+        (ChainRejection, chain(1), t(1.0), (21, 3, 1), 3),
+        (ChainRejection, chain(2), t(1.0), (21, 4, 1), 4),
+        (ChainRejection, chain(2), t(0.5), (22, 3, 2), 3),
+        (
+            ChainRejection,
+            chain(2),
+            filtered(1.0, 3, 0.75),
+            (23, 4, 1),
+            3,
+        ),
+        (
+            ChainRejection,
+            chain(2),
+            filtered(0.5, 3, 0.75),
+            (23, 4, 1),
+            3,
+        ),
     ];
     for params in [t(1.0), t(0.5), t(0.0)] {
-        lossless.push((MultiRound, tree(iid), params, (15, 3, 1)));
-        lossless.push((RecursiveRejection, tree(wor), params, (16, 3, 1)));
+        lossless.push((MultiRound, tree(iid), params, (15, 3, 1), 3));
+        lossless.push((RecursiveRejection, tree(wor), params, (16, 3, 1), 3));
     }
     // The largest cases: four tokens, a 2x2 tree (6 drafts) and a chain of 4.
-    lossless.push((MultiRound, tree(iid), t(1.0), (5, 4, 1)));
-    lossless.push((RecursiveRejection, tree(wor), t(1.0), (5, 4, 1)));
-    lossless.push((ChainRejection, chain(4), t(1.0), (5, 4, 1)));
+    lossless.push((MultiRound, tree(iid), t(1.0), (5, 4, 1), 3));
+    lossless.push((RecursiveRejection, tree(wor), t(1.0), (5, 4, 1), 3));
+    lossless.push((ChainRejection, chain(4), t(1.0), (5, 4, 1), 3));
+    // Three and four sampled children per node, with and without top-k / top-p.
+    lossless.push((MultiRound, wide(&[3], iid), t(1.0), (24, 4, 1), 3));
+    lossless.push((MultiRound, wide(&[3, 1], iid), t(0.5), (25, 3, 1), 3));
+    lossless.push((
+        MultiRound,
+        wide(&[3], iid),
+        filtered(1.0, 3, 0.75),
+        (26, 5, 1),
+        3,
+    ));
+    lossless.push((RecursiveRejection, wide(&[3], wor), t(1.0), (24, 4, 1), 3));
+    lossless.push((RecursiveRejection, wide(&[4], wor), t(1.0), (27, 5, 1), 3));
+    lossless.push((
+        RecursiveRejection,
+        wide(&[3, 1], wor),
+        t(0.5),
+        (25, 3, 1),
+        3,
+    ));
+    lossless.push((
+        RecursiveRejection,
+        wide(&[3], wor),
+        filtered(0.5, 4, 0.75),
+        (26, 5, 1),
+        3,
+    ));
     for kind in DraftKind::ALL {
-        lossless.push((TargetOnly, tree(kind), t(0.5), (17, 3, 2)));
+        lossless.push((TargetOnly, tree(kind), t(0.5), (17, 3, 2), 3));
     }
+    lossless.push((
+        TargetOnly,
+        wide(&[3], det),
+        filtered(1.0, 3, 0.75),
+        (28, 4, 1),
+        3,
+    ));
     let mut cases = Vec::new();
-    for (method, drafter, params, toy) in lossless {
-        cases.push(case(
-            Arc::new(method),
-            drafter,
+    for (method, drafter, params, toy, n_tokens) in lossless {
+        cases.push(
+            case(
+                Arc::new(method),
+                drafter,
+                params,
+                toy,
+                Expectation::Lossless,
+            )?
+            .with_tokens(n_tokens),
+        );
+    }
+    // Exact ties at every threshold: p = (1/4, 1/4, 1/2) has a tie at the top-2 boundary and
+    // reaches 3/4 exactly at its second token; the uniform 4-token table at T = 1/2 ties
+    // everywhere, with top-2 then top-p 1/2 reached exactly at the first kept token.
+    let ties = [
+        (t(1.0), &[1, 1, 2][..], &[2, 1, 1][..]),
+        (
+            SamplingParams {
+                top_k: Some(2),
+                ..t(1.0)
+            },
+            &[1, 1, 2],
+            &[2, 1, 1],
+        ),
+        (
+            SamplingParams {
+                top_p: Some(0.75),
+                ..t(1.0)
+            },
+            &[1, 1, 2],
+            &[2, 1, 1],
+        ),
+        (filtered(0.5, 2, 0.5), &[1, 1, 1, 1], &[3, 1, 2, 2]),
+    ];
+    for (params, target, draft) in ties {
+        cases.push(tie_case(
+            Arc::new(ChainRejection),
+            chain(1),
             params,
-            toy,
-            Expectation::Lossless,
+            target,
+            draft,
         )?);
     }
     let typical = VerifyMethod::Typical {
@@ -321,27 +463,4 @@ fn short(value: &BigRational) -> String {
     } else {
         format!("≈{:.8}", value.to_f64())
     }
-}
-
-/// Runs the standard matrix and writes the table; returns the rows.
-///
-/// # Errors
-/// Enumeration errors, or write errors as [`crate::AlgorithmError::Enumeration`].
-pub fn prove(out: &mut dyn std::io::Write) -> Result<Vec<ProofRow>> {
-    let cases = standard_cases()?;
-    let rows = cases.iter().map(run_case).collect::<Result<Vec<_>>>()?;
-    let failed = rows.iter().filter(|r| !r.passed()).count();
-    let text = format!(
-        "Exact enumeration: distribution of the next N tokens through draft -> verify -> bonus -> \
-         next round,\ncompared with the target's own distribution (rational arithmetic).\n\n{}\n\
-         {} rows, {} failed.\n",
-        render_table(&rows),
-        rows.len(),
-        failed
-    );
-    out.write_all(text.as_bytes())
-        .map_err(|e| crate::AlgorithmError::Enumeration {
-            reason: format!("writing the table: {e}"),
-        })?;
-    Ok(rows)
 }

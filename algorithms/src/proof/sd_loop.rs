@@ -11,9 +11,10 @@
 use super::distribution::Distribution;
 use super::drafters::ToyDrafter;
 use super::enumerate::enumerate;
+use super::oracle::reference_probs;
 use crate::error::{AlgorithmError, Result};
 use crate::verify::PairedVerifier;
-use specdec_kernels::sampling::{prepare_probs, Decisions, Prob, SamplingParams};
+use specdec_kernels::sampling::{prepare_probs, Decisions, Mass, Prob, SamplingParams};
 use specdec_kernels::verification::{Verdict, VerifyInput};
 use specdec_models::toy::{ToyModel, ToyPair};
 
@@ -132,6 +133,17 @@ impl<N: Prob> SpecLoop<N> {
         Ok(generated)
     }
 
+    /// The target's own distribution of the next `n_tokens` tokens with this loop's parameters.
+    ///
+    /// # Errors
+    /// Preparation errors.
+    pub fn target_distribution(&self) -> Result<Distribution<Vec<u32>, N>> {
+        target_distribution(&self.pair.target, &self.params, &self.prompt, self.n_tokens)
+    }
+}
+
+/// The exact enumeration, for number types the enumerator integrates exactly (rationals).
+impl<N: Prob<Mass = N> + Mass> SpecLoop<N> {
     /// The exact distribution of the first `n_tokens` generated tokens (see the module docs).
     ///
     /// # Errors
@@ -172,18 +184,11 @@ impl<N: Prob> SpecLoop<N> {
     pub fn accepted_len_distribution(&self) -> Result<Distribution<usize, N>> {
         enumerate(|e| Ok(self.round(&[], 0, 0, e)?.verdict.accepted_len))
     }
-
-    /// The target's own distribution of the next `n_tokens` tokens with this loop's parameters.
-    ///
-    /// # Errors
-    /// Preparation errors.
-    pub fn target_distribution(&self) -> Result<Distribution<Vec<u32>, N>> {
-        target_distribution(&self.pair.target, &self.params, &self.prompt, self.n_tokens)
-    }
 }
 
 /// The exact distribution of `n_tokens` tokens sampled from `model` after `prompt`, each drawn
-/// from the model's row prepared with `params`.
+/// from the model's row prepared with `params` by the independent oracle
+/// ([`super::oracle::reference_probs`]), not by the preparation code under test.
 ///
 /// # Errors
 /// Preparation errors (e.g. an inexact temperature for rationals).
@@ -199,7 +204,7 @@ pub fn target_distribution<N: Prob>(
         for (seq, prob) in dist.iter() {
             let mut context = prompt.to_vec();
             context.extend_from_slice(seq);
-            let probs = prepare_probs(&model.next_probs_as::<N>(&context), params)?;
+            let probs = reference_probs(&model.next_probs_as::<N>(&context), params)?;
             for (token, p) in probs.into_iter().enumerate() {
                 let mut longer = seq.clone();
                 longer.push(token as u32);

@@ -64,7 +64,7 @@ pub const KV_TREE_ROOM: usize = 64;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoDrafter;
 
-impl Drafter<f32> for NoDrafter {
+impl<N: specdec_kernels::sampling::Prob> Drafter<N> for NoDrafter {
     fn name(&self) -> String {
         "none".into()
     }
@@ -76,8 +76,8 @@ impl Drafter<f32> for NoDrafter {
     fn propose(
         &mut self,
         request: &DraftRequest<'_>,
-        _decisions: &mut dyn specdec_kernels::sampling::Decisions<f32>,
-    ) -> specdec_algorithms::Result<DraftTree<f32>> {
+        _decisions: &mut dyn specdec_kernels::sampling::Decisions<N>,
+    ) -> specdec_algorithms::Result<DraftTree<N>> {
         Ok(DraftTree::root_only(
             request.root()?,
             DraftKind::Deterministic,

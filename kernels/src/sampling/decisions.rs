@@ -12,6 +12,31 @@
 //! make exactly the decisions the CUDA kernels make, and the exhaustive enumerator of
 //! `specdec-algorithms::proof`, which runs the code once per branch with exact probabilities.
 //! Code written against this trait is therefore proven exactly and run in production unchanged.
+//!
+//! # Key scheme (the one place it is written down)
+//!
+//! Every decision reads one random word named by its [`DrawKey`]
+//! `(sequence, step, node, purpose, draw)`; **no two decisions of one step may share a key**
+//! (they would read the same word and not be independent). The exact enumerator of
+//! `specdec-algorithms::proof` checks this on every enumerated path and fails otherwise. Who
+//! uses which key:
+//!
+//! | decision | node | purpose | draw |
+//! |---|---|---|---|
+//! | a drafter draws the token of a new node | the new node's index | [`Purpose::Draft`] | 0 |
+//! | a verifier accepts / rejects a drafted node | the drafted (child) node | [`Purpose::Accept`] | 0 |
+//! | the correction after every child of a node was rejected | that node | [`Purpose::Residual`] | 0 |
+//! | the bonus at an accepted leaf | the leaf | [`Purpose::Bonus`] | 0 |
+//! | a draw from the target (target-only, typical's fallback, plain decoding) | the node | [`Purpose::Sample`] | 0 |
+//!
+//! A fallback draw after "no mass" (e.g. residual → `p`) reuses its key: the first draw read no
+//! word. Several stages that decide about the same node in the same step (a staged drafter's
+//! level 0 and level 1, and the target's verifier) are kept apart by a **namespace** in bits
+//! 20..24 of `draw` (`specdec-algorithms::drafters::Namespaced`: the target's verifier is
+//! namespace 0, a staged drafter's level 0 namespace 1, its level 1 namespace 2); bits 0..20 of
+//! `draw` are free for several draws of one stage. `sequence` is the request's stable id (not
+//! its batch slot) and `step` its own round counter, so decisions never depend on batch order;
+//! the word for a key is [`crate::sampling::CounterRng::word`] of the run's seed.
 
 /// Why a decision is drawn. Part of the [`DrawKey`]; the discriminants are part of the
 /// counter-based generator's contract (see [`crate::sampling::CounterRng`]).

@@ -4,6 +4,8 @@
 //! - [`counter`]: the seeded counter-based generator ([`CounterRng`]);
 //! - [`replay`]: the kernels' exact decision rules ([`Replay`], [`Production`]) — the contract
 //!   the CUDA twin must match bit for bit (uniform indexing, 32-bit fixed point);
+//! - [`rules`]: the accept and categorical rules themselves, generic over the uniform's
+//!   representation (float, fixed point, exact, or the enumerator's symbolic interval);
 //! - [`number`]: the number types ([`Prob`] for `f32`/`f64`/`BigRational`, [`KernelFloat`]);
 //! - [`rejection`]: accept / residual / bonus;
 //! - [`prepare`]: temperature, top-k, top-p.
@@ -15,11 +17,13 @@ pub mod number;
 pub mod prepare;
 pub mod rejection;
 pub mod replay;
+pub mod rules;
 
 pub use counter::{mix64, CounterRng, UniformSource};
 pub use decisions::{Decisions, DrawKey, Purpose};
 pub use num_rational::BigRational;
-pub use number::{ratio, KernelFloat, Prob, FIXED_POINT_ONE};
+pub use number::{ratio, KernelFloat, Mass, Prob, FIXED_POINT_ONE};
 pub use prepare::{check_distribution, prepare_logits, prepare_probs, SamplingParams};
 pub use rejection::{argmax, normalize, residual, sample_bonus, sample_or, sample_residual};
 pub use replay::{GivenUniforms, Production, Recording, Replay};
+pub use rules::{accept_rule, categorical_rule, ExactUniform, Uniform24, Uniform64, UniformDraw};

@@ -46,6 +46,12 @@ pub trait Prob:
     /// `self^exponent` for a real exponent; `None` where the type cannot represent the result
     /// exactly (rationals).
     fn powf(&self, exponent: f64) -> Option<Self>;
+    /// What the categorical decision rule weighs this value as ([`crate::sampling::rules`]):
+    /// its 32-bit fixed-point value for floats ([`KernelFloat::fixed_point`]), the value itself
+    /// for rationals.
+    type Mass: Mass;
+    /// This value as a [`Prob::Mass`].
+    fn mass(&self) -> Self::Mass;
     /// Order-independent sum of `values` (see the trait docs). Negative and NaN entries count as
     /// zero for floats; rationals are summed exactly as given.
     fn total(values: &[Self]) -> Self;
@@ -56,6 +62,33 @@ pub trait Prob:
     /// True iff the value is strictly positive.
     fn is_positive(&self) -> bool {
         *self > Self::zero()
+    }
+}
+
+/// A weight as the categorical decision rule adds and compares it: `u64` fixed point (floats)
+/// or an exact rational. Sums are exact in both.
+pub trait Mass: Clone + Debug + PartialOrd + Add<Output = Self> {
+    /// No mass.
+    fn empty() -> Self;
+    /// True iff strictly positive.
+    fn has_mass(&self) -> bool;
+}
+
+impl Mass for u64 {
+    fn empty() -> Self {
+        0
+    }
+    fn has_mass(&self) -> bool {
+        *self > 0
+    }
+}
+
+impl Mass for BigRational {
+    fn empty() -> Self {
+        <BigRational as Zero>::zero()
+    }
+    fn has_mass(&self) -> bool {
+        Signed::is_positive(self)
     }
 }
 
@@ -98,6 +131,10 @@ macro_rules! float_prob {
             }
             fn powf(&self, exponent: f64) -> Option<Self> {
                 Some(<$t>::powf(*self, exponent as $t))
+            }
+            type Mass = u64;
+            fn mass(&self) -> u64 {
+                self.fixed_point()
             }
             fn total(values: &[Self]) -> Self {
                 let sum = values
@@ -152,6 +189,10 @@ impl Prob for BigRational {
     }
     fn powf(&self, _exponent: f64) -> Option<Self> {
         None
+    }
+    type Mass = BigRational;
+    fn mass(&self) -> BigRational {
+        self.clone()
     }
     fn total(values: &[Self]) -> Self {
         values

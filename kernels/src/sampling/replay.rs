@@ -2,7 +2,9 @@
 //!
 //! # Contract (the CUDA kernels match this bit for bit)
 //!
-//! Every decision reads one raw 64-bit word `r` for its [`DrawKey`] from a [`UniformSource`]
+//! The rules are [`super::rules::accept_rule`] and [`super::rules::categorical_rule`] (the same
+//! generic code the exact enumerator integrates), over the uniforms below. Every decision reads
+//! one raw 64-bit word `r` for its [`DrawKey`] from a [`UniformSource`]
 //! (the seeded [`CounterRng`] in production, [`GivenUniforms`] when replaying recorded inputs):
 //!
 //! - **accept(p, q)**: `u = (r >> 40) * 2^-24` (24 bits, exact in `f32`); accept iff `q > 0` and
@@ -23,6 +25,7 @@
 use super::counter::{CounterRng, UniformSource};
 use super::decisions::{Decisions, DrawKey};
 use super::number::KernelFloat;
+use super::rules::{accept_rule, categorical_rule, Uniform24, Uniform64};
 use std::collections::BTreeMap;
 
 /// The kernels' decision rules (module docs) over a source of raw words.
@@ -53,31 +56,16 @@ impl<S: UniformSource> Replay<S> {
     }
 }
 
-/// The accept rule on a raw word (see the module docs).
+/// The accept rule on a raw word (see the module docs): [`accept_rule`] over [`Uniform24`].
 pub fn accept_from_word<F: KernelFloat>(word: u64, p_target: F, q_draft: F) -> bool {
-    if !q_draft.is_positive() {
-        return false;
-    }
-    let u = F::from_u24((word >> 40) as u32);
-    u * q_draft < p_target
+    accept_rule(&mut Uniform24::from_word(word), &p_target, &q_draft)
 }
 
-/// The categorical rule on a raw word (see the module docs): `None` iff the fixed-point total is 0.
+/// The categorical rule on a raw word (see the module docs): [`categorical_rule`] over
+/// [`Uniform64`] and the weights' fixed-point masses; `None` iff the fixed-point total is 0.
 pub fn categorical_from_word<F: KernelFloat>(word: u64, weights: &[F]) -> Option<usize> {
-    let total: u64 = weights.iter().map(|w| w.fixed_point()).sum();
-    if total == 0 {
-        return None;
-    }
-    let target = ((u128::from(word) * u128::from(total)) >> 64) as u64;
-    let mut prefix = 0u64;
-    for (i, w) in weights.iter().enumerate() {
-        prefix += w.fixed_point();
-        if prefix > target {
-            return Some(i);
-        }
-    }
-    // Unreachable: the last prefix equals `total > target`.
-    Some(weights.len() - 1)
+    let masses: Vec<u64> = weights.iter().map(|w| w.fixed_point()).collect();
+    categorical_rule(&mut Uniform64(word), &masses)
 }
 
 impl<S: UniformSource, F: KernelFloat> Decisions<F> for Replay<S> {
