@@ -8,11 +8,13 @@ use specdec_kernels::sampling::SamplingParams;
 
 use specdec_models::llama::parse_device;
 
-use crate::config::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
+use crate::config::{
+    check_max_tokens, DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig,
+};
 use crate::engine::{check_fits_context, Generation, Penalties, Request};
 use crate::error::{HarnessError, Result};
 use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain, Staged};
-use crate::methods::{lookup, normalise, DrafterRole, DRAFTERS};
+use crate::methods::{lookup, normalise, validate_method, DrafterRole, DRAFTERS};
 use crate::metrics::RequestRecord;
 use crate::runner::{EngineBackend, KvMemory};
 
@@ -179,7 +181,8 @@ impl GenerateSummary {
 ///
 /// # Errors
 /// [`HarnessError::InvalidEngine`] for an unknown name (listing the known ones), a drafter that
-/// needs a config, or `k = 0` with a drafting method.
+/// needs a config, or `k = 0` with a drafting method; a `k` past the method's limits
+/// ([`crate::methods::limits`]), as [`validate_method`] refuses it.
 ///
 /// [`DrafterKind::for_generate`]: crate::methods::DrafterKind::for_generate
 pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodConfig> {
@@ -228,6 +231,9 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
             policy: auto,
         });
     }
+    validate_method(&mut method).map_err(|p| {
+        HarnessError::InvalidEngine(format!("--method {name} --k {k}: {}", p.problem))
+    })?;
     Ok(method)
 }
 
@@ -272,15 +278,16 @@ pub fn with_head(drafter: &DrafterConfig, head: &str) -> Result<DrafterConfig> {
 /// empty summary without loading a model. `on_loading` is told what is being loaded first.
 ///
 /// # Errors
-/// Invalid sampling settings or penalties (before any model loads); model loading (a missing
-/// model names `scripts/fetch-models.sh`), a draft with another tokenizer, an unknown method,
-/// `--chat` with a model without a chat template, a prompt and `max_tokens` past the model's
-/// context (refused before any work), engine errors; writing to `out`.
+/// Invalid sampling settings, penalties or `max_tokens` (before any model loads); model loading
+/// (a missing model names `scripts/fetch-models.sh`), a draft with another tokenizer, an unknown
+/// method, `--chat` with a model without a chat template, a prompt and `max_tokens` past the
+/// model's context (refused before any work), engine errors; writing to `out`.
 pub fn generate(
     options: &GenerateOptions,
     out: &mut dyn Write,
     on_loading: &mut dyn FnMut(&str),
 ) -> Result<GenerateSummary> {
+    check_max_tokens("--max-tokens", options.max_tokens).map_err(HarnessError::InvalidEngine)?;
     let mut method = method_for(&options.method, options.k, options.draft.as_deref())?;
     if let Some(head) = &options.head {
         method.drafter = with_head(&method.drafter, head)?;
@@ -409,6 +416,16 @@ mod tests {
         let err = method_for("hydra", 4, None).unwrap_err().to_string();
         assert!(err.contains("hydra") && err.contains("ngram"), "{err}");
         assert!(method_for("ngram", 0, None).is_err());
+        // the draft limit holds for flags too, before any model is opened
+        for name in ["layer_skip", "chain", "tree", "auto"] {
+            let err = method_for(name, 100_000, Some("d"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("100000") && err.contains("1024"),
+                "{name}: {err}"
+            );
+        }
         assert!(method_for("plain", 0, None).is_ok());
     }
 }

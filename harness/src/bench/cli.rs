@@ -87,6 +87,9 @@ impl BenchArgs {
                 repeats: args.reps,
                 ..ModelBenchConfig::default()
             };
+            // every size checked against the model's context before the KV cache they imply
+            // is allocated
+            config.validate(read_config(&file)?.context_length)?;
             let needed = config.prompt_tokens.max(config.decode_tokens)
                 + config.verify_prefix
                 + config.ks().last().copied().unwrap_or(1);

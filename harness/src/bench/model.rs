@@ -9,6 +9,10 @@ use specdec_models::{LanguageModel, SeqId, SequenceStep};
 use super::stats::{median, timed, token_stream};
 use crate::error::{HarnessError, Result};
 
+/// The most timed repetitions of a measure (`repeats`, `--reps`): 1000 (medians settle long
+/// before; more only makes the benchmark run for hours).
+pub const MAX_REPEATS: usize = 1000;
+
 /// What to measure and how often.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelBenchConfig {
@@ -57,16 +61,19 @@ impl ModelBenchConfig {
         if self.decode_tokens == 0 {
             return bad("decode_tokens must be at least 1");
         }
-        if self.repeats == 0 {
-            return bad("repeats must be at least 1");
+        if !(1..=MAX_REPEATS).contains(&self.repeats) {
+            return Err(HarnessError::Bench(format!(
+                "repeats {} is not in 1..={MAX_REPEATS}",
+                self.repeats
+            )));
         }
         if self.verify_ks.contains(&0) {
             return bad("verify K values must be at least 1");
         }
-        let longest = self
-            .prompt_tokens
-            .max(self.decode_tokens)
-            .max(self.verify_prefix + self.ks().last().copied().unwrap_or(1));
+        let longest = self.prompt_tokens.max(self.decode_tokens).max(
+            self.verify_prefix
+                .saturating_add(self.ks().last().copied().unwrap_or(1)),
+        );
         if longest > max_context {
             return Err(HarnessError::Bench(format!(
                 "the benchmark needs {longest} positions but the model's context is {max_context}"

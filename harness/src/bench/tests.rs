@@ -148,6 +148,28 @@ fn invalid_configs_are_refused_with_the_field_named() {
             },
             "18 positions",
         ),
+        (
+            ModelBenchConfig {
+                repeats: 1_000_000_000,
+                ..small_config()
+            },
+            "repeats 1000000000 is not in 1..=1000",
+        ),
+        (
+            // `--ks 1000000` once sized a KV cache for a million tokens before any check
+            ModelBenchConfig {
+                verify_ks: vec![1_000_000],
+                ..small_config()
+            },
+            "1000",
+        ),
+        (
+            ModelBenchConfig {
+                verify_prefix: usize::MAX,
+                ..small_config()
+            },
+            "positions but the model's context is 16",
+        ),
     ];
     for (config, needle) in cases {
         let err = bench_model(&mut model, &config).unwrap_err().to_string();

@@ -27,9 +27,9 @@ pub struct ExperimentConfig {
     /// Sampling settings shared by every method.
     #[serde(default)]
     pub sampling: SamplingConfig,
-    /// Tokens to generate per prompt (≥ 1).
+    /// Tokens to generate per prompt (1..=[`MAX_TOKENS_LIMIT`]).
     pub max_tokens: usize,
-    /// Requests in flight at once (≥ 1).
+    /// Requests in flight at once (1..=[`MAX_BATCH_SIZE`]).
     #[serde(default = "one")]
     pub batch_size: usize,
     /// How many times the whole schedule runs (≥ 1): every method over every prompt, `repeat`
@@ -56,6 +56,36 @@ pub struct ExperimentConfig {
 
 fn one() -> usize {
     1
+}
+
+/// The most tokens a config or flag may ask to generate per prompt (`max_tokens`): 1,048,576
+/// (2^20). No model this project runs has a longer context (the engine also refuses what
+/// passes its model's context), and a toy or simulated run, which has no context, stops within
+/// it: each generated token costs at most one step record, so 2^20 bounds a request's records
+/// (about 200 MB of JSONL) and its run time.
+pub const MAX_TOKENS_LIMIT: usize = 1 << 20;
+
+/// The most requests a config may keep in flight at once (`batch_size`): 256. Each request in
+/// flight holds its own KV cache in the target and every draft model; the batching study
+/// (`specdec repro batching`) finds speculation stops paying by batch 16.
+pub const MAX_BATCH_SIZE: usize = 256;
+
+/// The most synthetic prompts a config may ask for (`prompts.count` of a synthetic set):
+/// 100,000.
+pub const MAX_SYNTHETIC_PROMPTS: usize = 100_000;
+
+/// Checks `max_tokens` (a config key or flag, named `field`) against [`MAX_TOKENS_LIMIT`].
+///
+/// # Errors
+/// The message names `field`, the value and the limit.
+pub fn check_max_tokens(field: &str, max_tokens: usize) -> std::result::Result<(), String> {
+    match max_tokens {
+        0 => Err(format!("{field} must be at least 1")),
+        n if n > MAX_TOKENS_LIMIT => Err(format!(
+            "{field} = {n} is over the limit of {MAX_TOKENS_LIMIT} tokens per prompt"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// What to do when the methods list holds no plain-decoding baseline.
@@ -238,11 +268,12 @@ impl ExperimentConfig {
         if self.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty".into()));
         }
-        if self.max_tokens == 0 {
-            return Err(invalid("max_tokens", "must be at least 1".into()));
-        }
-        if self.batch_size == 0 {
-            return Err(invalid("batch_size", "must be at least 1".into()));
+        check_max_tokens("max_tokens", self.max_tokens).map_err(|e| invalid("max_tokens", e))?;
+        if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
+            return Err(invalid(
+                "batch_size",
+                format!("{} is not in 1..={MAX_BATCH_SIZE}", self.batch_size),
+            ));
         }
         if self.repeat == 0 {
             return Err(invalid("repeat", "must be at least 1".into()));
@@ -320,8 +351,17 @@ impl ExperimentConfig {
             PromptSet::Inline { texts, .. } if texts.is_empty() => {
                 return Err(invalid("prompts.texts", "holds no prompt".into()))
             }
-            PromptSet::Synthetic { count: 0, .. } => {
-                return Err(invalid("prompts.count", "must be at least 1".into()))
+            PromptSet::Synthetic { count, .. } if !(1..=MAX_SYNTHETIC_PROMPTS).contains(count) => {
+                return Err(invalid(
+                    "prompts.count",
+                    format!("{count} is not in 1..={MAX_SYNTHETIC_PROMPTS}"),
+                ))
+            }
+            PromptSet::Synthetic { prompt_tokens, .. } if *prompt_tokens > MAX_TOKENS_LIMIT => {
+                return Err(invalid(
+                    "prompts.prompt_tokens",
+                    format!("{prompt_tokens} is over the limit of {MAX_TOKENS_LIMIT} tokens"),
+                ))
             }
             PromptSet::Humaneval { count: Some(0), .. }
             | PromptSet::File { count: Some(0), .. } => {

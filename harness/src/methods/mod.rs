@@ -31,6 +31,7 @@
 
 mod build;
 pub mod drafters;
+pub mod limits;
 pub mod policies;
 mod spec;
 pub mod verifiers;

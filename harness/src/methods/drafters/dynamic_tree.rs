@@ -8,16 +8,23 @@ use super::{
     model_drafter_setup, run_draft_model, BuiltDrafter, DraftContext, DraftSetup, DrafterKind,
 };
 use crate::error::Result;
+use crate::methods::limits::check_drafts;
 use crate::methods::Kind;
+
+/// The most children a dynamic tree considers per expanded node (`top_k`): 64. Each expanded
+/// node ranks its `top_k` best tokens of `q` and every one becomes a candidate scored for the
+/// kept set, so candidates grow as nodes × `top_k`; past a few dozen the extra candidates sit far
+/// below the kept nodes' cumulative probability and are never kept.
+pub const DYNAMIC_TREE_MAX_TOP_K: usize = 64;
 
 /// EAGLE-2-style dynamic tree (deterministic): expand the `top_k` children of the most probable
 /// nodes by cumulative draft probability, keep the best `nodes` nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DynamicTree {
-    /// Node budget (≥ 1).
+    /// Node budget (≥ 1, at most [`MAX_DRAFTS`](crate::methods::limits::MAX_DRAFTS)).
     pub nodes: usize,
-    /// Children considered per expanded node (≥ 1).
+    /// Children considered per expanded node (1..=[`DYNAMIC_TREE_MAX_TOP_K`]).
     pub top_k: usize,
 }
 
@@ -30,7 +37,8 @@ impl Kind for DynamicTree {
         if self.nodes == 0 || self.top_k == 0 {
             return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
         }
-        Ok(())
+        check_drafts("dynamic_tree.nodes", self.nodes)?;
+        check_top_k("dynamic_tree.top_k", self.top_k)
     }
 }
 
@@ -53,4 +61,18 @@ impl DrafterKind for DynamicTree {
             draft_pass_s,
         })
     }
+}
+
+/// Checks a dynamic tree's `top_k` against [`DYNAMIC_TREE_MAX_TOP_K`] (also for `eagle`).
+///
+/// # Errors
+/// The message names `field`, the value and the limit.
+pub(super) fn check_top_k(field: &str, top_k: usize) -> std::result::Result<(), String> {
+    if top_k > DYNAMIC_TREE_MAX_TOP_K {
+        return Err(format!(
+            "{field} = {top_k} is over the limit of {DYNAMIC_TREE_MAX_TOP_K} children per \
+             expanded node"
+        ));
+    }
+    Ok(())
 }

@@ -10,8 +10,10 @@ use std::time::Instant;
 use specdec_kernels::TreeTopology;
 use specdec_models::heads::{DraftHead, EagleHead, HeadPrecision, HeadStep};
 
+use super::dynamic_tree::check_top_k;
 use super::{chain_mode, tree_fill, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::error::{HarnessError, Result};
+use crate::methods::limits::{branching_drafts, check_drafts};
 use crate::methods::Kind;
 
 /// A trained EAGLE-style head (`specdec train-head --kind eagle`): one decoder layer over the
@@ -88,10 +90,14 @@ impl Kind for Eagle {
         if self.nodes == Some(0) || self.top_k == Some(0) {
             return Err("eagle: nodes and top_k must be at least 1".into());
         }
+        if let Some(nodes) = self.nodes {
+            check_drafts("eagle.nodes", nodes)?;
+        }
+        if let Some(top_k) = self.top_k {
+            check_top_k("eagle.top_k", top_k)?;
+        }
         if let Some(branching) = &self.branching {
-            if branching.is_empty() || branching.contains(&0) {
-                return Err("eagle.branching: give ≥ 1 children per depth, e.g. [3, 2, 1]".into());
-            }
+            branching_drafts("eagle.branching", branching)?;
         }
         Ok(())
     }

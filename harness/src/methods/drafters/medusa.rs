@@ -10,6 +10,7 @@ use specdec_models::heads::DraftHead;
 use super::eagle::{head_precision, head_setup};
 use super::{tree_fill, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::error::{HarnessError, Result};
+use crate::methods::limits::{branching_drafts, check_drafts};
 use crate::methods::Kind;
 
 /// Trained Medusa heads (`specdec train-head --kind medusa`): head k predicts the token k + 1
@@ -48,11 +49,10 @@ impl Kind for Medusa {
             return Err("medusa: give `choices` or `branching`, not both".into());
         }
         if let Some(branching) = &self.branching {
-            if branching.is_empty() || branching.contains(&0) {
-                return Err("medusa.branching: give ≥ 1 children per depth".into());
-            }
+            branching_drafts("medusa.branching", branching)?;
         }
         if let Some(choices) = &self.choices {
+            check_drafts("medusa.choices (one draft node each)", choices.len())?;
             TreeShape::from_choices(choices).map_err(|e| format!("medusa.choices: {e}"))?;
         }
         Ok(())

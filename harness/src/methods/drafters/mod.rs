@@ -19,11 +19,11 @@ mod staged;
 mod tree;
 
 pub use chain::Chain;
-pub use dynamic_tree::DynamicTree;
+pub use dynamic_tree::{DynamicTree, DYNAMIC_TREE_MAX_TOP_K};
 pub use eagle::Eagle;
 pub use layer_skip::LayerSkip;
 pub use medusa::Medusa;
-pub use ngram::Ngram;
+pub use ngram::{Ngram, NGRAM_MAX_N};
 pub use plain::Plain;
 pub use sequoia::{Sequoia, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH};
 pub use staged::Staged;
@@ -189,7 +189,8 @@ pub trait DrafterEntry: Entry {
     fn uses_model(&self, params: &toml::Table) -> bool;
     /// [`DrafterKind::for_generate`] as config parameters.
     fn generate_params(&self, draft: Option<&str>) -> Option<toml::Table>;
-    /// Parses `params` and builds the drafter.
+    /// Parses `params`, checks their values ([`Kind::check`]: the limits too) and builds the
+    /// drafter.
     ///
     /// # Errors
     /// The parse error, as [`DrafterKind::build`].
@@ -224,6 +225,7 @@ impl<K: DrafterKind> DrafterEntry for Registered<K> {
         setup: &DraftSetup<'_>,
     ) -> Result<BuiltDrafter> {
         let kind = Self::parse(params).map_err(HarnessError::InvalidEngine)?;
+        kind.check().map_err(HarnessError::InvalidEngine)?;
         kind.build(ctx, setup)
     }
 }

@@ -7,12 +7,17 @@ use super::{BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::error::Result;
 use crate::methods::Kind;
 
+/// The longest match `ngram` looks for (`n`): 64 tokens. Every step tries each length from `n`
+/// down to 1 over the whole context, so the cost grows with `n`; prompt lookup's published
+/// settings match 1 to 4 tokens, and a 64-token repeat is already found by its last 4.
+pub const NGRAM_MAX_N: usize = 64;
+
 /// Prompt-lookup / n-gram drafting (deterministic, free): match the last `n` tokens (down to 1)
 /// in the context and propose what followed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ngram {
-    /// Match length (≥ 1).
+    /// Match length (1..=[`NGRAM_MAX_N`]).
     pub n: usize,
 }
 
@@ -25,6 +30,12 @@ impl Kind for Ngram {
     fn check(&self) -> std::result::Result<(), String> {
         if self.n == 0 {
             return Err("ngram needs n ≥ 1".into());
+        }
+        if self.n > NGRAM_MAX_N {
+            return Err(format!(
+                "ngram.n = {} is over the limit of {NGRAM_MAX_N} tokens",
+                self.n
+            ));
         }
         Ok(())
     }

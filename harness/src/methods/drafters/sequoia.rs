@@ -5,6 +5,7 @@ use specdec_algorithms::trees::sequoia_tree;
 
 use super::{shape_over, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::error::Result;
+use crate::methods::limits::check_drafts;
 use crate::methods::Kind;
 
 /// The acceptance-by-rank vector the `sequoia` drafter plans its tree from.
@@ -18,7 +19,7 @@ pub const SEQUOIA_MAX_DEPTH: usize = 8;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sequoia {
-    /// Node budget (≥ 1).
+    /// Node budget (≥ 1, at most [`MAX_DRAFTS`](crate::methods::limits::MAX_DRAFTS)).
     pub nodes: usize,
 }
 
@@ -31,7 +32,7 @@ impl Kind for Sequoia {
         if self.nodes == 0 {
             return Err("sequoia needs nodes ≥ 1".into());
         }
-        Ok(())
+        check_drafts("sequoia.nodes", self.nodes)
     }
 }
 

@@ -16,14 +16,14 @@ const EAGLE_LEVEL: &str = "eagle";
 
 /// Multi-level speculation: an n-gram level 0 proposes, the model level checks it losslessly
 /// against its own distribution and extends it, and the target verifies the result (chain
-/// rejection). `levels` names the model levels, smallest first; today one model level runs:
-/// the last entry (a known name, a `.gguf` path, `layer_skip` for the target with its default
-/// blocks skipped, or `eagle` for a trained EAGLE head over the target's features, from `head`
-/// or the cache).
+/// rejection). `levels` names the model level: exactly one entry today (a known name, a
+/// `.gguf` path, `layer_skip` for the target with its default blocks skipped, or `eagle` for a
+/// trained EAGLE head over the target's features, from `head` or the cache); a list of several
+/// is refused rather than run with all but one ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Staged {
-    /// Model names, smallest first.
+    /// The model level's name (one entry).
     pub levels: Vec<String>,
     /// The head file of an `eagle` level [default: `<cache>/heads/<target>-eagle.safetensors`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,8 +45,16 @@ impl Kind for Staged {
         "n-gram proposes, a draft model (`levels`, or layer_skip) checks and extends, the target verifies";
 
     fn check(&self) -> std::result::Result<(), String> {
-        if self.levels.is_empty() {
-            return Err("staged.levels is empty".into());
+        match self.levels.len() {
+            0 => return Err("staged.levels is empty: name the draft model level".into()),
+            1 => {}
+            n => {
+                return Err(format!(
+                    "staged.levels lists {n} model levels ({}); one model level runs between the \
+                     n-gram level and the target, so list exactly one",
+                    self.levels.join(", ")
+                ))
+            }
         }
         for level in self.levels.iter() {
             match level.as_str() {
@@ -89,7 +97,7 @@ impl DrafterKind for Staged {
     }
     fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter> {
         self.check().map_err(HarnessError::InvalidEngine)?;
-        let name = self.levels.last().expect("checked non-empty");
+        let name = &self.levels[0];
         let level0 = NgramDrafter::new(NgramConfig::default(), 16)?;
         if name == EAGLE_LEVEL {
             let precision = head_setup(EAGLE_LEVEL, setup, None)?;

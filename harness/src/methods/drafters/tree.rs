@@ -5,6 +5,7 @@ use specdec_algorithms::trees::TreeShape;
 
 use super::{shape_over, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::error::Result;
+use crate::methods::limits::branching_drafts;
 use crate::methods::Kind;
 
 /// The draft model expands a static tree, `branching[d]` children per node at depth d:
@@ -13,7 +14,8 @@ use crate::methods::Kind;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tree {
-    /// Children per node at each depth (length = tree depth), each ≥ 1.
+    /// Children per node at each depth (length = tree depth), each ≥ 1, at most
+    /// [`MAX_DRAFTS`](crate::methods::limits::MAX_DRAFTS) nodes in all.
     pub branching: Vec<usize>,
 }
 
@@ -24,13 +26,7 @@ impl Kind for Tree {
         "the draft model fills a static tree, `branching` children per depth (needs a draft model)";
 
     fn check(&self) -> std::result::Result<(), String> {
-        if self.branching.is_empty() {
-            return Err("tree.branching is empty: give children per depth, e.g. [3, 2, 1]".into());
-        }
-        if self.branching.contains(&0) {
-            return Err("tree.branching holds 0: every depth needs at least 1 child".into());
-        }
-        Ok(())
+        branching_drafts("tree.branching", &self.branching).map(|_| ())
     }
 }
 

@@ -5,6 +5,7 @@ use specdec_algorithms::policy::{AimdPolicy, SpeculationPolicy};
 
 use super::{chains_only, check_by_building, PolicyContext, PolicyKind};
 use crate::error::Result;
+use crate::methods::limits::check_drafts;
 use crate::methods::Kind;
 
 /// Additive increase after a fully accepted step, multiplicative decrease after a rejection,
@@ -36,6 +37,8 @@ impl Kind for Aimd {
         "chain length up by `increase` after a fully accepted step, times `decrease` after a rejection";
 
     fn check(&self) -> std::result::Result<(), String> {
+        check_drafts("aimd.k_max", self.k_max)?;
+        check_drafts("aimd.increase", self.increase)?;
         check_by_building(self)
     }
 

@@ -3,8 +3,10 @@
 use serde::{Deserialize, Serialize};
 use specdec_algorithms::policy::{CostModelPolicy, SpeculationPolicy, TreeSearch};
 
+use super::check_probe_every;
 use super::{PolicyContext, PolicyCosts, PolicyKind};
 use crate::error::{HarnessError, Result};
+use crate::methods::limits::check_drafts;
 use crate::methods::Kind;
 
 /// argmax_K E\[tokens\](α̂, K) / (draft_cost(K) + verify_cost(K)), α̂ estimated online
@@ -14,7 +16,7 @@ use crate::methods::Kind;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CostOptimal {
-    /// Largest K considered (≥ 1).
+    /// Largest K considered (1..=[`MAX_DRAFTS`](crate::methods::limits::MAX_DRAFTS)).
     pub k_max: usize,
     /// Predicted gain over plain decoding needed to speculate [default: 0.02].
     #[serde(default = "default_min_gain")]
@@ -61,7 +63,8 @@ impl Kind for CostOptimal {
         if self.probe_every == 0 {
             return Err("cost_optimal needs probe_every ≥ 1".into());
         }
-        Ok(())
+        check_drafts("cost_optimal.k_max", self.k_max)?;
+        check_probe_every("cost_optimal.probe_every", self.probe_every)
     }
 
     fn describe(&self) -> String {

@@ -5,19 +5,24 @@ use specdec_algorithms::policy::{FixedPolicy, SpeculationPolicy};
 
 use super::{PolicyContext, PolicyKind};
 use crate::error::Result;
+use crate::methods::limits::check_drafts;
 use crate::methods::Kind;
 
 /// Always K drafts (`FixedPolicy`): a chain of K, or K tree nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fixed {
-    /// Drafts per step (≥ 1).
+    /// Drafts per step (1..=[`MAX_DRAFTS`](crate::methods::limits::MAX_DRAFTS)).
     pub k: usize,
 }
 
 impl Kind for Fixed {
     const NAME: &'static str = "fixed";
     const SUMMARY: &'static str = "always K drafts (a chain of K, or K tree nodes)";
+
+    fn check(&self) -> std::result::Result<(), String> {
+        check_drafts("fixed.k", self.k)
+    }
 
     fn describe(&self) -> String {
         format!("fixed k={}", self.k)

@@ -149,7 +149,7 @@ pub trait PolicyEntry: Entry {
     fn prices_drafts(&self, params: &toml::Table) -> bool;
     /// [`PolicyKind::verify_tokens`] of `params`.
     fn verify_tokens(&self, params: &toml::Table) -> Option<usize>;
-    /// Parses `params` and builds the policy.
+    /// Parses `params`, checks their values ([`Kind::check`]) and builds the policy.
     ///
     /// # Errors
     /// The parse error, as [`PolicyKind::build`].
@@ -181,6 +181,7 @@ impl<K: PolicyKind> PolicyEntry for Registered<K> {
         ctx: &PolicyContext<'_>,
     ) -> Result<Box<dyn SpeculationPolicy>> {
         let kind = Self::parse(params).map_err(HarnessError::InvalidEngine)?;
+        kind.check().map_err(HarnessError::InvalidEngine)?;
         kind.build(ctx)
     }
 }
@@ -191,6 +192,24 @@ fn check_by_building<K: PolicyKind>(kind: &K) -> std::result::Result<(), String>
     kind.build(&PolicyContext::for_check())
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// The most plain steps a policy waits between probes (`probe_every`): 1,000,000. Past it a
+/// gated policy never probes within any run, and the cost-model policy's back-off (16 ×
+/// `probe_every`) stays far from overflow.
+pub const MAX_PROBE_EVERY: usize = 1_000_000;
+
+/// Checks a policy's `probe_every` against [`MAX_PROBE_EVERY`].
+///
+/// # Errors
+/// The message names `field`, its value and the limit.
+fn check_probe_every(field: &str, probe_every: usize) -> std::result::Result<(), String> {
+    if probe_every > MAX_PROBE_EVERY {
+        return Err(format!(
+            "{field} = {probe_every} is over the limit of {MAX_PROBE_EVERY} steps"
+        ));
+    }
+    Ok(())
 }
 
 /// The error of a chain-length policy asked to steer a tree drafter.

@@ -5,6 +5,7 @@ use specdec_algorithms::policy::{PidPolicy, SpeculationPolicy};
 
 use super::{chains_only, check_by_building, PolicyContext, PolicyKind};
 use crate::error::Result;
+use crate::methods::limits::check_drafts;
 use crate::methods::Kind;
 
 /// A PID controller steering the acceptance rate to `target_acceptance` by changing K
@@ -36,6 +37,7 @@ impl Kind for Pid {
         "chain length steered so the acceptance rate holds `target_acceptance`";
 
     fn check(&self) -> std::result::Result<(), String> {
+        check_drafts("pid.k_max", self.k_max)?;
         check_by_building(self)
     }
 

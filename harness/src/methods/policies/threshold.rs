@@ -3,8 +3,10 @@
 use serde::{Deserialize, Serialize};
 use specdec_algorithms::policy::{Budget, DisableGate, FixedPolicy, SpeculationPolicy};
 
+use super::check_probe_every;
 use super::{check_by_building, PolicyContext, PolicyKind};
 use crate::error::Result;
+use crate::methods::limits::check_drafts;
 use crate::methods::Kind;
 
 /// Fixed K, switched off (plain decoding) when the acceptance estimate falls below
@@ -28,6 +30,8 @@ impl Kind for Threshold {
         "fixed K, off while acceptance is below `min_acceptance`, probing every `probe_every` steps";
 
     fn check(&self) -> std::result::Result<(), String> {
+        check_drafts("threshold.k", self.k)?;
+        check_probe_every("threshold.probe_every", self.probe_every)?;
         check_by_building(self)
     }
 

@@ -67,7 +67,8 @@ pub trait VerifierKind: Kind {
 
 /// The object-safe face of a verifier entry (see [`VerifierKind`]).
 pub trait VerifierEntry: Entry {
-    /// Parses `params` and builds the verifier for `pairing`.
+    /// Parses `params`, checks their values ([`Kind::check`]) and builds the verifier for
+    /// `pairing`.
     ///
     /// # Errors
     /// The parse error, as [`VerifierKind::build`].
@@ -77,6 +78,7 @@ pub trait VerifierEntry: Entry {
 impl<K: VerifierKind> VerifierEntry for Registered<K> {
     fn build(&self, params: &toml::Table, pairing: &Pairing) -> Result<Arc<dyn Verifier<f32>>> {
         let kind = Self::parse(params).map_err(HarnessError::InvalidEngine)?;
+        kind.check().map_err(HarnessError::InvalidEngine)?;
         kind.build(pairing)
     }
 }
