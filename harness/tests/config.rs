@@ -104,6 +104,41 @@ fn unknown_keys_are_refused_with_the_key_and_file_named() {
             ),
             "colour",
         ),
+        // in the drafter and verifier sub-tables (issue 19: `k` was dropped)
+        (
+            GOOD.replace(
+                "drafter = { kind = \"chain\" }",
+                "drafter = { kind = \"chain\", k = 8 }",
+            ),
+            "unknown field `k`",
+        ),
+        (
+            GOOD.replace("branching = [3, 2, 1]", "branching = [3, 2, 1], depth = 3"),
+            "unknown field `depth`",
+        ),
+        (
+            GOOD.replace(
+                "kind = \"rejection\"",
+                "kind = \"rejection\", epsilon = 0.1",
+            ),
+            "unknown field `epsilon`",
+        ),
+        (
+            GOOD.replace("decrease = 0.5", "decrease = 0.5, gain = 2"),
+            "unknown field `gain`",
+        ),
+        (GOOD.replace("texts = [", "count = 3\ntexts = ["), "count"),
+        (
+            GOOD.replace("seed = 42", "seed = 42\n[toy]\nvocab = 8\nsize = 3"),
+            "size",
+        ),
+        (
+            GOOD.replace(
+                "draft = \"qwen2.5-coder-0.5b\"",
+                "draft = \"qwen2.5-coder-0.5b\"\ndraft_model = \"x\"",
+            ),
+            "draft_model",
+        ),
     ];
     for (text, key) in cases {
         let e = parse(&text).unwrap_err();
@@ -159,6 +194,28 @@ fn bad_values_name_the_field() {
         (
             GOOD.replace("target = \"qwen2.5-coder-1.5b\"", "target = \"gpt-5\""),
             "models.target",
+        ),
+        // typical acceptance's thresholds (issue 19: ε = −1 and NaN were accepted)
+        (
+            GOOD.replace(
+                "verifier = { kind = \"rejection\" }",
+                "verifier = { kind = \"typical\", epsilon = -1.0, delta = 0.5 }",
+            ),
+            "typical.epsilon -1",
+        ),
+        (
+            GOOD.replace(
+                "verifier = { kind = \"rejection\" }",
+                "verifier = { kind = \"typical\", epsilon = nan, delta = 0.5 }",
+            ),
+            "typical.epsilon NaN",
+        ),
+        (
+            GOOD.replace(
+                "verifier = { kind = \"rejection\" }",
+                "verifier = { kind = \"typical\", epsilon = 0.3, delta = inf }",
+            ),
+            "typical.delta inf",
         ),
     ];
     assert_each_is_invalid_naming(&cases);

@@ -439,3 +439,32 @@ policy = { kind = "fixed", k = 3 }
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A method name holding `|` and a line break keeps the summary table's shape: every row of the
+/// table has as many unescaped cell separators as the header.
+#[test]
+fn method_names_that_break_markdown_are_escaped() {
+    let dir = temp_dir("e2e-markdown");
+    let text = SIM.replace("name = \"k2\"", "name = \"k|2\\nrow\"");
+    let loaded = ExperimentConfig::from_toml(&text, "e2e.toml").unwrap();
+    run_experiment(&loaded, &dir, false).unwrap();
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    let separators = |line: &str| {
+        line.char_indices()
+            .filter(|&(i, c)| c == '|' && !line[..i].ends_with('\\'))
+            .count()
+    };
+    // the first table: the per-configuration summary
+    let rows: Vec<&str> = md
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    assert_eq!(rows.len(), 2 + 3, "header, rule and three methods:\n{md}");
+    let header = separators(rows[0]);
+    for row in &rows {
+        assert_eq!(separators(row), header, "{row}");
+    }
+    assert!(md.contains("k\\|2 row"), "{md}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -82,6 +82,24 @@ pub enum ModelError {
     /// A model name is not in `models/registry.toml`, or its file is not in the cache.
     #[error("{0}")]
     ModelNotFound(String),
+    /// A registered file's bytes are not the pinned ones (corrupt, truncated to the same size,
+    /// or another version).
+    #[error(
+        "{name}: {path} has SHA-256 {actual}, but models/registry.toml pins {expected}: the file \
+         is corrupt or another version; {fix}"
+    )]
+    HashMismatch {
+        /// The registry name.
+        name: String,
+        /// The file.
+        path: String,
+        /// The pinned SHA-256.
+        expected: String,
+        /// The file's SHA-256.
+        actual: String,
+        /// What to do (the fetch command).
+        fix: String,
+    },
     /// Building or running the tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -75,8 +75,8 @@ impl RegistryEntry {
         cache_dir().join(&self.file)
     }
 
-    /// The cached file, checked to exist with the pinned size (cheap; the fetch script
-    /// checked the hash when it stored it, and [`RegistryEntry::verify_sha256`] rechecks it).
+    /// The cached file, checked to exist with the pinned size only (cheap: for tests asking
+    /// whether it is there; [`resolve`] and [`RegistryEntry::verified`] check its hash too).
     ///
     /// # Errors
     /// [`ModelError::ModelNotFound`] when the file is missing or has another size, telling the
@@ -102,25 +102,113 @@ impl RegistryEntry {
         }
     }
 
-    /// Hashes the cached file and compares it with the pinned SHA-256 (about 1 s per GB).
+    /// Hashes the cached file (always, ignoring the hash cache) and compares it with the pinned
+    /// SHA-256 (about 1 s per GB).
     ///
     /// # Errors
     /// As [`RegistryEntry::locate`]; [`ModelError::Io`] when reading fails;
-    /// [`ModelError::ModelNotFound`] when the hash differs.
+    /// [`ModelError::HashMismatch`] naming the file and both hashes.
     pub fn verify_sha256(&self) -> Result<PathBuf> {
         let path = self.locate()?;
         let digest = sha256_of_file(&path)?;
-        if digest != self.sha256 {
-            return Err(ModelError::ModelNotFound(format!(
-                "{}: {} has SHA-256 {digest}, expected {}; run `scripts/fetch-models.sh {}` again",
-                self.name,
-                path.display(),
-                self.sha256,
-                self.fetch
-            )));
-        }
+        self.compare(&path, digest)?;
         Ok(path)
     }
+
+    /// The cached file, checked to have the pinned size and SHA-256. The hash is computed once
+    /// per file version and remembered by size and modification time in [`hash_cache_dir`]
+    /// ([`sha256_cached`]), so loading a model costs the hash once.
+    ///
+    /// # Errors
+    /// As [`RegistryEntry::locate`]; [`ModelError::Io`] when reading fails;
+    /// [`ModelError::HashMismatch`] naming the file and both hashes.
+    pub fn verified(&self) -> Result<PathBuf> {
+        self.verified_with(&hash_cache_dir())
+    }
+
+    /// [`RegistryEntry::verified`] with the hash cache in `cache` (for tests).
+    ///
+    /// # Errors
+    /// As [`RegistryEntry::verified`].
+    pub fn verified_with(&self, cache: &Path) -> Result<PathBuf> {
+        let path = self.locate()?;
+        let digest = sha256_cached(&path, cache)?;
+        self.compare(&path, digest)?;
+        Ok(path)
+    }
+
+    fn compare(&self, path: &Path, digest: String) -> Result<()> {
+        if digest != self.sha256 {
+            return Err(ModelError::HashMismatch {
+                name: self.name.clone(),
+                path: path.display().to_string(),
+                expected: self.sha256.clone(),
+                actual: digest,
+                fix: format!("run `scripts/fetch-models.sh {}` again", self.fetch),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Where [`sha256_cached`] remembers hashes by default: `<cache dir>/verified-hashes` (outside
+/// any checkout; one small file per hashed file).
+pub fn hash_cache_dir() -> PathBuf {
+    cache_dir().join("verified-hashes")
+}
+
+/// The SHA-256 of `path` (lower-case hex), hashed once per version of the file: the result is
+/// remembered in `cache` with the file's size and modification time, and hashed again only
+/// when either changes. A cache that cannot be written (read-only) costs a hash per call, never
+/// an error.
+///
+/// # Errors
+/// [`ModelError::Io`] when the file cannot be read.
+pub fn sha256_cached(path: &Path, cache: &Path) -> Result<String> {
+    let stamp = file_stamp(path)?;
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let key: String = Sha256::digest(canonical.to_string_lossy().as_bytes())[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let name = canonical
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let record = cache.join(format!("{name}.{key}.sha256"));
+    if let Ok(text) = std::fs::read_to_string(&record) {
+        if let Some(digest) = text.strip_prefix(&format!("{stamp} ")) {
+            let digest = digest.trim();
+            if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Ok(digest.to_string());
+            }
+        }
+    }
+    let digest = sha256_of_file(path)?;
+    // remembered only if the file did not change while it was read
+    if file_stamp(path)? == stamp && std::fs::create_dir_all(cache).is_ok() {
+        let temp = cache.join(format!(".{name}.{key}.{}.tmp", std::process::id()));
+        if std::fs::write(&temp, format!("{stamp} {digest}\n")).is_ok() {
+            let _ = std::fs::rename(&temp, &record);
+        }
+        let _ = std::fs::remove_file(&temp);
+    }
+    Ok(digest)
+}
+
+/// `size mtime-seconds.nanoseconds` of a file: what says it has not changed since it was hashed.
+fn file_stamp(path: &Path) -> Result<String> {
+    let meta = std::fs::metadata(path).map_err(|source| io_error(path, source))?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    Ok(format!(
+        "{} {}.{:09}",
+        meta.len(),
+        mtime.as_secs(),
+        mtime.subsec_nanos()
+    ))
 }
 
 /// The SHA-256 of a file's bytes, lower-case hex (about 1 s per GB).
@@ -155,7 +243,8 @@ pub struct ModelIdentity {
 /// The identity of a model argument (a registry name or a path to a file, as [`resolve`]).
 ///
 /// # Errors
-/// As [`resolve`]; [`ModelError::Io`] when hashing an unregistered file fails.
+/// As [`resolve`]; [`ModelError::Io`] when hashing an unregistered file fails (hashed once per
+/// file version, [`sha256_cached`]).
 pub fn identify(name_or_path: &str) -> Result<ModelIdentity> {
     let path = resolve(name_or_path)?;
     let (short_name, sha256) = match entry(name_or_path) {
@@ -165,7 +254,7 @@ pub fn identify(name_or_path: &str) -> Result<ModelIdentity> {
                 || name_or_path.to_string(),
                 |s| s.to_string_lossy().into_owned(),
             ),
-            sha256_of_file(&path)?,
+            sha256_cached(&path, &hash_cache_dir())?,
         ),
     };
     let file_name = path.file_name().map_or_else(
@@ -187,15 +276,17 @@ fn io_error(path: &Path, source: std::io::Error) -> ModelError {
     }
 }
 
-/// Resolves a model argument: a registry name (see [`entry`]) gives the checked cached file
-/// ([`RegistryEntry::locate`]); anything else is taken as a path to an existing file.
+/// Resolves a model argument: a registry name (see [`entry`]) gives the cached file checked to
+/// have the pinned size and SHA-256 ([`RegistryEntry::verified`]: hashed once per file
+/// version); anything else is taken as a path to an existing file.
 ///
 /// # Errors
 /// [`ModelError::ModelNotFound`] when the registry file is missing from the cache (naming the
-/// fetch command) or the path does not exist (listing the registry names).
+/// fetch command) or the path does not exist (listing the registry names);
+/// [`ModelError::HashMismatch`] when a registered file's bytes are not the pinned ones.
 pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
     if let Some(e) = entry(name_or_path) {
-        return e.locate();
+        return e.verified();
     }
     let path = PathBuf::from(name_or_path);
     if path.is_file() {

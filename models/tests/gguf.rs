@@ -292,6 +292,58 @@ fn offsets_out_of_bounds_misaligned_or_overlapping_are_errors() {
     assert!(gguf_error(GgufFile::from_bytes(bad)).contains("overlap"));
 }
 
+/// Rewrites the stored GGML type of the tensor `name` of a writer's output.
+fn patch_type(bytes: &mut [u8], name: &str, type_id: u32) {
+    let needle: Vec<u8> = [&(name.len() as u64).to_le_bytes()[..], name.as_bytes()].concat();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("tensor name in table");
+    let n_dims = u32::from_le_bytes(bytes[at + needle.len()..][..4].try_into().unwrap()) as usize;
+    let type_at = at + needle.len() + 4 + 8 * n_dims;
+    bytes[type_at..type_at + 4].copy_from_slice(&type_id.to_le_bytes());
+}
+
+#[test]
+fn a_gap_of_the_alignment_or_more_between_spans_is_an_error() {
+    // an F32 norm flipped to F16 in the header: its span halves, leaving a gap before the next
+    // tensor (issue 19: it ran and printed garbage)
+    let mut w = GgufWriter::new();
+    w.tensor_f32("a", &[8], &[0.0; 8])
+        .tensor_f32("norm.weight", &[16], &[1.0; 16])
+        .tensor_f32("c", &[8], &[0.0; 8]);
+    let good = w.to_bytes();
+    assert!(GgufFile::from_bytes(good.clone()).is_ok());
+    let mut bad = good;
+    patch_type(&mut bad, "norm.weight", 1);
+    let reason = gguf_error(GgufFile::from_bytes(bad));
+    assert!(
+        reason.contains("32 unused bytes")
+            && reason.contains("`norm.weight`")
+            && reason.contains("`c`"),
+        "{reason}"
+    );
+    // a first tensor that does not start the data section
+    let mut shifted = GgufWriter::new();
+    shifted
+        .tensor_f32("a", &[8], &[0.0; 8])
+        .tensor_f32("c", &[8], &[0.0; 8]);
+    let mut bytes = shifted.to_bytes();
+    patch_offset(&mut bytes, "a", 32);
+    patch_offset(&mut bytes, "c", 64);
+    bytes.extend_from_slice(&[0; 64]);
+    let reason = gguf_error(GgufFile::from_bytes(bytes));
+    assert!(
+        reason.contains("start of the data section") && reason.contains("`a`"),
+        "{reason}"
+    );
+    // padding shorter than the alignment is what writers leave: accepted
+    let mut w = GgufWriter::new();
+    w.tensor_f32("odd", &[3], &[0.0; 3])
+        .tensor_f32("next", &[8], &[0.0; 8]);
+    assert!(GgufFile::from_bytes(w.to_bytes()).is_ok());
+}
+
 #[test]
 fn open_maps_a_written_file_and_reports_missing_files() {
     let dir = std::env::temp_dir().join(format!("specdec-gguf-test-{}", std::process::id()));

@@ -67,3 +67,74 @@ fn cached_files_verify() {
         }
     }
 }
+
+/// A scratch folder for one test.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("specdec-registry-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_same_size_corrupted_file_is_refused_naming_it_and_both_hashes() {
+    let dir = scratch("corrupt");
+    let hashes = dir.join("hashes");
+    let file = dir.join("model.gguf");
+    let good = b"pretend weights, 32 bytes long!!".to_vec();
+    std::fs::write(&file, &good).unwrap();
+    let mut entry = registry::entry("smollm2-135m").unwrap().clone();
+    entry.file = file.to_string_lossy().into_owned(); // absolute: cache_dir().join keeps it
+    entry.size = good.len() as u64;
+    entry.sha256 = registry::sha256_of_file(&file).unwrap();
+    assert_eq!(entry.verified_with(&hashes).unwrap(), file);
+    // one byte flipped, same size: refused with the file and both hashes named
+    let mut bad = good.clone();
+    bad[7] ^= 1;
+    std::fs::write(&file, &bad).unwrap();
+    let err = entry.verified_with(&hashes).unwrap_err();
+    let actual = registry::sha256_of_file(&file).unwrap();
+    assert!(matches!(err, ModelError::HashMismatch { .. }), "{err}");
+    let text = err.to_string();
+    for word in [
+        file.to_str().unwrap(),
+        &entry.sha256,
+        &actual,
+        "fetch-models.sh smollm2",
+    ] {
+        assert!(text.contains(word), "`{word}` not in: {text}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn hashes_are_computed_once_and_remembered_by_size_and_mtime() {
+    let dir = scratch("cache");
+    let hashes = dir.join("hashes");
+    let file = dir.join("data.bin");
+    std::fs::write(&file, b"first version").unwrap();
+    let first = registry::sha256_cached(&file, &hashes).unwrap();
+    assert_eq!(first, registry::sha256_of_file(&file).unwrap());
+    let records: Vec<_> = std::fs::read_dir(&hashes).unwrap().collect();
+    assert_eq!(records.len(), 1, "one record, no temporary left behind");
+    // the record is what answers next time: doctor it and the doctored hash comes back
+    let record = records[0].as_ref().unwrap().path();
+    let text = std::fs::read_to_string(&record).unwrap();
+    let doctored = text.replace(&first, &"0".repeat(64));
+    std::fs::write(&record, &doctored).unwrap();
+    assert_eq!(
+        registry::sha256_cached(&file, &hashes).unwrap(),
+        "0".repeat(64)
+    );
+    // a new version of the file (other size, new mtime) is hashed again
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&file, b"second, longer version").unwrap();
+    let second = registry::sha256_cached(&file, &hashes).unwrap();
+    assert_eq!(second, registry::sha256_of_file(&file).unwrap());
+    assert_ne!(second, first);
+    // an unwritable cache costs a hash, never an error
+    let blocked = dir.join("not-a-dir");
+    std::fs::write(&blocked, b"").unwrap();
+    assert_eq!(registry::sha256_cached(&file, &blocked).unwrap(), second);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

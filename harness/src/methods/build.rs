@@ -110,11 +110,18 @@ pub fn validate_method(method: &mut MethodConfig) -> std::result::Result<(), Met
     Ok(())
 }
 
-/// Refuses `draft_vocab` on a drafter that runs no model.
+/// Refuses `draft_vocab = 0`, and `draft_vocab` on a drafter that runs no model (a vocabulary
+/// past the model's is refused when the model is opened).
 fn check_draft_vocab(
     method: &MethodConfig,
     drafter: &dyn DrafterEntry,
 ) -> std::result::Result<(), String> {
+    if method.draft_vocab == Some(0) {
+        return Err(format!(
+            "method `{}`: draft_vocab must be at least 1 (leave it out for the whole vocabulary)",
+            method.name
+        ));
+    }
     if method.draft_vocab.is_some() && !drafter.uses_model(method.drafter.params()) {
         return Err(format!(
             "method `{}`: draft_vocab applies to drafters with a model, not to {}",

@@ -5,6 +5,21 @@ use std::fmt::Write;
 use super::Provenance;
 use crate::metrics::{CategorySummary, Interval, MethodSummary, BOOTSTRAP_RESAMPLES, FEW_PROMPTS};
 
+/// `text` as one markdown table cell: `|` escaped, line breaks and other control characters
+/// made spaces, so a method name or description cannot add columns or rows.
+pub fn table_cell(text: &str) -> String {
+    let mut cell = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '|' => cell.push_str("\\|"),
+            '\\' => cell.push_str("\\\\"),
+            c if c.is_control() => cell.push(' '),
+            c => cell.push(c),
+        }
+    }
+    cell
+}
+
 /// A markdown document: the per-configuration table, the definitions used, the per-category
 /// table when the prompts have categories, and the provenance.
 pub fn summary_markdown(
@@ -13,7 +28,7 @@ pub fn summary_markdown(
     provenance: &Provenance,
 ) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# {}\n", provenance.config.name);
+    let _ = writeln!(md, "# {}\n", table_cell(&provenance.config.name));
     if !provenance.config.description.is_empty() {
         let _ = writeln!(md, "{}\n", provenance.config.description);
     }
@@ -75,13 +90,13 @@ pub fn summary_markdown(
         let _ = writeln!(
             md,
             "| {}{} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            s.method,
+            table_cell(&s.method),
             if s.is_baseline && s.method != "baseline" {
                 " (baseline)"
             } else {
                 ""
             },
-            s.description,
+            table_cell(&s.description),
             s.tau.n,
             s.tokens_per_s,
             speedup,

@@ -27,7 +27,7 @@ mod provenance;
 
 pub use csv::{categories_csv, requests_csv, steps_csv, summary_csv};
 pub use jsonl::{read_jsonl, write_jsonl};
-pub use markdown::summary_markdown;
+pub use markdown::{summary_markdown, table_cell};
 pub use plots::{
     bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_categories,
     plot_latency, plot_speedup, plot_tau, plot_time_split, series_by_k, Bar, Legend, Series,

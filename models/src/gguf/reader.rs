@@ -301,20 +301,7 @@ impl GgufFile {
                 }
             }
         }
-        let mut spans: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
-        spans.sort_by_key(|t| t.offset);
-        for pair in spans.windows(2) {
-            if pair[0].offset + pair[0].n_bytes > pair[1].offset {
-                return Err(ModelError::Gguf {
-                    path: path.clone(),
-                    offset: pair[1].offset as u64,
-                    reason: format!(
-                        "the data of tensors `{}` and `{}` overlap",
-                        pair[0].name, pair[1].name
-                    ),
-                });
-            }
-        }
+        check_spans(&path, &tensors, data_offset, alignment)?;
         Ok(Self {
             path,
             backing,
@@ -326,7 +313,57 @@ impl GgufFile {
             data_offset,
         })
     }
+}
 
+/// Checks that the tensors' data tile the data section as a GGUF writer lays it out: sorted by
+/// offset, each span starts at or after the previous one's end (no overlap), and the padding
+/// before it (from the data section's start, or from the previous span's end) is shorter than
+/// `alignment`. A type or shape changed in the header changes a span's length, which shows as
+/// an overlap or as a gap of the alignment or more.
+fn check_spans(
+    path: &str,
+    tensors: &[TensorInfo],
+    data_offset: usize,
+    alignment: usize,
+) -> Result<()> {
+    let mut spans: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
+    spans.sort_by_key(|t| t.offset);
+    let fail = |offset: usize, reason: String| ModelError::Gguf {
+        path: path.to_string(),
+        offset: offset as u64,
+        reason,
+    };
+    let mut end = data_offset;
+    let mut previous: Option<&TensorInfo> = None;
+    for t in spans {
+        if t.offset < end {
+            let other = previous.map_or("the header".to_string(), |p| format!("`{}`", p.name));
+            return Err(fail(
+                t.offset,
+                format!("the data of tensors {other} and `{}` overlap", t.name),
+            ));
+        }
+        let gap = t.offset - end;
+        if gap >= alignment {
+            let after = previous.map_or("the start of the data section".to_string(), |p| {
+                format!("the end of tensor `{}`", p.name)
+            });
+            return Err(fail(
+                end,
+                format!(
+                    "{gap} unused bytes between {after} and tensor `{}` (padding is less than \
+                     the alignment {alignment}): a tensor's type or shape does not match its data",
+                    t.name
+                ),
+            ));
+        }
+        end = t.offset + t.n_bytes;
+        previous = Some(t);
+    }
+    Ok(())
+}
+
+impl GgufFile {
     /// The file's path as given to [`GgufFile::open`] (or `<memory>`).
     pub fn path(&self) -> &str {
         &self.path

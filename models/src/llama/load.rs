@@ -81,14 +81,26 @@ fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
         });
     }
     let ty = QuantType::from_ggml_id(t.quant_type().ggml_id())?;
+    if ty != QuantType::F32 {
+        return Err(ModelError::Shape {
+            what: name.to_string(),
+            reason: format!(
+                "a norm gain or bias is stored as F32 (GGUF writers keep every 1-D tensor in \
+                 F32), found {}: the file's tensor table is corrupt",
+                ty.name()
+            ),
+        });
+    }
     Ok(dequantize_row_to_vec(ty, t.data, len)?)
 }
 
 /// The weights of the decoder `config` describes, from `file`. Matrices stay in the file's
-/// (memory-mapped) blocks; only norm gains and biases are converted to f32.
+/// (memory-mapped) blocks; norm gains and biases must be F32 (the type every GGUF writer gives
+/// 1-D tensors).
 ///
 /// # Errors
-/// A missing tensor, or [`ModelError::Shape`] naming a tensor of the wrong shape.
+/// A missing tensor, or [`ModelError::Shape`] naming a tensor of the wrong shape, or a norm
+/// gain or bias not stored as F32.
 pub fn read_weights(file: &Arc<GgufFile>, config: &LlamaConfig) -> Result<ModelWeights> {
     let (h, q, kv, f) = (config.hidden, config.q_dim(), config.kv_dim(), config.ffn);
     let layers = (0..config.n_layers)
@@ -129,4 +141,28 @@ pub fn read_weights(file: &Arc<GgufFile>, config: &LlamaConfig) -> Result<ModelW
         output_norm: vector(file, "output_norm.weight", h)?,
         output,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgufWriter;
+
+    #[test]
+    fn a_norm_gain_must_be_f32() {
+        let mut w = GgufWriter::new();
+        w.tensor_f32("good.weight", &[4], &[1.0, 2.0, 3.0, 4.0]);
+        // the same four gains as F16 (1, 2, 3, 4): a consistent file, the wrong type for a norm
+        w.tensor("half.weight", &[4], 1, vec![0, 60, 0, 64, 0, 66, 0, 68]);
+        let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        assert_eq!(
+            vector(&file, "good.weight", 4).unwrap(),
+            [1.0, 2.0, 3.0, 4.0]
+        );
+        let err = vector(&file, "half.weight", 4).unwrap_err().to_string();
+        assert!(
+            err.contains("half.weight") && err.contains("F32") && err.contains("F16"),
+            "{err}"
+        );
+    }
 }
