@@ -259,15 +259,20 @@ fn tensor_table_errors_are_named() {
     assert!(reason.contains("too many"), "{reason}");
 }
 
-/// Rewrites the stored offset of the tensor `name` of a writer's output.
-fn patch_offset(bytes: &mut [u8], name: &str, offset: u64) {
+/// Where the GGML type of the tensor `name` is stored in a writer's output (its offset follows).
+fn type_position(bytes: &[u8], name: &str) -> usize {
     let needle: Vec<u8> = [&(name.len() as u64).to_le_bytes()[..], name.as_bytes()].concat();
     let at = bytes
         .windows(needle.len())
         .position(|w| w == needle)
         .expect("tensor name in table");
     let n_dims = u32::from_le_bytes(bytes[at + needle.len()..][..4].try_into().unwrap()) as usize;
-    let off_at = at + needle.len() + 4 + 8 * n_dims + 4;
+    at + needle.len() + 4 + 8 * n_dims
+}
+
+/// Rewrites the stored offset of the tensor `name` of a writer's output.
+fn patch_offset(bytes: &mut [u8], name: &str, offset: u64) {
+    let off_at = type_position(bytes, name) + 4;
     bytes[off_at..off_at + 8].copy_from_slice(&offset.to_le_bytes());
 }
 
@@ -294,13 +299,7 @@ fn offsets_out_of_bounds_misaligned_or_overlapping_are_errors() {
 
 /// Rewrites the stored GGML type of the tensor `name` of a writer's output.
 fn patch_type(bytes: &mut [u8], name: &str, type_id: u32) {
-    let needle: Vec<u8> = [&(name.len() as u64).to_le_bytes()[..], name.as_bytes()].concat();
-    let at = bytes
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .expect("tensor name in table");
-    let n_dims = u32::from_le_bytes(bytes[at + needle.len()..][..4].try_into().unwrap()) as usize;
-    let type_at = at + needle.len() + 4 + 8 * n_dims;
+    let type_at = type_position(bytes, name);
     bytes[type_at..type_at + 4].copy_from_slice(&type_id.to_le_bytes());
 }
 
