@@ -84,22 +84,8 @@ pub enum ModelError {
     ModelNotFound(String),
     /// A registered file's bytes are not the pinned ones (corrupt, truncated to the same size,
     /// or another version).
-    #[error(
-        "{name}: {path} has SHA-256 {actual}, but models/registry.toml pins {expected}: the file \
-         is corrupt or another version; {fix}"
-    )]
-    HashMismatch {
-        /// The registry name.
-        name: String,
-        /// The file.
-        path: String,
-        /// The pinned SHA-256.
-        expected: String,
-        /// The file's SHA-256.
-        actual: String,
-        /// What to do (the fetch command).
-        fix: String,
-    },
+    #[error("{0}")]
+    HashMismatch(Box<HashMismatch>),
     /// Building or running the tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
@@ -112,6 +98,25 @@ pub enum ModelError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// What [`ModelError::HashMismatch`] reports: the file and both hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "{name}: {path} has SHA-256 {actual}, but models/registry.toml pins {expected}: the file is \
+     corrupt or another version; {fix}"
+)]
+pub struct HashMismatch {
+    /// The registry name.
+    pub name: String,
+    /// The file.
+    pub path: String,
+    /// The pinned SHA-256.
+    pub expected: String,
+    /// The file's SHA-256.
+    pub actual: String,
+    /// What to do (the fetch command).
+    pub fix: String,
 }
 
 /// `Result` with [`ModelError`].

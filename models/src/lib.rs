@@ -14,5 +14,5 @@ pub mod shard;
 pub mod tokenizer;
 pub mod toy;
 
-pub use error::{ModelError, Result};
+pub use error::{HashMismatch, ModelError, Result};
 pub use model::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK};

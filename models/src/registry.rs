@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::error::{ModelError, Result};
+use crate::error::{HashMismatch, ModelError, Result};
 
 /// The registry file's text, compiled in (the same file the fetch script reads).
 pub const REGISTRY_TOML: &str = include_str!("../registry.toml");
@@ -139,13 +139,13 @@ impl RegistryEntry {
 
     fn compare(&self, path: &Path, digest: String) -> Result<()> {
         if digest != self.sha256 {
-            return Err(ModelError::HashMismatch {
+            return Err(ModelError::HashMismatch(Box::new(HashMismatch {
                 name: self.name.clone(),
                 path: path.display().to_string(),
                 expected: self.sha256.clone(),
                 actual: digest,
                 fix: format!("run `scripts/fetch-models.sh {}` again", self.fetch),
-            });
+            })));
         }
         Ok(())
     }

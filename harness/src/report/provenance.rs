@@ -35,7 +35,8 @@ pub struct Provenance {
     /// The sampling seed of the run.
     pub seed: u64,
     /// SHA-256 of every model file given by path (hashed at run time), and of every model given by
-    /// registry name (the pinned hash the fetch script verifies, marked `(registry pin)`).
+    /// registry name (the pinned hash, which the file is checked against when it is opened,
+    /// marked `(registry pin)`).
     pub model_hashes: BTreeMap<String, String>,
     /// Unix seconds at the start of the run.
     pub started_unix_s: u64,
