@@ -9,17 +9,13 @@
 # Idempotent: a second run finds the stamp file and only exports (well under a second).
 # Set SPECDEC_NVRTC_VENV to use another location.
 
+# shellcheck source=00-venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/00-venv.sh"
+
 specdec_nvrtc_setup() {
   local venv="${SPECDEC_NVRTC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/specdec/venv-nvrtc}"
   local pins="nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.96"
-  local stamp="$venv/.specdec-pins"
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$pins" ]; then
-    echo "   installing $pins into $venv"
-    python3 -m venv "$venv" || return 1
-    # shellcheck disable=SC2086
-    "$venv/bin/pip" install --quiet --disable-pip-version-check $pins || return 1
-    echo "$pins" >"$stamp"
-  fi
+  specdec_venv "$venv" "$pins" || return 1
   local root
   root="$("$venv/bin/python" -c 'import nvidia.cu13 as m; print(m.__path__[0])')" || return 1
   if [ ! -e "$root/lib/libnvrtc.so" ] && [ -e "$root/lib/libnvrtc.so.13" ]; then

@@ -4,8 +4,8 @@
 //! they get alone, a stop string cuts the text, the usage carries the speculation counts, bad
 //! requests get a 4xx naming the problem and the server stays healthy, and stopping drains.
 //!
-//! Needs the SmolLM2 GGUF in the cache (`scripts/fetch-models.sh smollm2`), or
-//! `SPECDEC_SKIP_MODEL_TESTS=1` to skip.
+//! Needs the SmolLM2 GGUF in the cache (`scripts/fetch-models.sh smollm2`); skipped without it
+//! unless `SPECDEC_REQUIRE_MODELS` names it (scripts/test.sh sets it).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,19 +18,9 @@ use specdec_server::{start, RunningServer, ServeOptions};
 
 const MODEL: &str = "smollm2-135m";
 
+/// Whether the model is cached (a missing one skips, unless `SPECDEC_REQUIRE_MODELS` names it).
 fn have_model() -> bool {
-    let entry = registry::entry(MODEL).expect("registered");
-    if entry.locate().is_ok() {
-        return true;
-    }
-    if std::env::var("SPECDEC_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-        eprintln!("skipping: {MODEL} is not cached (SPECDEC_SKIP_MODEL_TESTS=1)");
-        return false;
-    }
-    panic!(
-        "{MODEL} is not cached: run `scripts/fetch-models.sh {}`",
-        entry.fetch
-    );
+    registry::cached_for_test(MODEL).is_some()
 }
 
 /// One HTTP/1.0 exchange (the body ends when the server closes): status and body.

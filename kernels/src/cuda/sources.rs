@@ -102,7 +102,10 @@ pub static OPS: KernelSource = KernelSource {
 pub static MATMUL_INVARIANT: KernelSource = KernelSource {
     name: "matmul_invariant.cu",
     family: "ops",
-    code: include_str!("../ops/matmul_invariant.cu"),
+    code: concat!(
+        include_str!("../ops/fma_tile.cuh"),
+        include_str!("../ops/matmul_invariant.cu")
+    ),
     entries: &[
         "matmul_invariant_f32",
         "matmul_invariant_bf16",
@@ -155,6 +158,7 @@ pub static QMATMUL: KernelSource = KernelSource {
     family: "quant",
     code: concat!(
         include_str!("../quant/blocks.cuh"),
+        include_str!("../ops/fma_tile.cuh"),
         include_str!("../quant/qmatmul.cu")
     ),
     entries: &[

@@ -4,6 +4,7 @@
 
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 
+use super::qmatmul::{check_gather, check_product};
 use super::types::QuantType;
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
@@ -93,21 +94,7 @@ pub fn qmatmul_cuda(
             actual: w.len(),
         });
     }
-    if k == 0 || !a.len().is_multiple_of(k) {
-        return Err(KernelError::ShapeMismatch {
-            what: format!("activations (a multiple of the {k} columns)"),
-            expected: a.len().div_ceil(k.max(1)) * k,
-            actual: a.len(),
-        });
-    }
-    let m = a.len() / k;
-    if out.len() != m * w_rows {
-        return Err(KernelError::ShapeMismatch {
-            what: "product output [tokens x rows]".into(),
-            expected: m * w_rows,
-            actual: out.len(),
-        });
-    }
+    let m = check_product(a.len(), k, w_rows, out.len())?;
     if m == 0 || w_rows == 0 {
         return Ok(());
     }
@@ -163,21 +150,7 @@ pub fn qgather_cuda(
             actual: w.len(),
         });
     }
-    let rows = w.len() / row_bytes;
-    if out.len() != ids.len() * width {
-        return Err(KernelError::ShapeMismatch {
-            what: "gathered rows [ids x width]".into(),
-            expected: ids.len() * width,
-            actual: out.len(),
-        });
-    }
-    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
-        return Err(KernelError::OutOfRange {
-            what: "token id".into(),
-            index: bad as usize,
-            limit: rows,
-        });
-    }
+    check_gather(w.len() / row_bytes, width, ids, out.len())?;
     if ids.is_empty() {
         return Ok(());
     }

@@ -10,9 +10,8 @@
 // number of rows, the tile the row falls in or the GPU: the batch-invariant mode's one product
 // path for every number of tokens.
 //
-// Launch-size reasoning: the tiles of matmul_invariant.cu (64 x 64 outputs per block of 256
-// threads, 4 x 4 per thread; k in steps of 32 through 2 * 32 * 65 * 4 B = 16.6 KB of shared
-// memory). Bytes >= rows * k * 4 + cols * row_bytes * ceil(rows / 64) + rows * cols * 4: for
+// Launch-size reasoning: fma_tile.cuh's tiles (64 x 64 outputs per block of 256 threads, 4 x 4
+// per thread; k in steps of 32 through 2 * 32 * 65 * 4 B = 16.6 KB of shared memory). Bytes >= rows * k * 4 + cols * row_bytes * ceil(rows / 64) + rows * cols * 4: for
 // decode (rows <= 64) one pass over the blocks, 0.56 B per weight for Q4_K against 2 B for bf16.
 // The decode grid is cols / 64 blocks (24 for a 1536-wide projection), too few to fill an H200's
 // 132 SMs on the small matrices: the bundle measures it (a split over k would change the order).
@@ -20,58 +19,15 @@
 // qgather_<type>: out[t][j] = w[ids[t]][j] in f32 (the embedding lookup), one thread per output
 // element, grid-stride.
 
-#define QM_TILE 64
-#define QM_KT 32
-
+// The tile loop is fma_tile.cuh's (prepended); here each weight is decoded from its block.
 template <typename Q>
-__device__ __forceinline__ void qmatmul_impl(const float* __restrict__ a, const u8* __restrict__ w,
-                                             float* __restrict__ out, u32 rows, u32 cols, u32 k,
-                                             u64 row_bytes) {
-  __shared__ float as[QM_KT][QM_TILE + 1];
-  __shared__ float ws[QM_KT][QM_TILE + 1];
-  const u32 tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const u32 row0 = blockIdx.y * QM_TILE, col0 = blockIdx.x * QM_TILE;
-  float acc[4][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-
-  for (u32 k0 = 0; k0 < k; k0 += QM_KT) {
-    for (u32 e = threadIdx.x; e < QM_TILE * QM_KT; e += blockDim.x) {
-      const u32 r = e / QM_KT, kk = e % QM_KT;
-      const u32 gk = k0 + kk;
-      const u32 gr = row0 + r, gc = col0 + r;
-      as[kk][r] = (gr < rows && gk < k) ? a[(u64)gr * k + gk] : 0.0f;
-      ws[kk][r] = (gc < cols && gk < k)
-                      ? Q::at(w + (u64)gc * row_bytes + (u64)(gk / Q::QK) * Q::BYTES, gk % Q::QK)
-                      : 0.0f;
-    }
-    __syncthreads();
-    const u32 kend = min((u32)QM_KT, k - k0);
-    for (u32 kk = 0; kk < kend; ++kk) {
-      float av[4], wv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = as[kk][ty + 16 * i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) wv[j] = ws[kk][tx + 16 * j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], wv[j], acc[i][j]);
-    }
-    __syncthreads();
+struct BlockRows {
+  const u8* w;
+  u64 row_bytes;
+  __device__ __forceinline__ float operator()(u32 col, u32 kk) const {
+    return Q::at(w + (u64)col * row_bytes + (u64)(kk / Q::QK) * Q::BYTES, kk % Q::QK);
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const u32 r = row0 + ty + 16 * i;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const u32 c = col0 + tx + 16 * j;
-      if (r < rows && c < cols) out[(u64)r * cols + c] = acc[i][j];
-    }
-  }
-}
+};
 
 template <typename Q>
 __device__ __forceinline__ void qgather_impl(const u8* __restrict__ w, const u32* __restrict__ ids,
@@ -89,7 +45,7 @@ __device__ __forceinline__ void qgather_impl(const u8* __restrict__ w, const u32
   extern "C" __global__ void __launch_bounds__(256)                                               \
       qmatmul_##NAME(const float* a, const u8* w, float* out, u32 rows, u32 cols, u32 k,           \
                      u64 row_bytes) {                                                              \
-    qmatmul_impl<Q>(a, w, out, rows, cols, k, row_bytes);                                          \
+    fma_tile_product(a, BlockRows<Q>{w, row_bytes}, out, rows, cols, k);                                          \
   }                                                                                                \
   extern "C" __global__ void qgather_##NAME(const u8* w, const u32* ids, float* out, u32 n_ids,    \
                                             u32 width, u64 row_bytes) {                            \

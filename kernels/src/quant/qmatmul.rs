@@ -18,21 +18,7 @@ use crate::error::{KernelError, Result};
 /// [`KernelError::ShapeMismatch`] when `a` or `out` does not fit `w`; dequantisation errors.
 pub fn qmatmul_fma(a: &[f32], w: &QuantMatrix<'_>, out: &mut [f32]) -> Result<()> {
     let (rows, k) = (w.rows(), w.cols());
-    if k == 0 || !a.len().is_multiple_of(k) {
-        return Err(KernelError::ShapeMismatch {
-            what: format!("activations (a multiple of the {k} columns)"),
-            expected: a.len().div_ceil(k.max(1)) * k,
-            actual: a.len(),
-        });
-    }
-    let m = a.len() / k;
-    if out.len() != m * rows {
-        return Err(KernelError::ShapeMismatch {
-            what: "product output [tokens x rows]".into(),
-            expected: m * rows,
-            actual: out.len(),
-        });
-    }
+    check_product(a.len(), k, rows, out.len())?;
     let mut weight = vec![0.0f32; k];
     for n in 0..rows {
         dequantize_row(w.quant_type(), w.row(n), &mut weight)?;
@@ -53,24 +39,58 @@ pub fn qmatmul_fma(a: &[f32], w: &QuantMatrix<'_>, out: &mut [f32]) -> Result<()
 /// `out`.
 pub fn qgather_rows(w: &QuantMatrix<'_>, ids: &[u32], out: &mut [f32]) -> Result<()> {
     let width = w.cols();
-    if out.len() != ids.len() * width {
-        return Err(KernelError::ShapeMismatch {
-            what: "gathered rows [ids x cols]".into(),
-            expected: ids.len() * width,
-            actual: out.len(),
-        });
-    }
+    check_gather(w.rows(), width, ids, out.len())?;
     for (&id, row) in ids.iter().zip(out.chunks_exact_mut(width.max(1))) {
-        if id as usize >= w.rows() {
-            return Err(KernelError::OutOfRange {
-                what: "row id".into(),
-                index: id as usize,
-                limit: w.rows(),
-            });
-        }
         dequantize_row(w.quant_type(), w.row(id as usize), row)?;
     }
     Ok(())
+}
+
+/// The checks of a product `out[m × rows] = a[m × k] · w[rows × k]ᵀ` (CPU and CUDA alike):
+/// returns `m`.
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] when `a` is not whole rows of `k` or `out` is not `m × rows`.
+pub(crate) fn check_product(a_len: usize, k: usize, rows: usize, out_len: usize) -> Result<usize> {
+    if k == 0 || !a_len.is_multiple_of(k) {
+        return Err(KernelError::ShapeMismatch {
+            what: format!("activations (a multiple of the {k} columns)"),
+            expected: a_len.div_ceil(k.max(1)) * k,
+            actual: a_len,
+        });
+    }
+    let m = a_len / k;
+    if out_len != m * rows {
+        return Err(KernelError::ShapeMismatch {
+            what: "product output [tokens x rows]".into(),
+            expected: m * rows,
+            actual: out_len,
+        });
+    }
+    Ok(m)
+}
+
+/// The checks of a gather of `ids` from a table of `rows` rows of `width` (CPU and CUDA alike).
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] for an output other than `ids.len() × width`;
+/// [`KernelError::OutOfRange`] for an id past the last row.
+pub(crate) fn check_gather(rows: usize, width: usize, ids: &[u32], out_len: usize) -> Result<()> {
+    if out_len != ids.len() * width {
+        return Err(KernelError::ShapeMismatch {
+            what: "gathered rows [ids x width]".into(),
+            expected: ids.len() * width,
+            actual: out_len,
+        });
+    }
+    match ids.iter().find(|&&id| id as usize >= rows) {
+        Some(&bad) => Err(KernelError::OutOfRange {
+            what: "row id".into(),
+            index: bad as usize,
+            limit: rows,
+        }),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
