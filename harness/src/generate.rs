@@ -287,7 +287,11 @@ pub fn generate(
     out: &mut dyn Write,
     on_loading: &mut dyn FnMut(&str),
 ) -> Result<GenerateSummary> {
-    check_max_tokens("--max-tokens", options.max_tokens).map_err(HarnessError::InvalidEngine)?;
+    // --max-tokens 0 asks for nothing (answered below, without a model); above, the limit holds
+    if options.max_tokens > 0 {
+        check_max_tokens("--max-tokens", options.max_tokens)
+            .map_err(HarnessError::InvalidEngine)?;
+    }
     let mut method = method_for(&options.method, options.k, options.draft.as_deref())?;
     if let Some(head) = &options.head {
         method.drafter = with_head(&method.drafter, head)?;
