@@ -136,6 +136,7 @@ fn smollm2_greedy_speculation_equals_plain() {
             "staged",
             DrafterConfig::of(Staged {
                 levels: vec!["layer_skip".into()],
+                head: None,
             }),
             3,
         ),
@@ -197,6 +198,7 @@ fn qwen_pair_greedy_speculation_equals_plain() {
             "staged",
             DrafterConfig::of(Staged {
                 levels: vec!["qwen2.5-coder-0.5b".into()],
+                head: None,
             }),
             4,
         ),
@@ -324,15 +326,18 @@ fn generate_refuses_max_tokens_past_the_context_before_any_work() {
         prompt: "def add(a, b):".into(),
         temperature: 0.0,
         max_tokens: 100_000,
-        chat: false,
+        chat: Some(false),
         seed: 0,
         device: "cpu".into(),
         head: None,
         kv_memory: None,
+        top_k: None,
+        top_p: None,
+        penalties: specdec_harness::engine::Penalties::default(),
     };
     let mut out = Vec::new();
     let started = std::time::Instant::now();
-    let err = specdec_harness::generate::generate(&options, &mut out)
+    let err = specdec_harness::generate::generate(&options, &mut out, &mut |_| {})
         .unwrap_err()
         .to_string();
     assert!(
