@@ -88,6 +88,20 @@ impl Backend for Faulty<'_> {
     }
 }
 
+impl<'a> Faulty<'a> {
+    fn new(loaded: &LoadedConfig, stop: &'a AtomicBool) -> Self {
+        Faulty {
+            inner: simulation(loaded),
+            calls: 0,
+            per_method: Default::default(),
+            fail_method: "",
+            fail_from: 0,
+            stop,
+            stop_after: usize::MAX,
+        }
+    }
+}
+
 fn requests_on_disk(dir: &Path) -> Vec<RequestRecord> {
     read_jsonl(&dir.join(files::REQUESTS_JSONL)).unwrap()
 }
@@ -102,13 +116,9 @@ fn a_failing_method_keeps_the_ones_that_finished() {
     let loaded = loaded();
     let stop = AtomicBool::new(false);
     let mut backend = Faulty {
-        inner: simulation(&loaded),
-        calls: 0,
-        per_method: Default::default(),
         fail_method: "k4",
         fail_from: 1, // its second group fails
-        stop: &stop,
-        stop_after: usize::MAX,
+        ..Faulty::new(&loaded, &stop)
     };
     let control = RunControl {
         progress: false,
@@ -172,13 +182,8 @@ fn a_stopped_run_keeps_what_finished_and_resume_completes_it() {
     let stop = AtomicBool::new(false);
     // 3 methods × 2 groups of 2 prompts: stop after the first group's three calls and one more
     let mut backend = Faulty {
-        inner: simulation(&loaded),
-        calls: 0,
-        per_method: Default::default(),
-        fail_method: "",
-        fail_from: 0,
-        stop: &stop,
         stop_after: 4,
+        ..Faulty::new(&loaded, &stop)
     };
     let control = RunControl {
         progress: false,
@@ -237,15 +242,7 @@ fn the_output_path_is_checked_before_any_compute() {
     std::fs::write(&blocked, b"not a folder").unwrap();
     let loaded = loaded();
     let stop = AtomicBool::new(false);
-    let mut backend = Faulty {
-        inner: simulation(&loaded),
-        calls: 0,
-        per_method: Default::default(),
-        fail_method: "",
-        fail_from: 0,
-        stop: &stop,
-        stop_after: usize::MAX,
-    };
+    let mut backend = Faulty::new(&loaded, &stop);
     let control = RunControl {
         progress: false,
         stop: &stop,

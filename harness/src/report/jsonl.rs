@@ -67,6 +67,25 @@ pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<()>
 /// [`HarnessError::ResultParse`] with its line number.
 pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     let text = std::fs::read_to_string(path).map_err(|e| HarnessError::io(path, e))?;
+    parse_lines(path, &text)
+}
+
+/// Reads a JSONL file a run appended to and may have been killed writing: a missing file is
+/// empty, and a last line cut short (no final newline) is dropped.
+///
+/// # Errors
+/// As [`read_jsonl`] for the whole lines.
+pub fn read_appended_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(HarnessError::io(path, e)),
+    };
+    let whole = text.rfind('\n').map_or("", |end| &text[..=end]);
+    parse_lines(path, whole)
+}
+
+fn parse_lines<T: DeserializeOwned>(path: &Path, text: &str) -> Result<Vec<T>> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())

@@ -26,7 +26,9 @@ mod plots;
 mod provenance;
 
 pub use csv::{categories_csv, requests_csv, steps_csv, summary_csv};
-pub use jsonl::{append_jsonl, read_jsonl, temp_path, write_atomic, write_jsonl};
+pub use jsonl::{
+    append_jsonl, read_appended_jsonl, read_jsonl, temp_path, write_atomic, write_jsonl,
+};
 pub use markdown::{summary_markdown, table_cell};
 pub use plots::{
     bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_categories,

@@ -35,8 +35,8 @@ use crate::config::{ExperimentConfig, LoadedConfig, MethodConfig, ModelSource, P
 use crate::error::{HarnessError, Result};
 use crate::metrics::{summarize, MethodRun, RequestRecord, StepRecord};
 use crate::report::{
-    append_jsonl, files, write_jsonl, write_provenance, write_results, Provenance, RunResults,
-    BUILD_COMMIT,
+    append_jsonl, files, read_appended_jsonl, write_jsonl, write_provenance, write_results,
+    Provenance, RunResults, BUILD_COMMIT,
 };
 
 /// One request handed to a backend.
@@ -525,13 +525,13 @@ pub fn read_finished(dir: &Path) -> Result<Finished> {
             dir.display()
         )));
     }
-    let runs: Vec<MethodRun> = read_records(&dir.join(files::RUNS))?;
-    let requests: Vec<RequestRecord> = read_records(&dir.join(files::REQUESTS_JSONL))?;
+    let runs: Vec<MethodRun> = read_appended_jsonl(&dir.join(files::RUNS))?;
+    let requests: Vec<RequestRecord> = read_appended_jsonl(&dir.join(files::REQUESTS_JSONL))?;
     let done: HashSet<(&str, usize, usize)> = requests
         .iter()
         .map(|r| (r.method.as_str(), r.request, r.repeat))
         .collect();
-    let mut steps: Vec<StepRecord> = read_records(&dir.join(files::STEPS_JSONL))?;
+    let mut steps: Vec<StepRecord> = read_appended_jsonl(&dir.join(files::STEPS_JSONL))?;
     steps.retain(|s| done.contains(&(s.method.as_str(), s.request, s.repeat)));
     Ok(Finished {
         provenance,
@@ -539,32 +539,6 @@ pub fn read_finished(dir: &Path) -> Result<Finished> {
         requests,
         steps,
     })
-}
-
-/// The records of a JSONL file an interrupted run appended to: missing is empty, and a last
-/// line cut short (no final newline) is dropped.
-fn read_records<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(HarnessError::io(path, e)),
-    };
-    let whole = match text.rfind('\n') {
-        Some(end) => &text[..=end],
-        None => "",
-    };
-    whole
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| HarnessError::ResultParse {
-                path: path.to_path_buf(),
-                line: i + 1,
-                message: e.to_string(),
-            })
-        })
-        .collect()
 }
 
 /// The request records (and their steps) of one backend call's outcomes in `repeat`, by
