@@ -308,3 +308,191 @@ fn experiment_names_that_leave_results_are_refused() {
     let ok = SIM.replace("name = \"survive\"", "name = \"qwen-pair_2 (v3)\"");
     ExperimentConfig::from_toml(&ok, "survive.toml").unwrap();
 }
+
+#[test]
+fn repeats_stop_and_resume_by_repeat() {
+    let dir = temp_dir("repeat");
+    let text = SIM.replace("max_tokens = 8", "max_tokens = 8\nrepeat = 2");
+    let loaded = ExperimentConfig::from_toml(&text, "survive.toml").unwrap();
+    let stop = AtomicBool::new(false);
+    // 2 repeats × 2 groups × 3 methods = 12 calls: stop inside the second repeat
+    let mut backend = Faulty {
+        stop_after: 8,
+        ..Faulty::new(&loaded, &stop)
+    };
+    let control = RunControl {
+        progress: false,
+        stop: &stop,
+    };
+    let results = run_experiment_with(&loaded, &mut backend, &dir, &control, None).unwrap();
+    assert!(!results.provenance.complete);
+    assert_eq!(backend.calls, 8);
+    let on_disk = requests_on_disk(&dir);
+    assert_eq!(on_disk.len(), 8 * 2);
+    assert_eq!(on_disk.iter().filter(|r| r.repeat == 1).count(), 2 * 2);
+
+    let finished = read_finished(&dir).unwrap();
+    let mut again = simulation(&loaded);
+    let never = AtomicBool::new(false);
+    let control = RunControl {
+        progress: false,
+        stop: &never,
+    };
+    let resumed = resume_experiment_on(&dir, &mut again, &control, finished).unwrap();
+    assert!(resumed.provenance.complete);
+    let on_disk = requests_on_disk(&dir);
+    for m in ["baseline", "k2", "k4"] {
+        for repeat in 0..2 {
+            let mut requests: Vec<usize> = on_disk
+                .iter()
+                .filter(|r| r.method == m && r.repeat == repeat)
+                .map(|r| r.request)
+                .collect();
+            requests.sort_unstable();
+            assert_eq!(
+                requests,
+                [0, 1, 2, 3],
+                "{m} repeat {repeat}: each prompt once"
+            );
+        }
+    }
+    // every step belongs to a kept request of its repeat
+    let steps: Vec<specdec_harness::metrics::StepRecord> =
+        read_jsonl(&dir.join(files::STEPS_JSONL)).unwrap();
+    assert!(steps.iter().all(|s| on_disk
+        .iter()
+        .any(|r| r.method == s.method && r.request == s.request && r.repeat == s.repeat)));
+    // the time of each repeat is kept across the resume
+    for run in &resumed.runs {
+        assert_eq!(run.repeat_elapsed_s.len(), 2, "{}", run.method);
+        assert!(run.repeat_elapsed_s.iter().all(|&t| t > 0.0), "{run:?}");
+        let sum: f64 = run.repeat_elapsed_s.iter().sum();
+        assert!((sum - run.elapsed_s).abs() < 1e-9 * run.elapsed_s.max(1.0));
+    }
+    for s in &resumed.summaries {
+        assert_eq!(s.tokens_per_s_by_repeat.len(), 2, "{}", s.method);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The simulation with text: each answer names its method and prompt; the history each
+/// second-turn prompt arrives with is recorded; `stop` is set after `stop_after` calls.
+struct Talking<'a> {
+    inner: SimulationBackend,
+    calls: usize,
+    stop: &'a AtomicBool,
+    stop_after: usize,
+    seen: Vec<(String, Vec<(String, String)>)>,
+}
+
+impl Backend for Talking<'_> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn run_method(
+        &mut self,
+        method: &MethodConfig,
+        requests: &[RequestSpec<'_>],
+        on_request_done: &mut dyn FnMut(usize),
+    ) -> Result<MethodOutcome> {
+        self.calls += 1;
+        if self.calls >= self.stop_after {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        for spec in requests.iter().filter(|s| s.prompt.answer_of.is_some()) {
+            self.seen
+                .push((spec.prompt.id.clone(), spec.prompt.history.clone()));
+        }
+        let mut outcome = self.inner.run_method(method, requests, on_request_done)?;
+        for r in &mut outcome.requests {
+            let id = &requests
+                .iter()
+                .find(|s| s.index == r.request)
+                .unwrap()
+                .prompt
+                .id;
+            r.text = Some(format!("{} answers {id}", method.name));
+        }
+        Ok(outcome)
+    }
+}
+
+#[test]
+fn second_turns_resume_from_the_baselines_recorded_answers() {
+    let dir = temp_dir("turns");
+    std::fs::create_dir_all(&dir).unwrap();
+    let questions = dir.join("question.jsonl");
+    std::fs::write(
+        &questions,
+        r#"{"question_id": 1, "category": "writing", "turns": ["Write a poem.", "Shorter."]}
+{"question_id": 2, "category": "math", "turns": ["2 + 2?", "Why?"]}
+"#,
+    )
+    .unwrap();
+    let text = SIM.replace(
+        "source = \"synthetic\"\ncount = 4\nprompt_tokens = 8",
+        &format!(
+            "source = \"file\"\npath = {:?}\nturns = 2",
+            questions.display().to_string()
+        ),
+    );
+    let loaded = ExperimentConfig::from_toml(&text, "survive.toml").unwrap();
+    let out = dir.join("out");
+    let stop = AtomicBool::new(false);
+    // the first turns take one group × 3 methods: stop before any second turn
+    let mut backend = Talking {
+        inner: simulation(&loaded),
+        calls: 0,
+        stop: &stop,
+        stop_after: 3,
+        seen: Vec::new(),
+    };
+    let control = RunControl {
+        progress: false,
+        stop: &stop,
+    };
+    let results = run_experiment_with(&loaded, &mut backend, &out, &control, None).unwrap();
+    assert!(!results.provenance.complete);
+    assert!(backend.seen.is_empty(), "no second turn ran");
+    let on_disk = requests_on_disk(&out);
+    assert_eq!(on_disk.len(), 3 * 2);
+    assert!(on_disk.iter().all(|r| r.turn == 1 && r.category.is_some()));
+
+    // the resumed run conditions the second turns on the answers the first run recorded
+    let finished = read_finished(&out).unwrap();
+    let never = AtomicBool::new(false);
+    let mut again = Talking {
+        inner: simulation(&loaded),
+        calls: 0,
+        stop: &never,
+        stop_after: usize::MAX,
+        seen: Vec::new(),
+    };
+    let control = RunControl {
+        progress: false,
+        stop: &never,
+    };
+    let resumed = resume_experiment_on(&out, &mut again, &control, finished).unwrap();
+    assert!(resumed.provenance.complete);
+    assert_eq!(again.calls, 3, "only the second turns ran");
+    assert_eq!(again.seen.len(), 3 * 2);
+    for (id, history) in &again.seen {
+        let first = id.strip_suffix("/turn2").unwrap();
+        assert_eq!(history.len(), 1, "{id}");
+        assert_eq!(history[0].1, format!("baseline answers {first}"), "{id}");
+    }
+    let on_disk = requests_on_disk(&out);
+    assert_eq!(on_disk.len(), 3 * 4);
+    assert_eq!(on_disk.iter().filter(|r| r.turn == 2).count(), 3 * 2);
+    // the per-category files are written, and nothing is left under a temporary name
+    for f in [files::CATEGORIES_CSV, files::CATEGORIES_SVG] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let temps: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(temps.is_empty(), "{temps:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
