@@ -309,7 +309,12 @@ fn write_acceptance_tables(md: &mut String, summaries: &[MethodSummary]) {
                 format!("{c} ({:.0}%)", 100.0 * c as f64 / total.max(1) as f64)
             })
             .collect();
-        let _ = writeln!(md, "| {} | {} | {total} |", table_cell(&s.method), cells.join(" | "));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {total} |",
+            table_cell(&s.method),
+            cells.join(" | ")
+        );
     }
     let deepest = drafting
         .iter()
@@ -334,7 +339,12 @@ fn write_acceptance_tables(md: &mut String, summaries: &[MethodSummary]) {
                     None => "-".into(),
                 })
                 .collect();
-            let _ = writeln!(md, "| {} | {kind} | {} |", table_cell(&s.method), cells.join(" | "));
+            let _ = writeln!(
+                md,
+                "| {} | {kind} | {} |",
+                table_cell(&s.method),
+                cells.join(" | ")
+            );
         }
     }
     let _ = writeln!(md);

@@ -276,7 +276,9 @@ impl EngineBackend {
         Ok(if prompt.chat {
             self.encode_messages(&prompt.messages())?
         } else {
-            self.target_file.tokenizer.encode_prompt(&prompt.raw_text())?
+            self.target_file
+                .tokenizer
+                .encode_prompt(&prompt.raw_text())?
         })
     }
 

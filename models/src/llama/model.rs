@@ -543,5 +543,4 @@ impl LanguageModel for LlamaModel {
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
         self.kv.rewind(seq, n)
     }
-
 }

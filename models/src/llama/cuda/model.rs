@@ -423,5 +423,4 @@ impl LanguageModel for CudaLlamaModel {
         self.last_trees.remove(&seq);
         Ok(())
     }
-
 }
