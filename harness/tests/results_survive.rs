@@ -54,7 +54,8 @@ fn simulation(loaded: &LoadedConfig) -> SimulationBackend {
 }
 
 /// The simulation, failing `fail_method` from its `fail_from`-th call on (counting from 0), and
-/// setting `stop` after `stop_after` calls in all.
+/// setting `stop` after `stop_after` calls in all. Each answer's text names its method and
+/// prompt; `seen` records the history each later-turn prompt arrived with.
 struct Faulty<'a> {
     inner: SimulationBackend,
     calls: usize,
@@ -63,6 +64,7 @@ struct Faulty<'a> {
     fail_from: usize,
     stop: &'a AtomicBool,
     stop_after: usize,
+    seen: Vec<(String, Vec<(String, String)>)>,
 }
 
 impl Backend for Faulty<'_> {
@@ -84,7 +86,16 @@ impl Backend for Faulty<'_> {
         if method.name == self.fail_method && *n > self.fail_from {
             return Err(HarnessError::InvalidEngine("injected failure".into()));
         }
-        self.inner.run_method(method, requests, on_request_done)
+        for spec in requests.iter().filter(|s| s.prompt.answer_of.is_some()) {
+            self.seen
+                .push((spec.prompt.id.clone(), spec.prompt.history.clone()));
+        }
+        let mut outcome = self.inner.run_method(method, requests, on_request_done)?;
+        for r in &mut outcome.requests {
+            let spec = requests.iter().find(|s| s.index == r.request).unwrap();
+            r.text = Some(format!("{} answers {}", method.name, spec.prompt.id));
+        }
+        Ok(outcome)
     }
 }
 
@@ -98,6 +109,7 @@ impl<'a> Faulty<'a> {
             fail_from: 0,
             stop,
             stop_after: usize::MAX,
+            seen: Vec::new(),
         }
     }
 }
@@ -375,48 +387,6 @@ fn repeats_stop_and_resume_by_repeat() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The simulation with text: each answer names its method and prompt; the history each
-/// second-turn prompt arrives with is recorded; `stop` is set after `stop_after` calls.
-struct Talking<'a> {
-    inner: SimulationBackend,
-    calls: usize,
-    stop: &'a AtomicBool,
-    stop_after: usize,
-    seen: Vec<(String, Vec<(String, String)>)>,
-}
-
-impl Backend for Talking<'_> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn run_method(
-        &mut self,
-        method: &MethodConfig,
-        requests: &[RequestSpec<'_>],
-        on_request_done: &mut dyn FnMut(usize),
-    ) -> Result<MethodOutcome> {
-        self.calls += 1;
-        if self.calls >= self.stop_after {
-            self.stop.store(true, Ordering::SeqCst);
-        }
-        for spec in requests.iter().filter(|s| s.prompt.answer_of.is_some()) {
-            self.seen
-                .push((spec.prompt.id.clone(), spec.prompt.history.clone()));
-        }
-        let mut outcome = self.inner.run_method(method, requests, on_request_done)?;
-        for r in &mut outcome.requests {
-            let id = &requests
-                .iter()
-                .find(|s| s.index == r.request)
-                .unwrap()
-                .prompt
-                .id;
-            r.text = Some(format!("{} answers {id}", method.name));
-        }
-        Ok(outcome)
-    }
-}
-
 #[test]
 fn second_turns_resume_from_the_baselines_recorded_answers() {
     let dir = temp_dir("turns");
@@ -440,12 +410,9 @@ fn second_turns_resume_from_the_baselines_recorded_answers() {
     let out = dir.join("out");
     let stop = AtomicBool::new(false);
     // the first turns take one group × 3 methods: stop before any second turn
-    let mut backend = Talking {
-        inner: simulation(&loaded),
-        calls: 0,
-        stop: &stop,
+    let mut backend = Faulty {
         stop_after: 3,
-        seen: Vec::new(),
+        ..Faulty::new(&loaded, &stop)
     };
     let control = RunControl {
         progress: false,
@@ -461,13 +428,7 @@ fn second_turns_resume_from_the_baselines_recorded_answers() {
     // the resumed run conditions the second turns on the answers the first run recorded
     let finished = read_finished(&out).unwrap();
     let never = AtomicBool::new(false);
-    let mut again = Talking {
-        inner: simulation(&loaded),
-        calls: 0,
-        stop: &never,
-        stop_after: usize::MAX,
-        seen: Vec::new(),
-    };
+    let mut again = Faulty::new(&loaded, &never);
     let control = RunControl {
         progress: false,
         stop: &never,
