@@ -152,12 +152,24 @@ enum Command {
     /// registry's drafters, verifiers and policies with their aliases. Simulation
     /// configs ([simulation] table), toy-model configs (target = "toy") and real models (run by
     /// the engine) all run. Try experiments/quickstart.toml, toy-chain.toml or sim-fixed-k.toml.
+    ///
+    /// Records are appended to requests.jsonl / steps.jsonl as requests finish; Ctrl-C or
+    /// SIGTERM stops the run at the next batch, keeping them (a second Ctrl-C exits at once);
+    /// `specdec run --resume DIR` continues it.
     Run {
         /// The experiment file, e.g. experiments/sim-fixed-k.toml.
-        config: PathBuf,
-        /// Results folder [default: results/NAME, NAME from the config].
-        #[arg(long)]
+        #[arg(required_unless_present = "resume")]
+        config: Option<PathBuf>,
+        /// Results folder [default: results/NAME, NAME from the config]. One holding another
+        /// run's results is kept: the run writes to NAME-2 (NAME-3, ...) and says so.
+        #[arg(long, conflicts_with = "resume")]
         out: Option<PathBuf>,
+        /// Replace the results in the --out folder instead.
+        #[arg(long, conflicts_with = "resume")]
+        force: bool,
+        /// Continue the incomplete run in this results folder.
+        #[arg(long, value_name = "DIR", conflicts_with = "config")]
+        resume: Option<PathBuf>,
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
@@ -332,9 +344,21 @@ fn run(args: Cli) -> anyhow::Result<()> {
             };
             specdec::server::serve(&options)?;
         }
-        Command::Run { config, out, quiet } => {
-            cli::run(&config, out.as_deref(), quiet)?;
-        }
+        Command::Run {
+            config,
+            out,
+            force,
+            resume,
+            quiet,
+        } => match (resume, config) {
+            (Some(dir), _) => {
+                cli::resume(&dir, quiet)?;
+            }
+            (None, Some(config)) => {
+                cli::run(&config, out.as_deref(), quiet, force)?;
+            }
+            (None, None) => anyhow::bail!("give a config file or --resume DIR"),
+        },
         Command::Report { results_dir } => cli::report(&results_dir)?,
         Command::Simulate { args, out, quiet } => {
             cli::simulate(&args, out.as_deref(), quiet)?;

@@ -12,7 +12,10 @@ use crate::config::{
 use crate::error::{HarnessError, Result};
 use crate::report::{files, rerender, RunResults};
 use crate::repro;
-use crate::runner::run_experiment;
+use crate::runner::{
+    backend_for, resume_experiment, run_experiment, run_experiment_with, stop_on_signals,
+    RunControl,
+};
 use crate::simulation::{AcceptanceProcess, CostCurve, CostModel, SimulationConfig};
 
 fn print_outcome(results: &RunResults, dir: &Path) {
@@ -26,33 +29,118 @@ fn print_outcome(results: &RunResults, dir: &Path) {
         results.summaries.first().map_or(0, |s| s.requests),
         dir.display()
     );
-    let optional = [
-        files::CATEGORIES_CSV,
-        files::CATEGORIES_SVG,
-        files::SPEEDUP_BY_K_SVG,
-        files::TAU_BY_K_SVG,
-    ];
-    for f in files::ALL.iter().chain(&optional) {
+    for f in files::ALL.iter().chain(&files::OPTIONAL) {
         if files::ALL.contains(f) || dir.join(f).exists() {
             println!("  {}", dir.join(f).display());
         }
     }
 }
 
-/// `specdec run CONFIG [--out DIR]`: loads and validates the config, runs it (progress bar unless
-/// `quiet`), writes the results folder (default `results/NAME`) and prints the summary.
-pub fn run(config: &Path, out: Option<&Path>, quiet: bool) -> Result<PathBuf> {
+/// `specdec run CONFIG [--out DIR] [--force]`: loads and validates the config, picks the
+/// results folder ([`results_dir`]: default `results/NAME`; a folder holding another run's
+/// results is kept and a new one used unless `force`), runs it (progress bar unless `quiet`;
+/// SIGINT / SIGTERM stop it keeping what finished), and prints the summary.
+///
+/// # Errors
+/// A bad config or folder; a run stopped by a signal or with failed methods, after what
+/// finished is written (the message says how to resume).
+pub fn run(config: &Path, out: Option<&Path>, quiet: bool, force: bool) -> Result<PathBuf> {
     let loaded = ExperimentConfig::load(config)?;
     for note in &loaded.notes {
         eprintln!("note: {note}");
     }
-    let dir = out.map_or_else(
+    let requested = out.map_or_else(
         || PathBuf::from("results").join(&loaded.config.name),
         Path::to_path_buf,
     );
-    let results = run_experiment(&loaded, &dir, !quiet)?;
-    print_outcome(&results, &dir);
-    Ok(dir)
+    let dir = results_dir(&requested, force)?;
+    if dir != requested {
+        eprintln!(
+            "note: {} holds another run's results; writing to {} (--force replaces them)",
+            requested.display(),
+            dir.display()
+        );
+    }
+    let stop = stop_on_signals()?;
+    let mut backend = backend_for(&loaded.config)?;
+    let control = RunControl {
+        progress: !quiet,
+        stop: &stop,
+    };
+    let results = run_experiment_with(&loaded, backend.as_mut(), &dir, &control, None)?;
+    finish(&results, &dir)
+}
+
+/// `specdec run --resume DIR`: continues the incomplete run in `DIR` (its config as recorded),
+/// running only the (method, prompt, repeat) triples without a record.
+///
+/// # Errors
+/// As [`run`]; a folder with nothing to resume.
+pub fn resume(dir: &Path, quiet: bool) -> Result<PathBuf> {
+    let stop = stop_on_signals()?;
+    let control = RunControl {
+        progress: !quiet,
+        stop: &stop,
+    };
+    let results = resume_experiment(dir, &control)?;
+    finish(&results, dir)
+}
+
+/// Prints a run's outcome, or says why it is incomplete and how to continue it.
+fn finish(results: &RunResults, dir: &Path) -> Result<PathBuf> {
+    let p = &results.provenance;
+    if !results.summaries.is_empty() {
+        print_outcome(results, dir);
+    }
+    if p.complete {
+        return Ok(dir.to_path_buf());
+    }
+    let mut why = Vec::new();
+    if let Some(stopped) = &p.stopped {
+        why.push(stopped.clone());
+    }
+    for failure in &p.failures {
+        why.push(format!("method {failure}"));
+    }
+    Err(HarnessError::Incomplete(format!(
+        "{}; the {} finished request records are in {} (provenance.json says incomplete); \
+         continue with `specdec run --resume {}`",
+        why.join("; "),
+        results.requests.len(),
+        dir.display(),
+        dir.display()
+    )))
+}
+
+/// The folder a run writes into: `requested` when it holds no results (absent, empty, or
+/// without `provenance.json`); with `force`, `requested` after removing the results files
+/// there; else the first of `requested-2`, `requested-3`, … that does not exist.
+///
+/// # Errors
+/// A results file that cannot be removed.
+pub fn results_dir(requested: &Path, force: bool) -> Result<PathBuf> {
+    if !requested.join(files::PROVENANCE).exists() {
+        return Ok(requested.to_path_buf());
+    }
+    if force {
+        for name in files::ALL.iter().chain(&files::OPTIONAL) {
+            let p = requested.join(name);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(HarnessError::io(&p, e)),
+            }
+        }
+        return Ok(requested.to_path_buf());
+    }
+    let name = requested.file_name().map_or_else(
+        || "results".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    (2..)
+        .map(|i| requested.with_file_name(format!("{name}-{i}")))
+        .find(|p| !p.exists())
+        .ok_or_else(|| HarnessError::io(requested, std::io::ErrorKind::AlreadyExists.into()))
 }
 
 /// `specdec report DIR`: re-renders summary, CSV, markdown and plots from the saved JSONL.
@@ -156,7 +244,15 @@ pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
 /// `results/simulate`).
 pub fn simulate(args: &SimulateArgs, out: Option<&Path>, quiet: bool) -> Result<PathBuf> {
     let loaded = simulate_config(args)?;
-    let dir = out.map_or_else(|| PathBuf::from("results/simulate"), Path::to_path_buf);
+    let requested = out.map_or_else(|| PathBuf::from("results/simulate"), Path::to_path_buf);
+    let dir = results_dir(&requested, false)?;
+    if dir != requested {
+        eprintln!(
+            "note: {} holds another run's results; writing to {}",
+            requested.display(),
+            dir.display()
+        );
+    }
     let results = run_experiment(&loaded, &dir, !quiet)?;
     print_outcome(&results, &dir);
     Ok(dir)

@@ -48,6 +48,9 @@ pub enum HarnessError {
         /// What is wrong with it.
         problem: String,
     },
+    /// A run stopped before the end (a signal, a failed method); what finished is on disk.
+    #[error("run incomplete: {0}")]
+    Incomplete(String),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

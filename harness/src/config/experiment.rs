@@ -74,6 +74,26 @@ pub const MAX_BATCH_SIZE: usize = 256;
 /// 100,000.
 pub const MAX_SYNTHETIC_PROMPTS: usize = 100_000;
 
+/// Checks that an experiment name is one plain folder name, so `results/NAME` stays inside
+/// `results/`: no `/` or `\\`, not `.` or `..`, no leading `.` or `-`, no control characters.
+///
+/// # Errors
+/// The message names what is wrong.
+pub fn check_experiment_name(name: &str) -> std::result::Result<(), String> {
+    if name.contains(['/', '\\']) || name == "." || name == ".." {
+        return Err(format!(
+            "`{name}` would leave the results folder: use a plain folder name (no `/`, `\\`, `..`)"
+        ));
+    }
+    if name.starts_with(['.', '-']) || name.chars().any(char::is_control) {
+        return Err(format!(
+            "`{}` is not a plain folder name (no leading `.` or `-`, no control characters)",
+            name.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `max_tokens` (a config key or flag, named `field`) against [`MAX_TOKENS_LIMIT`].
 ///
 /// # Errors
@@ -268,6 +288,7 @@ impl ExperimentConfig {
         if self.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty".into()));
         }
+        check_experiment_name(&self.name).map_err(|e| invalid("name", e))?;
         check_max_tokens("max_tokens", self.max_tokens).map_err(|e| invalid("max_tokens", e))?;
         if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
             return Err(invalid(

@@ -33,8 +33,8 @@ mod models;
 mod prompts;
 
 pub use experiment::{
-    check_max_tokens, BaselineRule, ExperimentConfig, LoadedConfig, SamplingConfig, Schedule,
-    ToyConfig, MAX_BATCH_SIZE, MAX_SYNTHETIC_PROMPTS, MAX_TOKENS_LIMIT,
+    check_experiment_name, check_max_tokens, BaselineRule, ExperimentConfig, LoadedConfig,
+    SamplingConfig, Schedule, ToyConfig, MAX_BATCH_SIZE, MAX_SYNTHETIC_PROMPTS, MAX_TOKENS_LIMIT,
 };
 pub use method::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
 pub use models::{KnownModel, ModelSource, ModelsConfig};

@@ -26,7 +26,9 @@ mod plots;
 mod provenance;
 
 pub use csv::{categories_csv, requests_csv, steps_csv, summary_csv};
-pub use jsonl::{read_jsonl, write_jsonl};
+pub use jsonl::{
+    append_jsonl, read_appended_jsonl, read_jsonl, temp_path, write_atomic, write_jsonl,
+};
 pub use markdown::{summary_markdown, table_cell};
 pub use plots::{
     bar_chart, line_plot, plot_acceptance_by_depth, plot_accepted_lengths, plot_categories,
@@ -99,6 +101,13 @@ pub mod files {
     pub const SPEEDUP_BY_K_SVG: &str = "speedup_by_k.svg";
     /// τ against K per drafter (as [`SPEEDUP_BY_K_SVG`]).
     pub const TAU_BY_K_SVG: &str = "tau_by_k.svg";
+    /// The files a results folder holds only when the run has them (per category, by K).
+    pub const OPTIONAL: [&str; 4] = [
+        CATEGORIES_CSV,
+        CATEGORIES_SVG,
+        SPEEDUP_BY_K_SVG,
+        TAU_BY_K_SVG,
+    ];
     /// Every file a results folder holds after [`super::write_results`] (the per-category and
     /// by-K files besides, when the run has them).
     pub const ALL: [&str; 15] = [
@@ -128,15 +137,39 @@ struct SummaryLine<'a> {
     provenance: &'a Provenance,
 }
 
-/// Writes every file of a results folder (creating it). Returns the paths written.
+/// Writes `dir/provenance.json` (through a temporary file and a rename).
+pub fn write_provenance(dir: &Path, provenance: &Provenance) -> Result<PathBuf> {
+    let p = dir.join(files::PROVENANCE);
+    let text = serde_json::to_string_pretty(provenance)
+        .map_err(|e| HarnessError::Metrics(e.to_string()))?;
+    write_text(&p, &(text + "\n"))?;
+    Ok(p)
+}
+
+/// Writes `text` to `path` through a temporary file and a rename ([`write_atomic`]).
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    write_atomic(path, |w| {
+        w.write_all(text.as_bytes())
+            .map_err(|e| HarnessError::io(path, e))
+    })
+}
+
+/// Draws a plot at `path` by `draw` into [`temp_path`] and renames it into place once drawn (a
+/// failed drawing leaves `path` as it was and removes the temporary file).
+fn write_plot(path: &Path, draw: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let temp = temp_path(path);
+    if let Err(e) = draw(&temp) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    std::fs::rename(&temp, path).map_err(|e| HarnessError::io(path, e))
+}
+
+/// Writes every file of a results folder (creating it), each through a temporary name renamed
+/// into place. Returns the paths written.
 pub fn write_results(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| HarnessError::io(dir, e))?;
-    let mut written = Vec::new();
-    let p = dir.join(files::PROVENANCE);
-    let text = serde_json::to_string_pretty(&results.provenance)
-        .map_err(|e| HarnessError::Metrics(e.to_string()))?;
-    std::fs::write(&p, text + "\n").map_err(|e| HarnessError::io(&p, e))?;
-    written.push(p);
+    let mut written = vec![write_provenance(dir, &results.provenance)?];
     written.push(write_jsonl(&dir.join(files::RUNS), &results.runs)?);
     written.push(write_jsonl(
         &dir.join(files::REQUESTS_JSONL),
@@ -161,10 +194,10 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
     let categories = summarize_categories(&results.runs, &results.requests)?;
     if !categories.is_empty() {
         let p = dir.join(files::CATEGORIES_CSV);
-        std::fs::write(&p, categories_csv(&categories)).map_err(|e| HarnessError::io(&p, e))?;
+        write_text(&p, &categories_csv(&categories))?;
         written.push(p);
         let p = dir.join(files::CATEGORIES_SVG);
-        plot_categories(&p, &categories)?;
+        write_plot(&p, |temp| plot_categories(temp, &categories))?;
         written.push(p);
     }
     let methods = &results.provenance.config.methods;
@@ -185,15 +218,17 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
         let series = series_by_k(methods, &results.summaries, f);
         if !series.is_empty() {
             let p = dir.join(name);
-            line_plot(
-                &p,
-                title,
-                "K (drafts per step)",
-                y,
-                &series,
-                false,
-                Legend::UpperLeft,
-            )?;
+            write_plot(&p, |temp| {
+                line_plot(
+                    temp,
+                    title,
+                    "K (drafts per step)",
+                    y,
+                    &series,
+                    false,
+                    Legend::UpperLeft,
+                )
+            })?;
             written.push(p);
         }
     }
@@ -207,28 +242,24 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
         ),
     ] {
         let p = dir.join(name);
-        std::fs::write(&p, text).map_err(|e| HarnessError::io(&p, e))?;
+        write_text(&p, &text)?;
         written.push(p);
     }
     let s = &results.summaries;
-    let p = dir.join(files::SPEEDUP_SVG);
-    plot_speedup(&p, s)?;
-    written.push(p);
-    let p = dir.join(files::TAU_SVG);
-    plot_tau(&p, s)?;
-    written.push(p);
-    let p = dir.join(files::ACCEPTANCE_SVG);
-    plot_acceptance_by_depth(&p, s)?;
-    written.push(p);
-    let p = dir.join(files::ACCEPTED_LENGTHS_SVG);
-    plot_accepted_lengths(&p, s)?;
-    written.push(p);
-    let p = dir.join(files::LATENCY_SVG);
-    plot_latency(&p, s)?;
-    written.push(p);
-    let p = dir.join(files::TIME_SPLIT_SVG);
-    plot_time_split(&p, s)?;
-    written.push(p);
+    type Plot = fn(&Path, &[MethodSummary]) -> Result<()>;
+    let plots: [(&str, Plot); 6] = [
+        (files::SPEEDUP_SVG, plot_speedup),
+        (files::TAU_SVG, plot_tau),
+        (files::ACCEPTANCE_SVG, plot_acceptance_by_depth),
+        (files::ACCEPTED_LENGTHS_SVG, plot_accepted_lengths),
+        (files::LATENCY_SVG, plot_latency),
+        (files::TIME_SPLIT_SVG, plot_time_split),
+    ];
+    for (name, plot) in plots {
+        let p = dir.join(name);
+        write_plot(&p, |temp| plot(temp, s))?;
+        written.push(p);
+    }
     Ok(written)
 }
 

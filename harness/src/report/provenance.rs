@@ -46,6 +46,22 @@ pub struct Provenance {
     pub config: ExperimentConfig,
     /// Notes from validation and running.
     pub notes: Vec<String>,
+    /// Whether every method ran over every prompt, in every repeat. False while the run is going, and after a
+    /// run stopped by a signal or with a failed method: `specdec run --resume DIR` continues
+    /// it. Folders written before this field existed read as complete.
+    #[serde(default = "complete_by_default")]
+    pub complete: bool,
+    /// `method: error` for each method whose run failed (its records are left out; the other
+    /// methods' are kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+    /// Why the run stopped before the end, when it did (`interrupted by a signal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}
+
+fn complete_by_default() -> bool {
+    true
 }
 
 impl Provenance {
@@ -91,6 +107,9 @@ impl Provenance {
             config_path: config_path.map(|p| p.display().to_string()),
             config: config.clone(),
             notes,
+            complete: false,
+            failures: Vec::new(),
+            stopped: None,
         })
     }
 }
