@@ -334,9 +334,6 @@ fn generate_refuses_max_tokens_past_the_context_before_any_work() {
         device: "cpu".into(),
         head: None,
         kv_memory: None,
-        top_k: None,
-        top_p: None,
-        penalties: specdec_harness::engine::Penalties::default(),
     };
     let mut out = Vec::new();
     let started = std::time::Instant::now();
