@@ -240,6 +240,17 @@ mod tests {
     use crate::quant::dequant::dequantize_row_to_vec;
     use crate::sampling::mix64;
 
+    /// The GGUF block types the device kernels decode.
+    const BLOCK_TYPES: [QuantType; 7] = [
+        QuantType::Q8_0,
+        QuantType::Q4_0,
+        QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q4_K,
+        QuantType::Q5_K,
+        QuantType::Q6_K,
+    ];
+
     /// Random blocks with sane f16 scales (finite, moderate) at their header positions.
     fn random_blocks(ty: QuantType, n: usize, salt: u64) -> Vec<u8> {
         let mut b: Vec<u8> = (0..ty.row_bytes(n).unwrap())
@@ -270,17 +281,10 @@ mod tests {
             return;
         };
         let st = gpu.stream();
-        for ty in [
-            QuantType::Q8_0,
-            QuantType::Q4_0,
-            QuantType::Q4_1,
-            QuantType::Q5_0,
-            QuantType::Q4_K,
-            QuantType::Q5_K,
-            QuantType::Q6_K,
-            QuantType::F16,
-            QuantType::BF16,
-        ] {
+        for ty in BLOCK_TYPES
+            .into_iter()
+            .chain([QuantType::F16, QuantType::BF16])
+        {
             for n in [256usize, 256 * 4099] {
                 let bytes = random_blocks(ty, n, ty.ggml_id() as u64);
                 let want = dequantize_row_to_vec(ty, &bytes, n).unwrap();
@@ -324,15 +328,7 @@ mod tests {
             return;
         };
         let st = gpu.stream();
-        for ty in [
-            QuantType::Q8_0,
-            QuantType::Q4_0,
-            QuantType::Q4_1,
-            QuantType::Q5_0,
-            QuantType::Q4_K,
-            QuantType::Q5_K,
-            QuantType::Q6_K,
-        ] {
+        for ty in BLOCK_TYPES {
             // 70 rows: two column tiles, the second partial; k = 768: 24 k-steps, 3 K-blocks
             let (w_rows, k, m) = (70usize, 768usize, 67usize);
             let bytes = random_blocks(ty, w_rows * k, 7 + ty.ggml_id() as u64);
