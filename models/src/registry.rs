@@ -21,7 +21,8 @@ pub const REGISTRY_TOML: &str = include_str!("../registry.toml");
 pub struct RegistryEntry {
     /// The name the library accepts, e.g. `smollm2-135m`, `qwen2.5-coder-0.5b`, `humaneval`.
     pub name: String,
-    /// The `scripts/fetch-models.sh` argument that fetches it (also accepted as a name).
+    /// Its short alias (e.g. `smollm2`), accepted wherever a name is: by the library, the CLI,
+    /// configs and `scripts/fetch-models.sh`.
     pub fetch: String,
     /// The file name in the cache directory.
     pub file: String,
@@ -83,7 +84,7 @@ impl RegistryEntry {
     /// user to run `scripts/fetch-models.sh <fetch>`.
     pub fn locate(&self) -> Result<PathBuf> {
         let path = self.cache_path();
-        let fetch = format!("run `scripts/fetch-models.sh {}` to fetch it", self.fetch);
+        let fetch = format!("run `scripts/fetch-models.sh {}` to fetch it", self.name);
         match std::fs::metadata(&path) {
             Ok(meta) if meta.len() == self.size => Ok(path),
             Ok(meta) => Err(ModelError::ModelNotFound(format!(
@@ -144,7 +145,7 @@ impl RegistryEntry {
                 path: path.display().to_string(),
                 expected: self.sha256.clone(),
                 actual: digest,
-                fix: format!("run `scripts/fetch-models.sh {}` again", self.fetch),
+                fix: format!("run `scripts/fetch-models.sh {}` again", self.name),
             })));
         }
         Ok(())

@@ -2,7 +2,7 @@
 //!
 //! A body is parsed as JSON first (malformed JSON is a 400 saying where), then every field is
 //! read by name: the fields specdec honours (`model`, `prompt` / `messages`, `max_tokens`,
-//! `temperature`, `top_p`, `top_k`, `seed`, `stop`, `stream`, `stream_options`), the fields real
+//! `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, `stream`, `stream_options`), the fields real
 //! clients send with neutral values (`n = 1`, zero penalties, `logprobs` false, `user`, …), which
 //! are accepted only with those values, and nothing else: any other field or value is a 400
 //! naming it, never silently ignored.
@@ -104,6 +104,7 @@ impl Generate {
                     | "temperature"
                     | "top_p"
                     | "top_k"
+                    | "min_p"
                     | "seed"
                     | "stop"
                     | "stream"
@@ -167,6 +168,12 @@ impl Generate {
         if !(top_p > 0.0 && top_p <= 1.0) {
             return Err(ApiError::BadRequest(format!(
                 "`top_p` = {top_p} must be in (0, 1]"
+            )));
+        }
+        let min_p = number(&fields, "min_p", 0.0)?;
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(ApiError::BadRequest(format!(
+                "`min_p` = {min_p} must be in [0, 1]"
             )));
         }
         let top_k = match fields.get("top_k") {
@@ -237,6 +244,7 @@ impl Generate {
                 temperature,
                 top_k,
                 top_p: (top_p < 1.0).then_some(top_p),
+                min_p: (min_p > 0.0).then_some(min_p),
             },
             seed,
             stop,
@@ -400,6 +408,7 @@ mod tests {
                 "`temperature`",
             ),
             (r#"{"model":"m","prompt":"x","top_p":0}"#, "`top_p`"),
+            (r#"{"model":"m","prompt":"x","min_p":1.5}"#, "`min_p`"),
             (r#"{"model":"m","prompt":"x","n":2}"#, "`n` = 2"),
             (
                 r#"{"model":"m","prompt":"x","frequency_penalty":0.5}"#,

@@ -113,6 +113,7 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         temperature: 0.0,
         top_k: None,
         top_p: None,
+        min_p: None,
         penalties: Default::default(),
         max_tokens: 40,
         chat: Some(false),

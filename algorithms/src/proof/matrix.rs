@@ -326,7 +326,13 @@ pub fn standard_cases() -> Result<Vec<ProofCase>> {
     }
     // Exact ties at every threshold: p = (1/4, 1/4, 1/2) has a tie at the top-2 boundary and
     // reaches 3/4 exactly at its second token; the uniform 4-token table at T = 1/2 ties
-    // everywhere, with top-2 then top-p 1/2 reached exactly at the first kept token.
+    // everywhere, with top-2 then top-p 1/2 reached exactly at the first kept token. min-p 1/2
+    // sits exactly on the target's 1/4 against its 1/2 (all kept); just above it keeps only the
+    // target's token 2 and the draft's token 0 (every draft is rejected).
+    let with_min_p = |min_p| SamplingParams {
+        min_p: Some(min_p),
+        ..t(1.0)
+    };
     let ties = [
         (t(1.0), &[1, 1, 2][..], &[2, 1, 1][..]),
         (
@@ -346,6 +352,8 @@ pub fn standard_cases() -> Result<Vec<ProofCase>> {
             &[2, 1, 1],
         ),
         (filtered(0.5, 2, 0.5), &[1, 1, 1, 1], &[3, 1, 2, 2]),
+        (with_min_p(0.5), &[1, 1, 2], &[2, 1, 1]),
+        (with_min_p(0.5 + 1.0 / 1024.0), &[1, 1, 2], &[2, 1, 1]),
     ];
     for (params, target, draft) in ties {
         cases.push(tie_case(

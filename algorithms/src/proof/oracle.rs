@@ -15,11 +15,12 @@
 //! - top-p, on what top-k kept, also by rank: with `S` the kept mass, token `i` stays iff the
 //!   kept mass ranking before it is `< top_p · S` (so the shortest most-probable-first prefix
 //!   reaching `top_p · S` stays, and always at least one token);
+//! - min-p, on what top-p kept, by pairwise comparison rather than through the maximum: token
+//!   `i` stays iff no kept token `j` has `w_i < min_p · w_j`;
 //! - then normalisation.
 //!
-//! Min-p and the repetition / frequency / presence penalties are not oracled: min-p does not
-//! exist in the sampling code, and the penalties act on logits in the engine
-//! (`specdec-harness`), not on the probability tables the proofs use.
+//! The repetition / frequency / presence penalties are not oracled: they act on logits in the
+//! engine (`specdec-harness`), not on the probability tables the proofs use.
 
 use crate::error::{AlgorithmError, Result};
 use specdec_kernels::sampling::{Prob, SamplingParams};
@@ -95,6 +96,19 @@ pub fn reference_probs<N: Prob>(probs: &[N], params: &SamplingParams) -> Result<
             }
         }
     }
+    if let Some(min_p) = params.min_p {
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(refuse(format!("min-p {min_p} is not in [0, 1]")));
+        }
+        let share = N::from_f64(min_p);
+        let after_top_p = kept.clone();
+        for (i, keep) in kept.iter_mut().enumerate() {
+            *keep = after_top_p[i]
+                && (0..tempered.len())
+                    .filter(|&j| after_top_p[j])
+                    .all(|j| tempered[i] >= share.clone() * tempered[j].clone());
+        }
+    }
     let weights: Vec<N> = tempered
         .iter()
         .zip(&kept)
@@ -131,6 +145,7 @@ mod tests {
             temperature,
             top_k,
             top_p,
+            min_p: None,
         }
     }
 
@@ -183,6 +198,38 @@ mod tests {
     }
 
     #[test]
+    fn min_p_exactly_at_each_share_of_the_largest() {
+        // Weights 1/8, 4/8, 1/8, 2/8: shares of the largest 1/4, 1, 1/4, 1/2.
+        let p = table(&[1, 4, 1, 2], 8);
+        let with_min_p = |min_p| SamplingParams {
+            min_p: Some(min_p),
+            ..params(1.0, None, None)
+        };
+        let cases: [(f64, &[usize]); 6] = [
+            (0.0, &[0, 1, 2, 3]),
+            (0.25, &[0, 1, 2, 3]),
+            (0.25 + 1.0 / 1024.0, &[1, 3]),
+            (0.5, &[1, 3]),
+            (0.5 + 1.0 / 1024.0, &[1]),
+            (1.0, &[1]),
+        ];
+        for (min_p, want) in cases {
+            let got = reference_probs(&p, &with_min_p(min_p)).unwrap();
+            assert_eq!(support(&got), want, "min-p = {min_p}");
+        }
+        // After top-k 1 only the largest is left, whatever min-p says.
+        let got = reference_probs(
+            &p,
+            &SamplingParams {
+                top_k: Some(1),
+                ..with_min_p(0.0)
+            },
+        )
+        .unwrap();
+        assert_eq!(support(&got), [1]);
+    }
+
+    #[test]
     fn temperature_one_half_squares_and_greedy_takes_the_lowest_argmax() {
         let p = table(&[1, 2, 2, 3], 8);
         let got = reference_probs(&p, &params(0.5, None, None)).unwrap();
@@ -205,6 +252,10 @@ mod tests {
             params(1.0, Some(0), None),
             params(1.0, None, Some(0.0)),
             params(1.0, None, Some(1.5)),
+            SamplingParams {
+                min_p: Some(1.5),
+                ..params(1.0, None, None)
+            },
         ] {
             let err = reference_probs(&p, &bad).unwrap_err().to_string();
             assert!(err.contains("sampling oracle"), "{err}");
@@ -215,8 +266,8 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(400))]
-        /// On dyadic tables with ties everywhere (weights k/16) and dyadic top-p values that
-        /// fall exactly on cumulative masses, the production preparation equals the oracle:
+        /// On dyadic tables with ties everywhere (weights k/16) and dyadic top-p and min-p
+        /// values that fall exactly on cumulative masses and shares, the production preparation equals the oracle:
         /// exactly for rationals, and with the same support (and values within rounding) for
         /// `f64` and `f32`.
         #[test]
@@ -225,12 +276,14 @@ mod tests {
             inverse_temperature in 1u32..=2,
             top_k in proptest::option::of(1usize..=6),
             top_p in proptest::option::of(1i64..=16),
+            min_p in proptest::option::of(0i64..=16),
         ) {
             prop_assume!(weights.iter().any(|&w| w > 0));
             let params = SamplingParams {
                 temperature: 1.0 / f64::from(inverse_temperature),
                 top_k,
                 top_p: top_p.map(|p| p as f64 / 16.0),
+                min_p: min_p.map(|m| m as f64 / 16.0),
             };
             let exact = table(&weights, 16);
             let oracle = reference_probs(&exact, &params).unwrap();

@@ -184,6 +184,9 @@ pub struct SamplingConfig {
     /// Nucleus sampling mass in (0, 1] when set.
     #[serde(default)]
     pub top_p: Option<f64>,
+    /// Drop tokens below `min_p` times the most probable one's probability, in [0, 1], when set.
+    #[serde(default)]
+    pub min_p: Option<f64>,
     /// Seed of every random draw of the run.
     #[serde(default)]
     pub seed: u64,
@@ -204,6 +207,16 @@ fn no_repetition_penalty() -> f32 {
 }
 
 impl SamplingConfig {
+    /// The kernels' sampling parameters of this table (temperature, top-k, top-p, min-p).
+    pub fn params(&self) -> specdec_kernels::sampling::SamplingParams {
+        specdec_kernels::sampling::SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+        }
+    }
+
     /// The penalties of this table.
     pub fn penalties(&self) -> crate::engine::Penalties {
         crate::engine::Penalties {
@@ -220,6 +233,7 @@ impl Default for SamplingConfig {
             temperature: 0.0,
             top_k: None,
             top_p: None,
+            min_p: None,
             seed: 0,
             repetition_penalty: 1.0,
             frequency_penalty: 0.0,
@@ -312,6 +326,11 @@ impl ExperimentConfig {
         if let Some(p) = s.top_p {
             if !(p > 0.0 && p <= 1.0) {
                 return Err(invalid("sampling.top_p", format!("{p} is not in (0, 1]")));
+            }
+        }
+        if let Some(m) = s.min_p {
+            if !(0.0..=1.0).contains(&m) {
+                return Err(invalid("sampling.min_p", format!("{m} is not in [0, 1]")));
             }
         }
         s.penalties()

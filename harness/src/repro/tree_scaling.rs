@@ -472,11 +472,7 @@ pub fn run(dir: &Path, p: &TreeScalingParams) -> Result<ReproOutput> {
             (builtin_acceptance(), None, cpu, draft, Vec::new())
         }
         Some(m) => {
-            let greedy = SamplingParams {
-                temperature: 0.0,
-                top_k: None,
-                top_p: None,
-            };
+            let greedy = SamplingParams::greedy();
             let mut backend =
                 EngineBackend::open(TARGET, Some(DRAFT), greedy, 7, m.check.max_tokens, 1)?;
             eprintln!("tree-scaling: measuring the acceptance table");

@@ -70,11 +70,7 @@ impl EngineBackend {
             kv_memory,
             &config.models.target,
             config.models.draft.as_deref(),
-            SamplingParams {
-                temperature: config.sampling.temperature,
-                top_k: config.sampling.top_k,
-                top_p: config.sampling.top_p,
-            },
+            config.sampling.params(),
             config.sampling.seed,
             config.max_tokens,
             config.batch_size,

@@ -36,11 +36,7 @@ impl ToyBackend {
         let toy = config.toy.clone().unwrap_or_default();
         Ok(ToyBackend {
             pair: toy_pair(&toy)?,
-            params: SamplingParams {
-                temperature: config.sampling.temperature,
-                top_k: config.sampling.top_k,
-                top_p: config.sampling.top_p,
-            },
+            params: config.sampling.params(),
             penalties: config.sampling.penalties(),
             max_tokens: config.max_tokens,
             seed: config.sampling.seed,

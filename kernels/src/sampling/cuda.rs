@@ -3,8 +3,9 @@
 //!
 //! Agreement with the CPU: greedy rows are identical; kept sets are identical for top-k; the
 //! top-p cut uses exact fixed-point mass where the CPU sums floats in sorted order, so at most the
-//! boundary token can differ; probabilities agree within `1e-5` relative (the softmax sum is a
-//! fixed-order tree sum on the GPU, left to right on the CPU).
+//! boundary token can differ, and likewise at the min-p cut (relative to `1 / sum`);
+//! probabilities agree within `1e-5` relative (the softmax sum is a fixed-order tree sum on the
+//! GPU, left to right on the CPU).
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
@@ -53,6 +54,7 @@ pub fn prepare_logits_cuda(
     };
     let top_k = params.top_k.map_or(0, |k| k.min(vocab)) as u32;
     let top_p = params.top_p.map_or(1.0, |p| p as f32);
+    let min_p = params.min_p.map_or(0.0, |m| m as f32);
     let (v, stream) = (vocab as u32, gpu.stream());
     let mut status: CudaSlice<u32> = stream
         .alloc_zeros(rows)
@@ -65,6 +67,7 @@ pub fn prepare_logits_cuda(
         .arg(&inv_t)
         .arg(&top_k)
         .arg(&top_p)
+        .arg(&min_p)
         .arg(&mut status);
     let cfg = LaunchConfig {
         grid_dim: (rows as u32, 1, 1),
@@ -83,7 +86,7 @@ pub fn prepare_logits_cuda(
             reason: if *s == 1 {
                 "a NaN or infinite logit".into()
             } else {
-                "no mass left after temperature/top-k/top-p".into()
+                "no mass left after temperature/top-k/top-p/min-p".into()
             },
         });
     }
@@ -118,16 +121,31 @@ mod tests {
                 temperature: 0.7,
                 top_k: Some(50),
                 top_p: None,
+                min_p: None,
             },
             SamplingParams {
                 temperature: 1.0,
                 top_k: None,
                 top_p: Some(0.9),
+                min_p: None,
             },
             SamplingParams {
                 temperature: 1.3,
                 top_k: Some(1000),
                 top_p: Some(0.5),
+                min_p: None,
+            },
+            SamplingParams {
+                temperature: 1.0,
+                top_k: None,
+                top_p: None,
+                min_p: Some(0.05),
+            },
+            SamplingParams {
+                temperature: 0.8,
+                top_k: Some(200),
+                top_p: Some(0.95),
+                min_p: Some(0.2),
             },
         ];
         let ld = st.clone_htod(&logits).unwrap();
@@ -143,7 +161,9 @@ mod tests {
                     .zip(&want)
                     .filter(|(a, b)| (**a > 0.0) != (**b > 0.0))
                     .count();
-                let allowed = usize::from(p.top_p.is_some());
+                // The top-p and min-p cuts may differ at their boundary token (the sums differ
+                // in rounding, see the module docs).
+                let allowed = usize::from(p.top_p.is_some()) + usize::from(p.min_p.is_some());
                 assert!(
                     support_diff <= allowed,
                     "{p:?} row {r}: {support_diff} kept-set differences"

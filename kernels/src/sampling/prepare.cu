@@ -1,9 +1,11 @@
-// Sampling preparation on the GPU: logits -> probabilities with temperature, top-k and top-p,
-// without sorting the vocabulary. Semantics of sampling/prepare.rs (prepare_logits):
+// Sampling preparation on the GPU: logits -> probabilities with temperature, top-k, top-p and
+// min-p, without sorting the vocabulary. Semantics of sampling/prepare.rs (prepare_logits):
 // temperature 0 is one-hot at the argmax (lowest id on ties); otherwise p = softmax(l / T), then
 // top-k keeps the k most probable (ties: lower id first), then top-p keeps the shortest
 // most-probable-first prefix (ties: lower id first) whose mass reaches top_p of the kept mass,
-// then the kept weights are divided by their 32-bit fixed-point total (as Prob::total).
+// then min-p drops every p below min_p * p_max (p_max = 1 / s, the argmax's softmax value, which
+// top-k and top-p always keep; the same f32 product and comparison as the CPU), then the kept
+// weights are divided by their 32-bit fixed-point total (as Prob::total).
 //
 // Selection without a sort: the k-th largest probability is found by a radix select over the
 // float bit patterns (non-negative floats order like their bits): 4 passes of 8 bits, each a
@@ -105,7 +107,8 @@ __device__ void keep_threshold(float* row, u32 len, float threshold, u32 quota, 
 
 extern "C" __global__ void __launch_bounds__(PB, 1)
 sampling_prepare(const float* __restrict__ logits, float* __restrict__ out, u32 vocab,
-                 float inv_temperature, u32 top_k, float top_p, u32* __restrict__ status) {
+                 float inv_temperature, u32 top_k, float top_p, float min_p,
+                 u32* __restrict__ status) {
   __shared__ PrepSmem sm;
   const float* l = logits + (u64)blockIdx.x * vocab;
   float* p = out + (u64)blockIdx.x * vocab;
@@ -166,6 +169,12 @@ sampling_prepare(const float* __restrict__ logits, float* __restrict__ out, u32 
     const u64 need = target - sm.sel_mass;  // > 0 by construction
     const u32 quota = mv > 0 ? (u32)((need + mv - 1) / mv) : 1u;
     keep_threshold(p, vocab, v, quota, sm);
+  }
+  if (min_p > 0.0f) {
+    // The argmax's probability: exp(0) / s, computed as the softmax loop computed it.
+    const float cut = __fmul_rn(min_p, __fdiv_rn(1.0f, s));
+    for (u32 i = threadIdx.x; i < vocab; i += PB) if (p[i] < cut) p[i] = 0.0f;
+    __syncthreads();
   }
   // Normalise by the 32-bit fixed-point total (Prob::total).
   u64 t = 0;

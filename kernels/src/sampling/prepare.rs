@@ -1,8 +1,8 @@
-//! Sampling preparation: temperature, top-k and top-p turn a model's distribution (or logits)
-//! into the probabilities that drafting and verification use. Apply the same parameters to the
-//! target and the draft before verification.
+//! Sampling preparation: temperature, top-k, top-p and min-p turn a model's distribution (or
+//! logits) into the probabilities that drafting and verification use. Apply the same parameters
+//! to the target and the draft before verification.
 //!
-//! Order: temperature, then top-k, then top-p, then normalisation.
+//! Order: temperature, then top-k, then top-p, then min-p, then normalisation.
 //! - `temperature = 0` means greedy: the result is one-hot at the argmax (lowest id on ties) and
 //!   top-k / top-p are irrelevant.
 //! - `temperature = 1/k` for a whole number `k` (checked exactly in `f64`) raises probabilities to
@@ -10,13 +10,14 @@
 //!   refused for exact rationals ([`KernelError::InexactTemperature`]).
 //! - top-k keeps the `k` most probable tokens (ties: lower id first); top-p then keeps the
 //!   shortest most-probable-first prefix whose mass reaches `top_p` of the total (at least one
-//!   token). Removed tokens get probability exactly zero.
+//!   token). min-p then keeps the tokens whose weight is at least `min_p` times the largest
+//!   weight (the most probable token always stays). Removed tokens get probability exactly zero.
 
 use super::number::Prob;
 use super::rejection::argmax;
 use crate::error::{KernelError, Result};
 
-/// Temperature, top-k and top-p.
+/// Temperature, top-k, top-p and min-p.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
     /// Temperature `T >= 0` (finite); 0 is greedy.
@@ -25,6 +26,9 @@ pub struct SamplingParams {
     pub top_k: Option<usize>,
     /// Keep the smallest most-probable set with mass `>= top_p`, `0 < top_p <= 1`; `None` keeps all.
     pub top_p: Option<f64>,
+    /// Drop the tokens whose probability is below `min_p` times the largest, `0 <= min_p <= 1`;
+    /// `None` (or 0) keeps all.
+    pub min_p: Option<f64>,
 }
 
 impl Default for SamplingParams {
@@ -34,12 +38,13 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
-    /// Plain sampling at `temperature`, no top-k or top-p.
+    /// Plain sampling at `temperature`, no top-k, top-p or min-p.
     pub fn with_temperature(temperature: f64) -> Self {
         Self {
             temperature,
             top_k: None,
             top_p: None,
+            min_p: None,
         }
     }
 
@@ -70,6 +75,11 @@ impl SamplingParams {
         if let Some(top_p) = self.top_p {
             if !(top_p > 0.0 && top_p <= 1.0) {
                 return Err(invalid("top_p", format!("{top_p} is not in (0, 1]")));
+            }
+        }
+        if let Some(min_p) = self.min_p {
+            if !(0.0..=1.0).contains(&min_p) {
+                return Err(invalid("min_p", format!("{min_p} is not in [0, 1]")));
             }
         }
         Ok(())
@@ -113,7 +123,8 @@ pub fn check_distribution<N: Prob>(what: &str, probs: &[N]) -> Result<()> {
     Ok(())
 }
 
-/// Applies temperature, top-k and top-p to a distribution (normalised or not) and normalises.
+/// Applies temperature, top-k, top-p and min-p to a distribution (normalised or not) and
+/// normalises.
 ///
 /// # Errors
 /// Invalid parameters or distribution; [`KernelError::InexactTemperature`] for a temperature
@@ -163,14 +174,23 @@ pub fn prepare_probs<N: Prob>(probs: &[N], params: &SamplingParams) -> Result<Ve
             weights[i] = N::zero();
         }
     }
+    if let Some(min_p) = params.min_p.filter(|&m| m > 0.0) {
+        // The largest weight survived top-k and top-p, so the cut is relative to it either way.
+        let threshold = N::from_f64(min_p) * weights[argmax(&weights)].clone();
+        for w in &mut weights {
+            if *w < threshold {
+                *w = N::zero();
+            }
+        }
+    }
     super::rejection::normalize(&weights).ok_or_else(|| KernelError::InvalidDistribution {
         what: "prepared probabilities".to_string(),
-        reason: "no mass left after temperature/top-k/top-p".to_string(),
+        reason: "no mass left after temperature/top-k/top-p/min-p".to_string(),
     })
 }
 
-/// Softmax of `logits / temperature` in `f32` (max-subtracted), then top-k / top-p as in
-/// [`prepare_probs`]. `temperature = 0` gives one-hot at the argmax logit.
+/// Softmax of `logits / temperature` in `f32` (max-subtracted), then top-k / top-p / min-p as
+/// in [`prepare_probs`]. `temperature = 0` gives one-hot at the argmax logit.
 ///
 /// # Errors
 /// As [`prepare_probs`]; non-finite logits are refused.
@@ -264,6 +284,45 @@ mod tests {
         let out = prepare_probs(&dist(), &params).unwrap();
         assert_eq!(out[3], ratio(0, 1), "ties: token 2 kept before token 3");
         assert_eq!(out[2], ratio(1, 7));
+    }
+
+    #[test]
+    fn min_p_drops_what_is_below_its_share_of_the_largest() {
+        let with_min_p = |min_p| SamplingParams {
+            min_p: Some(min_p),
+            ..SamplingParams::default()
+        };
+        // 1/2, 1/4, 1/8, 1/8: min-p 1/4 keeps weights >= 1/8 (all), 0.26 keeps >= 0.13.
+        let all = prepare_probs(&dist(), &with_min_p(0.25)).unwrap();
+        assert_eq!(all, dist());
+        let two = prepare_probs(&dist(), &with_min_p(0.26)).unwrap();
+        assert_eq!(
+            two,
+            vec![ratio(2, 3), ratio(1, 3), ratio(0, 1), ratio(0, 1)]
+        );
+        let one = prepare_probs(&dist(), &with_min_p(1.0)).unwrap();
+        assert_eq!(
+            one,
+            vec![ratio(1, 1), ratio(0, 1), ratio(0, 1), ratio(0, 1)]
+        );
+        // After the temperature: squares 16, 4, 1, 1 (over 22); 1/4 of the largest is 4/22.
+        let tempered = SamplingParams {
+            temperature: 0.5,
+            ..with_min_p(0.25)
+        };
+        let out = prepare_probs(&dist(), &tempered).unwrap();
+        assert_eq!(
+            out,
+            vec![ratio(4, 5), ratio(1, 5), ratio(0, 1), ratio(0, 1)]
+        );
+        // Off at 0, refused outside [0, 1].
+        assert_eq!(prepare_probs(&dist(), &with_min_p(0.0)).unwrap(), dist());
+        for bad in [-0.1, 1.5, f64::NAN] {
+            assert!(matches!(
+                prepare_probs(&dist(), &with_min_p(bad)),
+                Err(KernelError::InvalidParameter { what: "min_p", .. })
+            ));
+        }
     }
 
     #[test]

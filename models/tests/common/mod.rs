@@ -21,7 +21,7 @@ pub fn model_path(name: &str) -> Option<PathBuf> {
         }
         Err(err) => panic!(
             "{err}\n(run `scripts/fetch-models.sh {}`, or set SPECDEC_SKIP_MODEL_TESTS=1 to skip)",
-            entry.fetch
+            entry.name
         ),
     }
 }
