@@ -5,6 +5,7 @@
 #
 #   scripts/heads-bench.sh smollm2        # SmolLM2-135M (heads trained here first if missing)
 #   scripts/heads-bench.sh qwen           # Qwen2.5-Coder-1.5B (and its 0.5B draft)
+#   scripts/heads-bench.sh qwen-short     # the same, 16 prompts, EAGLE head only (2-core sized)
 #   scripts/heads-bench.sh smollm2 --train-minutes 25   # training budget of a missing head
 #
 # A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1, see the
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 
 model="${1:-}"
 shift || true
+kinds=(eagle medusa)
 minutes=25
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -23,10 +25,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$model" in
-  smollm2) target=smollm2-135m; fetch=(smollm2 humaneval mtbench sharegpt); vocab=8192 ;;
-  qwen) target=qwen2.5-coder-1.5b; fetch=(qwen-0.5b qwen-1.5b humaneval mtbench sharegpt); vocab=16384 ;;
+  # steps_per_minute: optimiser steps (batch 4 x 256 tokens) a minute of training makes here;
+  # eagle_extra: the EAGLE head's shape (Qwen: an FFN of 2048, so a depth step stays cheap)
+  smollm2) target=smollm2-135m; fetch=(smollm2 humaneval mtbench sharegpt); vocab=8192
+    steps_per_minute=24; eagle_extra=() ;;
+  qwen|qwen-short) target=qwen2.5-coder-1.5b; fetch=(qwen-0.5b qwen-1.5b humaneval mtbench sharegpt)
+    vocab=16384; steps_per_minute=6; eagle_extra=(--ffn 2048)
+    [ "$model" = qwen-short ] && kinds=(eagle) ;;
   -h|--help|"") sed -n 2,12p "$0"; exit 0 ;;
-  *) echo "heads-bench: unknown model '$model' (smollm2 or qwen)" >&2; exit 2 ;;
+  *) echo "heads-bench: unknown model '$model' (smollm2, qwen or qwen-short)" >&2; exit 2 ;;
 esac
 
 scripts/fetch-models.sh "${fetch[@]}"
@@ -34,14 +41,14 @@ cargo build --release --bin specdec
 bin="${CARGO_TARGET_DIR:-target}/release/specdec"
 heads="${SPECDEC_CACHE:-$HOME/.cache/specdec}/heads"
 
-for kind in eagle medusa; do
+for kind in "${kinds[@]}"; do
   if [ ! -f "$heads/$target-$kind.safetensors" ]; then
     echo "== training the $kind head for $target ($minutes minutes of steps)"
     extra=()
-    [ "$kind" = eagle ] && extra=(--w-ce 1 --w-feat 0.1)
-    # about 0.4 optimiser steps per second here (batch 4 x 256 tokens): the schedule's length
-    # fits the budget, which stops the run cleanly (with a checkpoint) if it is slower
-    steps=$(( minutes * 24 ))
+    [ "$kind" = eagle ] && extra=(--w-ce 1 --w-feat 0.1 "${eagle_extra[@]}")
+    # the schedule's length fits the budget, which stops the run cleanly (with a checkpoint)
+    # if it is slower
+    steps=$(( minutes * steps_per_minute ))
     "$bin" train-head --target "$target" --kind "$kind" --draft-vocab "$vocab" \
       --steps "$steps" --minutes "$(( minutes * 13 / 10 ))" "${extra[@]}"
   fi
