@@ -4,9 +4,12 @@
 # incremental build and one test run per mutant).
 #
 #   scripts/mutants.sh MODULE [SHARD]       # SHARD is k/n (default 0/1: the whole module)
-#   scripts/mutants.sh MODULE SHARD --iterate   # re-test only what that shard's last run
-#                                             # did not catch (after adding tests); extra
-#                                             # arguments go to cargo mutants
+#   scripts/mutants.sh MODULE SHARD --iterate   # go on: skip what that shard's earlier runs
+#                                             # caught or found unviable; extra arguments
+#                                             # go to cargo mutants
+#   scripts/mutants.sh MODULE SHARD --survivors # after adding tests: re-test only the
+#                                             # mutants that shard's last run missed or
+#                                             # timed out on (keeps the earlier catches)
 #   scripts/mutants.sh --list MODULE        # the mutants of MODULE, nothing built
 #   scripts/mutants.sh --summary            # caught / missed / timeout / unviable per module
 #
@@ -32,8 +35,8 @@
 # 1800), keeping what it finished; `--iterate` on the same shard then goes on from there.
 # SPECDEC_MUTANTS_TIMEOUT (default 120) is the per-mutant test timeout in seconds.
 #
-# Builds go to target/mutants (CARGO_TARGET_DIR, kept between runs so third-party crates are
-# built once) with the test profile at opt-level 1, no debug info, no overflow checks or debug
+# Builds go to target/mutants (or SPECDEC_MUTANTS_TARGET_DIR; kept between runs so third-party
+# crates are built once) with the test profile at opt-level 1, no debug info, no overflow checks or debug
 # assertions (the release profile's semantics, which the suites are written for), incremental:
 # about 3-10 s of build per mutant on 2 cores after the first build. cargo-mutants builds in a
 # scratch copy of the tree, never in place.
@@ -107,16 +110,29 @@ if [ "${SUITE:-unit}" = exact ]; then
   test_args=(--lib --tests)
 fi
 
-export CARGO_TARGET_DIR="$root/target/mutants"
+export CARGO_TARGET_DIR="${SPECDEC_MUTANTS_TARGET_DIR:-$root/target/mutants}"
 export CARGO_PROFILE_DEV_OPT_LEVEL=1 CARGO_PROFILE_DEV_DEBUG=0 CARGO_PROFILE_DEV_INCREMENTAL=true
 export CARGO_PROFILE_DEV_OVERFLOW_CHECKS=false CARGO_PROFILE_DEV_DEBUG_ASSERTIONS=false
+filters=()
+if [ "${1:-}" = --survivors ]; then
+  shift
+  survivors="$(cat "$out/mutants.out/missed.txt" "$out/mutants.out/timeout.txt" 2>/dev/null || true)"
+  [ -n "$survivors" ] || { echo "no missed or timed-out mutants in $out: nothing to re-test"; exit 0; }
+  # One anchored, escaped name regex per survivor; --iterate keeps the earlier catches.
+  mapfile -t filters < <(printf '%s\n' "$survivors" | python3 -c '
+import sys
+special = set("\\.+*?()|[]{}^$")
+for name in sys.stdin.read().splitlines():
+    print("--re"); print("^" + "".join("\\" + c if c in special else c for c in name) + "$")')
+  filters+=(--iterate)
+fi
 budget="${SPECDEC_MUTANTS_BUDGET:-1800}"
 echo "== cargo-mutants $(cargo mutants --version | awk '{print $2}'): $module shard $shard," \
   "suite ${SUITE:-unit}, budget ${budget}s -> $out"
 status=0
 timeout --signal=INT --kill-after=60 "$budget" \
   cargo mutants -p "$package" "${files[@]}" --test-package "$test_packages" --shard "$shard" --timeout "${SPECDEC_MUTANTS_TIMEOUT:-120}" \
-  --jobs 1 --output "$out" "$@" -- "${test_args[@]}" || status=$?
+  --jobs 1 --output "$out" "${filters[@]}" "$@" -- "${test_args[@]}" || status=$?
 touch "$out/unviable-all.txt"
 [ -f "$out/mutants.out/unviable.txt" ] && sort -u -o "$out/unviable-all.txt" \
   "$out/unviable-all.txt" "$out/mutants.out/unviable.txt"
