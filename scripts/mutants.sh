@@ -38,7 +38,7 @@
 # Builds go to target/mutants (or SPECDEC_MUTANTS_TARGET_DIR; kept between runs so third-party
 # crates are built once) with the test profile at opt-level 1, no debug info, no overflow checks or debug
 # assertions (the release profile's semantics, which the suites are written for), incremental:
-# about 3-10 s of build per mutant on 2 cores after the first build. cargo-mutants builds in a
+# 3-40 s of build per mutant on 2 shared cores after the first build. cargo-mutants builds in a
 # scratch copy of the tree, never in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
