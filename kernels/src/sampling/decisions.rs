@@ -113,3 +113,26 @@ pub trait Decisions<N> {
     /// record the misuse and return 0; such code cannot be proven by enumeration.
     fn uniform(&mut self, key: DrawKey) -> f64;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_keeps_sequence_and_step_and_resets_the_draw() {
+        let key = DrawKey {
+            draw: 5,
+            ..DrawKey::new(3, 4, 1, Purpose::Draft)
+        };
+        let moved = key.at(7, Purpose::Residual);
+        let expected = DrawKey {
+            sequence: 3,
+            step: 4,
+            node: 7,
+            purpose: Purpose::Residual,
+            draw: 0,
+        };
+        assert_eq!(moved, expected);
+        assert_eq!(DrawKey::new(3, 4, 7, Purpose::Residual), expected);
+    }
+}

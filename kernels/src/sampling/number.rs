@@ -230,6 +230,52 @@ mod tests {
     }
 
     #[test]
+    fn one_is_two_to_the_thirty_two_in_fixed_point() {
+        assert_eq!(FIXED_POINT_ONE, 4_294_967_296);
+        assert_eq!(1.0f32.fixed_point(), 4_294_967_296);
+        assert_eq!(f64::from_fixed_point(3 << 30), 0.75);
+    }
+
+    #[test]
+    fn zero_and_positive_are_exact_tests() {
+        for zero in [0.0f32, -0.0] {
+            assert!(Prob::is_zero(&zero) && !Prob::is_positive(&zero), "{zero}");
+        }
+        for (v, positive) in [(0.5f64, true), (1e-300, true), (-0.5, false)] {
+            assert!(!Prob::is_zero(&v), "{v}");
+            assert_eq!(Prob::is_positive(&v), positive, "{v}");
+        }
+        let zero = <BigRational as Prob>::zero();
+        assert!(Prob::is_zero(&zero) && !Prob::is_positive(&zero));
+        assert!(!Prob::is_zero(&ratio(1, 7)) && Prob::is_positive(&ratio(1, 7)));
+        assert!(!Prob::is_zero(&ratio(-1, 7)) && !Prob::is_positive(&ratio(-1, 7)));
+    }
+
+    #[test]
+    fn masses_are_positive_exactly_when_they_weigh_something() {
+        assert_eq!(<u64 as Mass>::empty(), 0);
+        assert!(!0u64.has_mass() && 1u64.has_mass() && u64::MAX.has_mass());
+        assert_eq!(<BigRational as Mass>::empty(), ratio(0, 1));
+        assert!(!ratio(0, 1).has_mass() && ratio(1, 9).has_mass() && !ratio(-1, 9).has_mass());
+        assert_eq!(ratio(3, 8).mass(), ratio(3, 8));
+        assert_eq!(0.375f32.mass(), 3 << 29);
+    }
+
+    #[test]
+    fn rational_conversions_are_exact() {
+        assert_eq!(<BigRational as Prob>::one(), ratio(5, 5));
+        assert_eq!(BigRational::from_rational(&ratio(2, 3)), ratio(2, 3));
+        assert_eq!(Prob::to_f64(&ratio(3, 4)), 0.75);
+        assert_eq!(Prob::to_f64(&ratio(-1, 8)), -0.125);
+        assert_eq!(f32::from_rational(&ratio(1, 4)), 0.25);
+        assert_eq!(
+            ratio(6, 4),
+            BigRational::new(BigInt::from(3), BigInt::from(2))
+        );
+        assert_eq!(BigRational::total(&[ratio(1, 2), ratio(1, 3)]), ratio(5, 6));
+    }
+
+    #[test]
     fn float_total_does_not_depend_on_order() {
         let values = [0.1f32, 0.2, 0.3, 1e-7, 0.4];
         let mut reversed = values;

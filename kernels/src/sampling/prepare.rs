@@ -248,6 +248,60 @@ mod tests {
     }
 
     #[test]
+    fn validate_names_the_field_out_of_range() {
+        let refused = |params: SamplingParams| match params.validate() {
+            Err(KernelError::InvalidParameter { what, .. }) => Some(what),
+            Err(other) => panic!("{other}"),
+            Ok(()) => None,
+        };
+        let t = SamplingParams::with_temperature;
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(refused(t(bad)), Some("temperature"), "{bad}");
+        }
+        for good in [0.0, 0.5, 1.0, 7.0] {
+            assert_eq!(refused(t(good)), None, "{good}");
+        }
+        let k = |top_k| SamplingParams { top_k, ..t(1.0) };
+        assert_eq!(refused(k(Some(0))), Some("top_k"));
+        assert_eq!(refused(k(Some(1))), None);
+        let p = |top_p| SamplingParams {
+            top_p: Some(top_p),
+            ..t(1.0)
+        };
+        for bad in [0.0, -0.5, 1.5, f64::NAN] {
+            assert_eq!(refused(p(bad)), Some("top_p"), "{bad}");
+        }
+        for good in [1e-9, 0.5, 1.0] {
+            assert_eq!(refused(p(good)), None, "{good}");
+        }
+    }
+
+    #[test]
+    fn only_zero_temperature_is_greedy() {
+        assert!(SamplingParams::greedy().is_greedy());
+        assert_eq!(SamplingParams::greedy().temperature, 0.0);
+        assert!(!SamplingParams::with_temperature(0.5).is_greedy());
+        let default = SamplingParams::default();
+        assert_eq!(
+            (default.temperature, default.top_k, default.top_p),
+            (1.0, None, None)
+        );
+    }
+
+    #[test]
+    fn inverse_whole_temperature_is_exactly_one_over_k() {
+        let k = |t: f64| SamplingParams::with_temperature(t).inverse_whole_temperature();
+        assert_eq!(k(1.0), Some(1));
+        assert_eq!(k(0.5), Some(2));
+        assert_eq!(k(1.0 / 3.0), Some(3));
+        assert_eq!(k(0.25), Some(4));
+        // Not 1/k: near misses, temperatures above 1, zero, and k beyond u32.
+        for t in [0.7, 0.34, 2.0, 1.5, 0.0, 1e-12] {
+            assert_eq!(k(t), None, "{t}");
+        }
+    }
+
+    #[test]
     fn inverse_whole_temperature_is_exact() {
         let params = SamplingParams::with_temperature(0.5);
         assert_eq!(params.inverse_whole_temperature(), Some(2));
@@ -336,6 +390,22 @@ mod tests {
         ));
         let bad_l = prepare_logits(&[f32::NAN], &SamplingParams::default());
         assert!(bad_l.is_err());
+    }
+
+    #[test]
+    fn logits_are_divided_by_the_temperature_once() {
+        // T = 1/2 squares the probabilities (1/3, 2/3) into (1/5, 4/5); shifting every logit
+        // by 100 changes nothing (the softmax subtracts the largest logit before exp).
+        let half = SamplingParams::with_temperature(0.5);
+        for shift in [0.0f32, 100.0] {
+            let out = prepare_logits(&[shift, shift + (2.0f32).ln()], &half).unwrap();
+            assert!(
+                (out[0] - 0.2).abs() < 1e-6 && (out[1] - 0.8).abs() < 1e-6,
+                "{shift}: {out:?}"
+            );
+        }
+        let one = prepare_logits(&[3.0], &SamplingParams::default()).unwrap();
+        assert_eq!(one, vec![1.0]);
     }
 
     #[test]

@@ -103,6 +103,24 @@ mod tests {
     }
 
     #[test]
+    fn residual_and_bonus_draw_from_their_own_weights() {
+        // Every draw is forced: the residual max(0, p − q) = (0, 0, 1/2) and p's mass sit on
+        // one token each, so any word picks it.
+        let p = [0.5f32, 0.0, 0.5];
+        let q = [0.5f32, 0.5, 0.0];
+        let mut dec = Replay::production(1);
+        let key = DrawKey::new(0, 0, 0, Purpose::Residual);
+        assert_eq!(sample_residual(&mut dec, key, &p, &q), 2);
+        assert_eq!(sample_bonus(&mut dec, key, &[0.0f32, 0.0, 1.0]), 2);
+        assert_eq!(sample_or(&mut dec, key, &[0.0f32, 0.0], &[0.0, 0.0]), 0);
+        assert_eq!(sample_or(&mut dec, key, &[0.0f32; 3], &[0.0, 0.0, 0.0]), 0);
+        assert_eq!(
+            sample_or(&mut dec, key, &[0.0f32; 3], &[0.0, 0.0, 2e-12]),
+            2
+        );
+    }
+
+    #[test]
     fn empty_residual_falls_back_to_p() {
         let p = [0.0f32, 1.0, 0.0];
         let mut dec = Replay::production(0);

@@ -229,6 +229,35 @@ mod tests {
     }
 
     #[test]
+    fn uniform_is_the_top_53_bits_of_the_word() {
+        let k = DrawKey::new(2, 0, 0, Purpose::Sample);
+        let given = |word| {
+            let mut replay = Replay::new(GivenUniforms::new(BTreeMap::from([(k, word)])));
+            Decisions::<f32>::uniform(&mut replay, k)
+        };
+        assert_eq!(given(1 << 63), 0.5);
+        assert_eq!(given(3 << 62), 0.75);
+        assert_eq!(given(u64::MAX), 1.0 - 2f64.powi(-53));
+        assert_eq!(given((1 << 11) - 1), 0.0);
+        assert_eq!(given(1 << 11), 2f64.powi(-53));
+    }
+
+    #[test]
+    fn given_words_are_returned_and_missing_keys_listed() {
+        assert_eq!(GivenUniforms::word_for_u24(1), 1 << 40);
+        assert_eq!(GivenUniforms::word_for_u24(0x0123_4567), 0x23_4567 << 40);
+        let (a, b) = (key(), DrawKey::new(0, 0, 2, Purpose::Accept));
+        let mut given = GivenUniforms::new(BTreeMap::from([(a, 77)]));
+        assert_eq!((given.raw(a), given.raw(b), given.raw(b)), (77, 0, 0));
+        assert_eq!(given.missing(), &[b, b]);
+        let mut recording = Recording::new(CounterRng::new(4));
+        let word = recording.raw(a);
+        assert_eq!(word, CounterRng::new(4).word(a));
+        assert_eq!(recording.into_record(), BTreeMap::from([(a, word)]));
+        assert_eq!(Replay::production(4).source(), &CounterRng::new(4));
+    }
+
+    #[test]
     fn categorical_frequencies_follow_weights() {
         let mut dec = Replay::production(3);
         let weights = [0.125f64, 0.5, 0.0, 0.375];

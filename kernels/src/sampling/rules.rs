@@ -140,6 +140,19 @@ mod tests {
     }
 
     #[test]
+    fn exact_uniform_compares_strictly() {
+        // u · scale < bound at, just below and just above equality.
+        let mut u = ExactUniform(ratio(1, 2));
+        assert!(!u.scaled_below(&ratio(1, 1), &ratio(1, 2)));
+        assert!(u.scaled_below(&ratio(1, 1), &ratio(3, 4)));
+        assert!(!u.scaled_below(&ratio(1, 1), &ratio(1, 4)));
+        assert!(!u.scaled_below(&ratio(2, 3), &ratio(1, 3)));
+        assert!(u.scaled_below(&ratio(2, 3), &ratio(1, 2)));
+        assert!(!accept_rule(&mut u, &ratio(1, 4), &ratio(1, 2)));
+        assert!(accept_rule(&mut u, &ratio(1, 3), &ratio(1, 2)));
+    }
+
+    #[test]
     fn rules_do_not_read_the_uniform_without_mass() {
         struct Unread;
         impl UniformDraw<BigRational> for Unread {

@@ -229,6 +229,41 @@ mod tests {
     }
 
     #[test]
+    fn kinds_print_their_documented_names() {
+        let names: Vec<String> = DraftKind::ALL.iter().map(|k| k.to_string()).collect();
+        assert_eq!(names, ["iid", "without-replacement", "deterministic"]);
+        for kind in DraftKind::ALL {
+            assert_eq!(kind.to_string(), kind.name());
+        }
+    }
+
+    #[test]
+    fn accessors_describe_the_tree() {
+        let fork = TreeTopology::from_parents(&[None, Some(0), Some(0), Some(1)]).unwrap();
+        let tree = DraftTree::new(
+            fork,
+            vec![3, 0, 1, 1],
+            vec![q(), q(), None, None],
+            DraftKind::Iid,
+        )
+        .unwrap();
+        assert_eq!((tree.len(), tree.draft_count()), (4, 3));
+        assert!(!tree.is_empty());
+        assert_eq!(tree.tokens(), &[3, 0, 1, 1]);
+        assert_eq!(tree.token(2), 1);
+        assert_eq!(tree.draft_probs(1), Some(&[0.5, 0.5][..]));
+        assert_eq!(tree.draft_probs(2), None);
+        assert_eq!(tree.kind(), DraftKind::Iid);
+        let root = DraftTree::<f64>::root_only(5, DraftKind::Deterministic);
+        assert_eq!(
+            (root.len(), root.draft_count(), root.tokens()),
+            (1, 0, &[5][..])
+        );
+        assert!(!root.is_empty());
+        assert_eq!(root.kind(), DraftKind::Deterministic);
+    }
+
+    #[test]
     fn bad_trees_are_refused_with_a_reason() {
         let fork = TreeTopology::from_parents(&[None, Some(0), Some(0)]).unwrap();
         let dup = DraftTree::new(

@@ -140,3 +140,59 @@ impl Verdict {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::TreeTopology;
+    use crate::verification::DraftKind;
+
+    #[test]
+    fn validate_refuses_drafts_outside_the_target_vocabulary() {
+        // A deterministic tree records no q, so only the target rows bound its tokens; the
+        // root's token is already output and is not checked.
+        let chain = TreeTopology::chain(2);
+        let rows = vec![vec![0.5f32, 0.5]; 2];
+        let tree = |tokens: Vec<u32>| {
+            DraftTree::<f32>::new(
+                chain.clone(),
+                tokens,
+                vec![None; 2],
+                DraftKind::Deterministic,
+            )
+            .unwrap()
+        };
+        let (outside, inside) = (tree(vec![0, 2]), tree(vec![9, 1]));
+        let input = VerifyInput {
+            sequence: 3,
+            step: 0,
+            tree: &outside,
+            target_probs: &rows,
+        };
+        assert_eq!(input.vocab(), 2);
+        let err = input.validate().unwrap_err().to_string();
+        assert!(err.contains("token 2 at node 1 is outside"), "{err}");
+        let input = VerifyInput {
+            tree: &inside,
+            ..input
+        };
+        assert!(input.validate().is_ok());
+    }
+
+    #[test]
+    fn verdicts_name_their_last_node_and_emitted_tokens() {
+        let tree = DraftTree::<f32>::new(
+            TreeTopology::chain(4),
+            vec![8, 1, 2, 3],
+            vec![None; 4],
+            DraftKind::Deterministic,
+        )
+        .unwrap();
+        let verdict = Verdict::new(vec![1, 2], 0);
+        assert_eq!((verdict.accepted_len, verdict.last_node()), (2, 2));
+        assert_eq!(verdict.emitted_tokens(&tree), vec![1, 2, 0]);
+        let none = Verdict::new(vec![], 5);
+        assert_eq!((none.accepted_len, none.last_node()), (0, 0));
+        assert_eq!(none.emitted_tokens(&tree), vec![5]);
+    }
+}

@@ -270,6 +270,72 @@ mod tests {
     }
 
     #[test]
+    fn method_names_are_the_documented_config_spellings() {
+        let methods = [
+            (VerifyMethod::Greedy, "greedy"),
+            (VerifyMethod::ChainRejection, "chain_rejection"),
+            (VerifyMethod::MultiRound, "multi_round"),
+            (VerifyMethod::RecursiveRejection, "recursive_rejection"),
+            (VerifyMethod::TargetOnly, "target_only"),
+            (
+                VerifyMethod::Typical {
+                    epsilon: 0.3,
+                    delta: 0.09,
+                },
+                "typical",
+            ),
+        ];
+        for (method, name) in methods {
+            assert_eq!(method.name(), name, "{method:?}");
+        }
+    }
+
+    #[test]
+    fn only_recursive_rejection_updates_the_proposal_after_a_rejection() {
+        // Root children: tokens 0 then 1, q = (1/2, 1/2, 0), p = (1/4, 5/8, 1/8); every value
+        // is dyadic, so the f32 decisions are the exact comparisons. u = 3/4 rejects token 0
+        // (3/4 · 1/2 >= 1/4), leaving r = norm(max(0, p − q)) = (0, 1/2, 1/2). For token 1
+        // the proposal is s = (0, 1, 0) without replacement (3/4 · 1 >= 1/2 rejects; the
+        // final residual norm(max(0, r − s)) is token 2) but stays q for i.i.d. children
+        // (3/4 · 1/2 < 1/2 accepts; the bonus at node 2 is token 0).
+        let fork = TreeTopology::from_parents(&[None, Some(0), Some(0)]).unwrap();
+        let tree = DraftTree::new(
+            fork,
+            vec![7, 0, 1],
+            vec![Some(vec![0.5f32, 0.5, 0.0]), None, None],
+            DraftKind::WithoutReplacement,
+        )
+        .unwrap();
+        let p = vec![
+            vec![0.25f32, 0.625, 0.125],
+            vec![1.0, 0.0, 0.0],
+            vec![1.0, 0.0, 0.0],
+        ];
+        let input = VerifyInput {
+            sequence: 5,
+            step: 2,
+            tree: &tree,
+            target_probs: &p,
+        };
+        let three_quarters = GivenUniforms::word_for_u24(3 << 22);
+        let entries = [
+            (1, Purpose::Accept, three_quarters),
+            (2, Purpose::Accept, three_quarters),
+            (0, Purpose::Residual, 0),
+            (2, Purpose::Bonus, 0),
+        ];
+        let recursive = verify_one(
+            VerifyMethod::RecursiveRejection,
+            &input,
+            &mut words(&entries),
+        )
+        .unwrap();
+        assert_eq!(recursive, Verdict::new(vec![], 2));
+        let iid = verify_one(VerifyMethod::MultiRound, &input, &mut words(&entries)).unwrap();
+        assert_eq!(iid, Verdict::new(vec![2], 0));
+    }
+
+    #[test]
     fn chain_method_refuses_a_branching_tree_and_missing_rows() {
         let fork = TreeTopology::from_parents(&[None, Some(0), Some(0)]).unwrap();
         let tree = DraftTree::new(

@@ -40,3 +40,47 @@ pub fn verify_typical<N: Prob, D: Decisions<N> + ?Sized>(
         typical.ok_or_else(|| sample_bonus(decisions, input.key(node, Purpose::Sample), p) as u32)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::Replay;
+    use crate::tree::TreeTopology;
+    use crate::verification::{DraftKind, DraftTree};
+
+    #[test]
+    fn threshold_is_the_smaller_of_epsilon_and_delta_times_exp_minus_entropy() {
+        // H(1/2, 1/2) = ln 2, so delta · exp(−H) = delta / 2; a zero entry adds no entropy.
+        for p in [vec![0.5f64, 0.5], vec![0.5, 0.0, 0.5]] {
+            let threshold = typical_threshold(&p, 0.3, 0.2);
+            assert!((threshold - 0.1).abs() < 1e-12, "{p:?}: {threshold}");
+            assert_eq!(typical_threshold(&p, 0.05, 0.2), 0.05);
+        }
+        // A one-hot row has zero entropy: the entropy term is delta itself.
+        assert_eq!(typical_threshold(&[0.0f64, 1.0], 0.3, 0.2), 0.2);
+    }
+
+    #[test]
+    fn only_children_strictly_above_the_threshold_are_typical() {
+        // Root children: token 1 (p = 1/4, exactly the threshold: not typical), then token 0
+        // (p = 1/2: typical). epsilon = 1/4 < delta · exp(−H) = 2^-1.5.
+        let fork = TreeTopology::from_parents(&[None, Some(0), Some(0)]).unwrap();
+        let tree =
+            DraftTree::<f32>::new(fork, vec![4, 1, 0], vec![None; 3], DraftKind::Deterministic)
+                .unwrap();
+        let p = vec![
+            vec![0.5f32, 0.25, 0.25],
+            vec![0.0, 1.0, 0.0],
+            vec![0.0, 0.0, 1.0],
+        ];
+        assert_eq!(typical_threshold(&p[0], 0.25, 1.0), 0.25);
+        let input = VerifyInput {
+            sequence: 1,
+            step: 0,
+            tree: &tree,
+            target_probs: &p,
+        };
+        let verdict = verify_typical(&input, &mut Replay::production(0), 0.25, 1.0);
+        assert_eq!(verdict, Verdict::new(vec![2], 2));
+    }
+}
