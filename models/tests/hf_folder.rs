@@ -66,12 +66,17 @@ fn gap_to_gguf(file: &Arc<GgufFile>, folder: &mut dyn LanguageModel) -> (f32, f3
 /// (and, for llama, the RoPE pairing: half-split over un-permuted rows instead of interleaved
 /// over permuted ones, the same arithmetic per pair). Bound 1e-4 · max |logit| (measured here:
 /// Llama 1.3e-6, Qwen2 0 absolute, max |logit| ≈ 3); BF16 rounds every weight by ≤ 2^-9
-/// relative: bound 5e-2 · max |logit| (measured 2.9e-2 and 2.1e-2 absolute, about 1%).
+/// relative: bound 5e-2 · max |logit| (measured 2.9e-2 and 2.1e-2 absolute, about 1%); F16
+/// by ≤ 2^-12: bound 1e-2 · max |logit|.
 #[test]
-fn synthetic_folders_give_the_gguf_logits_in_f32_and_bf16() {
+fn synthetic_folders_give_the_gguf_logits_in_every_dtype() {
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let file = synthetic_gguf(arch);
-        for (dtype, rel_tol) in [(Dtype::F32, 1e-4f32), (Dtype::BF16, 5e-2)] {
+        for (dtype, rel_tol) in [
+            (Dtype::F32, 1e-4f32),
+            (Dtype::F16, 1e-2),
+            (Dtype::BF16, 5e-2),
+        ] {
             let dir = scratch(&format!("synthetic-{arch:?}-{dtype:?}"));
             let summary = export_gguf(&file, &dir, dtype).unwrap();
             let folder = HfFolder::open(&dir).unwrap();
@@ -79,10 +84,10 @@ fn synthetic_folders_give_the_gguf_logits_in_f32_and_bf16() {
             expected.rope_layout = RopeLayout::HalfSplit;
             assert_eq!(folder.config(), &expected, "{arch:?}");
             let weights = folder.read_weights().unwrap();
-            let stored = if dtype == Dtype::F32 {
-                QuantType::F32
-            } else {
-                QuantType::BF16
+            let stored = match dtype {
+                Dtype::F32 => QuantType::F32,
+                Dtype::F16 => QuantType::F16,
+                _ => QuantType::BF16,
             };
             assert_eq!(weights.layers[0].wq.quant_type(), stored);
             let mut model = folder_model(&dir);
@@ -114,6 +119,45 @@ fn a_llama_folder_needs_the_half_split_layout() {
             .unwrap();
     let (gap, scale) = gap_to_gguf(&file, &mut wrong);
     assert!(gap > 1e-2 * scale, "{gap} vs {scale}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A folder whose tensors are split over two shards named by `model.safetensors.index.json`
+/// loads to the same model as the single file.
+#[test]
+fn sharded_folders_load_like_one_file() {
+    let file = synthetic_gguf(Architecture::Qwen2);
+    let dir = scratch("sharded");
+    export_gguf(&file, &dir, Dtype::F32).unwrap();
+    let single = prefill(&mut folder_model(&dir), &TOKENS);
+    let whole = SafetensorsFile::open(dir.join("model.safetensors")).unwrap();
+    let mut shards: [Vec<OwnedTensor>; 2] = [Vec::new(), Vec::new()];
+    let mut weight_map = serde_json::Map::new();
+    for (i, name) in whole.names().into_iter().enumerate() {
+        let e = whole.entry(name).unwrap();
+        let shard = format!("model-{:05}-of-00002.safetensors", i % 2 + 1);
+        weight_map.insert(name.to_string(), serde_json::json!(shard));
+        shards[i % 2].push((
+            name.to_string(),
+            e.dtype,
+            e.shape.clone(),
+            whole.data(e).to_vec(),
+        ));
+    }
+    drop(whole);
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    for (i, tensors) in shards.iter().enumerate() {
+        let path = dir.join(format!("model-{:05}-of-00002.safetensors", i + 1));
+        write_safetensors(&path, tensors, None).unwrap();
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let folder = HfFolder::open(&dir).unwrap();
+    assert_eq!(folder.shard_paths().len(), 2);
+    let split = prefill(&mut folder_model(&dir), &TOKENS);
+    for r in 0..TOKENS.len() {
+        assert_eq!(common::bits(split.row(r)), common::bits(single.row(r)));
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

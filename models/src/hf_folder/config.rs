@@ -192,8 +192,13 @@ impl HfConfig {
                 }
             }
         }
-        if self.num_attention_heads == 0 {
-            return Err(refuse("num_attention_heads", "is 0".into()));
+        for (key, n) in [
+            ("num_attention_heads", self.num_attention_heads),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ] {
+            if n == 0 {
+                return Err(refuse(key, "is 0".into()));
+            }
         }
         let (rope_base, rope_scaling) = self.rope()?;
         let config = LlamaConfig {
