@@ -37,7 +37,7 @@ enum Command {
     /// --method linear --k 4 --prompt "def quicksort(xs):"
     Generate {
         /// Target model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b (fetched by
-        /// scripts/fetch-models.sh), or a path to a .gguf file.
+        /// scripts/fetch-models.sh), a path to a .gguf file, or a Hugging Face model folder.
         #[arg(long, short = 'm', visible_alias = "model")]
         target: String,
         /// Draft model (same tokenizer as the target), as for --target.
@@ -234,6 +234,21 @@ enum Command {
     /// checkpoint and --resume continues. Example: specdec train-head --target smollm2-135m
     /// --kind eagle --minutes 10
     TrainHead(specdec::train::TrainHeadOptions),
+    /// Write a GGUF model as a Hugging Face model folder (config.json, tokenizer.json,
+    /// tokenizer_config.json, model.safetensors), dequantised to --dtype, llama Q/K un-permuted
+    /// to the rotate-half layout; no hub, no PyTorch. The folder then loads wherever a model is
+    /// accepted (--target, --draft, [models]).
+    ///
+    /// Example: specdec export-hf smollm2-135m /tmp/smollm2-hf --dtype bf16
+    ExportHf {
+        /// The GGUF model: a registry name (smollm2-135m, ...) or a path to a .gguf file.
+        model: String,
+        /// The folder to create (it must not exist or be empty).
+        dir: PathBuf,
+        /// How the weights are stored.
+        #[arg(long, default_value = "f32", value_parser = cli::EXPORT_DTYPES)]
+        dtype: String,
+    },
     /// Benchmark a GGUF model end to end (tokens/s, verify-cost curve, memory) or split its
     /// forward into kernels; see scripts/bench-vs-llamacpp.sh for the llama.cpp baseline.
     Bench(specdec::harness::bench::cli::BenchArgs),
@@ -374,6 +389,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
         }
         Command::Prove => prove()?,
         Command::Bench(args) => args.run()?,
+        Command::ExportHf { model, dir, dtype } => cli::export_hf(&model, &dir, &dtype)?,
         Command::TrainHead(options) => {
             println!("{}", specdec::train::train_head(&options)?.summary());
         }

@@ -121,3 +121,50 @@ fn generate_json_on_smollm2() {
         assert!(v.get(key).is_some(), "{key}: {v}");
     }
 }
+
+/// `specdec export-hf` writes a folder that `generate --target DIR` runs (the SmolLM2 answer of
+/// ../shared/MODELS.md), refuses to write into it again, and refuses an unknown dtype.
+#[test]
+fn export_hf_writes_a_folder_generate_runs() {
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("specdec-cli-hf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let folder = dir.to_str().unwrap();
+    let out = specdec(&["export-hf", "smollm2-135m", folder, "--dtype", "bf16"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for file in [
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "model.safetensors",
+    ] {
+        assert!(dir.join(file).is_file(), "{file}");
+    }
+    let out = specdec(&["export-hf", "smollm2-135m", folder]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not empty"), "{}", stderr(&out));
+    let out = specdec(&[
+        "generate",
+        "--target",
+        folder,
+        "--method",
+        "plain",
+        "-n",
+        "12",
+        "-t",
+        "2",
+        "--json",
+        "--prompt",
+        "What is the capital of France?",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = v["text"].as_str().unwrap();
+    assert!(text.contains("Paris"), "{v}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = specdec(&["export-hf", "smollm2-135m", folder, "--dtype", "q4"]);
+    assert_eq!(out.status.code(), Some(2), "clap refuses the value");
+    assert!(stderr(&out).contains("q4"), "{}", stderr(&out));
+}

@@ -339,6 +339,32 @@ pub fn repro(name: &str, quick: bool, out: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The dtypes `specdec export-hf --dtype` takes.
+pub use specdec_models::hf_folder::EXPORT_DTYPES;
+
+/// `specdec export-hf MODEL DIR [--dtype f32|f16|bf16]`: writes the GGUF model `model` (a
+/// registry name or a path) as a Hugging Face model folder `dir` (see
+/// [`specdec_models::hf_folder::export_gguf`]) and prints what it wrote.
+///
+/// # Errors
+/// An unknown dtype or model, a non-empty `dir`, a GGUF file that does not load; I/O errors.
+pub fn export_hf(model: &str, dir: &Path, dtype: &str) -> Result<()> {
+    use specdec_models::hf_folder::{export_gguf, parse_dtype};
+    let dt = parse_dtype(dtype)?;
+    let path = specdec_models::registry::resolve(model)?;
+    let file = specdec_models::gguf::GgufFile::open(&path)?;
+    let summary = export_gguf(&file, dir, dt)?;
+    println!(
+        "wrote {} ({} tensors, {:.1} MB of {dtype} weights, config.json, tokenizer.json, \
+         tokenizer_config.json); use it as --target {}",
+        summary.dir.display(),
+        summary.tensors,
+        summary.bytes as f64 / 1e6,
+        summary.dir.display()
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

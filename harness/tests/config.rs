@@ -424,3 +424,20 @@ fn the_device_is_a_checked_run_time_choice() {
         "{err}"
     );
 }
+
+#[test]
+fn a_model_folder_is_a_model_source() {
+    let dir = std::env::temp_dir().join(format!("specdec-config-hf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = dir.to_str().unwrap();
+    let source = ModelSource::parse(text).unwrap();
+    assert_eq!(source, ModelSource::HfFolder(dir.clone()));
+    assert!(source.needs_model_runner());
+    std::fs::remove_dir_all(&dir).unwrap();
+    // a path that is neither a .gguf file nor a folder is refused, naming both forms
+    let err = ModelSource::parse(text).unwrap_err();
+    assert!(
+        err.contains(".gguf") && err.contains("model folder"),
+        "{err}"
+    );
+}

@@ -46,6 +46,18 @@ fn method(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
     MethodConfig::new(name, drafter, Some(PolicyConfig::of(Fixed { k })))
 }
 
+/// Layer-skip drafting (the default skipped blocks, untuned), K fixed.
+fn layer_skip(k: usize) -> MethodConfig {
+    method(
+        "layer-skip",
+        DrafterConfig::of(LayerSkip {
+            keep: None,
+            tune: false,
+        }),
+        k,
+    )
+}
+
 /// The first `n` HumanEval prompts as engine requests of `max_tokens` tokens.
 fn humaneval_requests(backend: &EngineBackend, n: usize, max_tokens: usize) -> Vec<Request> {
     assert!(have("humaneval"));
@@ -113,14 +125,7 @@ fn smollm2_greedy_speculation_equals_plain() {
     let requests = humaneval_requests(&backend, 3, 24);
     let methods = [
         method("ngram", DrafterConfig::of(Ngram { n: 3 }), 4),
-        method(
-            "layer-skip",
-            DrafterConfig::of(LayerSkip {
-                keep: None,
-                tune: false,
-            }),
-            3,
-        ),
+        layer_skip(3),
         method(
             "tree",
             DrafterConfig::of(Tree {
@@ -287,14 +292,7 @@ fn smollm2_sampling_at_t1_follows_the_target() {
             .collect()
     };
     let vocab = expected.len();
-    let layer_skip = method(
-        "layer-skip",
-        DrafterConfig::of(LayerSkip {
-            keep: None,
-            tune: false,
-        }),
-        2,
-    );
+    let layer_skip = layer_skip(2);
     let n = 200;
     for m in [MethodConfig::baseline(), layer_skip] {
         let counts = first_token_counts(&mut backend, &m, &prompt, n, vocab);
@@ -339,4 +337,52 @@ fn generate_refuses_max_tokens_past_the_context_before_any_work() {
     );
     assert!(out.is_empty(), "nothing was generated");
     eprintln!("refused in {:.2} s", started.elapsed().as_secs_f64());
+}
+
+/// SmolLM2 written as a Hugging Face folder (BF16, `specdec export-hf`'s writer) runs as a
+/// target (n-gram and layer-skip drafting) and as the draft model of the GGUF target (a chain),
+/// with greedy speculative output equal to plain greedy output each time.
+#[test]
+fn smollm2_folder_greedy_speculation_equals_plain_as_target_and_draft() {
+    if !have("smollm2-135m") {
+        return;
+    }
+    let gguf = registry::entry("smollm2-135m").unwrap().locate().unwrap();
+    let file = specdec_models::gguf::GgufFile::open(gguf).unwrap();
+    let dir = std::env::temp_dir().join(format!("specdec-hf-engine-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    specdec_models::hf_folder::export_gguf(
+        &file,
+        &dir,
+        specdec_models::safetensors_file::Dtype::BF16,
+    )
+    .unwrap();
+    let folder = dir.to_str().unwrap();
+    let mut as_target =
+        EngineBackend::open(folder, Some("layer_skip"), greedy(), 0, 12, 1).unwrap();
+    let requests = humaneval_requests(&as_target, 2, 12);
+    let stats = assert_greedy_equal(
+        &mut as_target,
+        &requests,
+        &[
+            method("ngram", DrafterConfig::of(Ngram { n: 3 }), 4),
+            layer_skip(3),
+        ],
+    );
+    assert!(
+        stats.iter().any(|(_, accepted, _)| *accepted > 0),
+        "{stats:?}"
+    );
+    drop(as_target);
+    let mut as_draft =
+        EngineBackend::open("smollm2-135m", Some(folder), greedy(), 0, 12, 1).unwrap();
+    let stats = assert_greedy_equal(
+        &mut as_draft,
+        &requests[..1],
+        &[method("linear", DrafterConfig::of(Chain {}), 4)],
+    );
+    // a BF16 copy of the target drafts for it: most drafts are accepted
+    assert!(stats[0].1 > 0, "{stats:?}");
+    drop(as_draft);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -241,7 +241,8 @@ pub struct ModelIdentity {
     pub sha256: String,
 }
 
-/// The identity of a model argument (a registry name or a path to a file, as [`resolve`]).
+/// The identity of a model argument (a registry name, a path to a file, or a model folder
+/// identified by [`folder_sha256`], as [`resolve`]).
 ///
 /// # Errors
 /// As [`resolve`]; [`ModelError::Io`] when hashing an unregistered file fails (hashed once per
@@ -255,7 +256,11 @@ pub fn identify(name_or_path: &str) -> Result<ModelIdentity> {
                 || name_or_path.to_string(),
                 |s| s.to_string_lossy().into_owned(),
             ),
-            sha256_cached(&path, &hash_cache_dir())?,
+            if path.is_dir() {
+                folder_sha256(&path)?
+            } else {
+                sha256_cached(&path, &hash_cache_dir())?
+            },
         ),
     };
     let file_name = path.file_name().map_or_else(
@@ -270,6 +275,32 @@ pub fn identify(name_or_path: &str) -> Result<ModelIdentity> {
     })
 }
 
+/// The identity of a Hugging Face model folder: the SHA-256 of the lines `NAME SHA256` of its
+/// regular files whose content decides the model (`*.json` and `*.safetensors`), sorted by
+/// name; each file hashed once per version ([`sha256_cached`]).
+///
+/// # Errors
+/// [`ModelError::Io`] when the folder or a file cannot be read.
+pub fn folder_sha256(dir: &Path) -> Result<String> {
+    let entries = std::fs::read_dir(dir).map_err(|source| io_error(dir, source))?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json") || n.ends_with(".safetensors"))
+        .collect();
+    names.sort();
+    let mut listing = String::new();
+    for name in names {
+        let digest = sha256_cached(&dir.join(&name), &hash_cache_dir())?;
+        listing.push_str(&format!("{name} {digest}\n"));
+    }
+    Ok(Sha256::digest(listing.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
 fn io_error(path: &Path, source: std::io::Error) -> ModelError {
     ModelError::Io {
         path: path.display().to_string(),
@@ -279,7 +310,8 @@ fn io_error(path: &Path, source: std::io::Error) -> ModelError {
 
 /// Resolves a model argument: a registry name (see [`entry`]) gives the cached file checked to
 /// have the pinned size and SHA-256 ([`RegistryEntry::verified`]: hashed once per file
-/// version); anything else is taken as a path to an existing file.
+/// version); anything else is taken as a path to an existing file or Hugging Face model folder
+/// (a directory with `config.json`, [`crate::hf_folder`]).
 ///
 /// # Errors
 /// [`ModelError::ModelNotFound`] when the registry file is missing from the cache (naming the
@@ -290,12 +322,17 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
         return e.verified();
     }
     let path = PathBuf::from(name_or_path);
-    if path.is_file() {
+    if path.is_file() || crate::hf_folder::is_hf_folder(&path) {
         return Ok(path);
     }
     let names: Vec<&str> = entries().iter().map(|e| e.name.as_str()).collect();
+    let what = if path.is_dir() {
+        "a folder without config.json (not a Hugging Face model folder)"
+    } else {
+        "neither a file, a model folder nor a registered model"
+    };
     Err(ModelError::ModelNotFound(format!(
-        "`{name_or_path}` is neither a file nor a registered model ({})",
+        "`{name_or_path}` is {what} ({})",
         names.join(", ")
     )))
 }

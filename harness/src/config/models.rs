@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// The `[models]` table. Each entry is a known model name (see [`KnownModel`]), a path to a GGUF
-/// file, `"toy"` (the toy probability-table models) or `"simulated"` (no model: the
+/// file or to a Hugging Face model folder, `"toy"` (the toy probability-table models) or `"simulated"` (no model: the
 /// `[simulation]` table stands in for it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,6 +86,9 @@ pub enum ModelSource {
     Named(KnownModel),
     /// A GGUF file given by path.
     Gguf(PathBuf),
+    /// A Hugging Face model folder given by path (a directory with `config.json`,
+    /// `tokenizer.json` and `*.safetensors`).
+    HfFolder(PathBuf),
     /// The toy probability-table models.
     Toy,
     /// No model: the simulation's acceptance process and cost model stand in.
@@ -94,7 +97,8 @@ pub enum ModelSource {
 
 impl ModelSource {
     /// Resolves a config entry. Errors with a message listing the accepted forms when `text` is
-    /// neither a known name, `toy`, `simulated`, nor a path ending in `.gguf`.
+    /// neither a known name, `toy`, `simulated`, a path ending in `.gguf`, nor an existing
+    /// directory (a Hugging Face model folder; its files are checked when it is opened).
     pub fn parse(text: &str) -> Result<ModelSource, String> {
         if text == "toy" {
             return Ok(ModelSource::Toy);
@@ -108,15 +112,21 @@ impl ModelSource {
         if text.to_ascii_lowercase().ends_with(".gguf") {
             return Ok(ModelSource::Gguf(PathBuf::from(text)));
         }
+        if std::path::Path::new(text).is_dir() {
+            return Ok(ModelSource::HfFolder(PathBuf::from(text)));
+        }
         let names: Vec<&str> = KnownModel::ALL.iter().map(|m| m.name()).collect();
         Err(format!(
-            "unknown model `{text}`: use one of {}, `toy`, `simulated`, or a path to a .gguf file",
+            "unknown model `{text}`: use one of {}, `toy`, `simulated`, a path to a .gguf file, or a Hugging Face model folder",
             names.join(", ")
         ))
     }
 
     /// Whether running this model needs the real model runner (the engine backend).
     pub fn needs_model_runner(&self) -> bool {
-        matches!(self, ModelSource::Named(_) | ModelSource::Gguf(_))
+        matches!(
+            self,
+            ModelSource::Named(_) | ModelSource::Gguf(_) | ModelSource::HfFolder(_)
+        )
     }
 }

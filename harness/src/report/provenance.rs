@@ -81,6 +81,10 @@ impl Provenance {
                 Ok(ModelSource::Gguf(path)) => {
                     model_hashes.insert(entry.clone(), hash_file(&path)?);
                 }
+                Ok(ModelSource::HfFolder(path)) => {
+                    let digest = specdec_models::registry::folder_sha256(&path)?;
+                    model_hashes.insert(entry.clone(), format!("{digest} (folder)"));
+                }
                 Ok(ModelSource::Named(_)) => {
                     if let Some(e) = specdec_models::registry::entry(entry) {
                         model_hashes.insert(entry.clone(), format!("{} (registry pin)", e.sha256));

@@ -7,42 +7,41 @@ use std::time::Instant;
 
 use specdec_kernels::cuda::Device;
 use specdec_kernels::TreeTopology;
-use specdec_models::gguf::GgufFile;
 use specdec_models::llama::cuda::GpuMatmul;
-use specdec_models::llama::{
-    load_on_device, read_config, DeviceModelOptions, LlamaModel, LlamaOptions,
-};
+use specdec_models::llama::{DeviceModelOptions, LlamaModel, LlamaOptions};
 use specdec_models::tokenizer::Tokenizer;
-use specdec_models::{registry, LanguageModel, SequenceStep};
+use specdec_models::{registry, Checkpoint, LanguageModel, SequenceStep};
 
 use crate::error::{HarnessError, Result};
 pub use crate::methods::DeviceModel;
 
-/// A model file opened once: its parsed GGUF and tokenizer.
+/// A model opened once: its checkpoint (a parsed GGUF file or a Hugging Face folder) and
+/// tokenizer.
 pub struct LoadedModel {
     /// The name it was asked by (registry name or path).
     pub name: String,
-    /// The file.
+    /// The file or folder.
     pub path: PathBuf,
-    file: Arc<GgufFile>,
+    checkpoint: Checkpoint,
     /// Its tokenizer.
     pub tokenizer: Arc<Tokenizer>,
 }
 
 impl LoadedModel {
-    /// Opens `name` (a registry name such as `smollm2-135m`, or a path to a GGUF file).
+    /// Opens `name` (a registry name such as `smollm2-135m`, a path to a GGUF file, or a
+    /// Hugging Face model folder).
     ///
     /// # Errors
     /// [`HarnessError::Model`] when the name is unknown, the file is missing from the cache (the
-    /// message names `scripts/fetch-models.sh`), or the file is not a usable GGUF.
+    /// message names `scripts/fetch-models.sh`), or the file or folder is not a usable model.
     pub fn open(name: &str) -> Result<Self> {
         let path = registry::resolve(name)?;
-        let file = Arc::new(GgufFile::open(&path)?);
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
+        let checkpoint = Checkpoint::open(&path)?;
+        let tokenizer = Arc::new(checkpoint.tokenizer()?);
         Ok(Self {
             name: name.to_string(),
             path,
-            file,
+            checkpoint,
             tokenizer,
         })
     }
@@ -51,9 +50,9 @@ impl LoadedModel {
     /// see [`super::kv_memory`]).
     ///
     /// # Errors
-    /// As [`LlamaModel::from_gguf`].
+    /// As [`Checkpoint::load`].
     pub fn instantiate(&self, kv_tokens: usize) -> Result<LlamaModel> {
-        Ok(LlamaModel::from_gguf(&self.file, kv_options(kv_tokens))?)
+        Ok(self.checkpoint.load(kv_options(kv_tokens))?)
     }
 
     /// [`LoadedModel::instantiate`] with a pool for one sequence of the model's whole context
@@ -70,9 +69,9 @@ impl LoadedModel {
     /// its context length.
     ///
     /// # Errors
-    /// As [`read_config`] (missing or bad hyperparameters).
+    /// As [`Checkpoint::config`] (missing or bad hyperparameters).
     pub fn kv_shape(&self) -> Result<(usize, usize)> {
-        let c = read_config(&self.file)?;
+        let c = self.checkpoint.config()?;
         let bytes = c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>();
         Ok((bytes, c.context_length))
     }
@@ -81,7 +80,7 @@ impl LoadedModel {
     /// batch-invariant mode (the engine's greedy equality rests on batch invariance).
     ///
     /// # Errors
-    /// As [`load_on_device`]: no usable GPU is an error naming the problem.
+    /// As [`Checkpoint::load_on_device`]: no usable GPU is an error naming the problem.
     pub fn instantiate_on(&self, device: Device, kv_tokens: usize) -> Result<DeviceModel> {
         if device == Device::Cpu {
             return Ok(Box::new(self.instantiate(kv_tokens)?));
@@ -94,7 +93,7 @@ impl LoadedModel {
             cpu_matmul: cpu.matmul,
             gpu_matmul: GpuMatmul::BatchInvariant,
         };
-        Ok(load_on_device(&self.file, options)?)
+        Ok(self.checkpoint.load_on_device(options)?)
     }
 }
 

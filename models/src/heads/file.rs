@@ -10,13 +10,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use half::bf16;
-use safetensors::tensor::{Dtype, TensorView};
-use safetensors::SafeTensors;
+use safetensors::tensor::Dtype;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
 use crate::llama::{LlamaConfig, RopeLayout};
+use crate::safetensors_file::{encode_f32, write_safetensors, OwnedTensor, SafetensorsFile};
 
 /// The version of the layout [`HeadFile`] writes; a file of another version is refused.
 pub const HEAD_FORMAT_VERSION: u32 = 1;
@@ -296,6 +295,16 @@ pub enum StoredDtype {
     F32,
 }
 
+impl StoredDtype {
+    /// The safetensors dtype of this choice.
+    pub fn dtype(self) -> Dtype {
+        match self {
+            StoredDtype::Bf16 => Dtype::BF16,
+            StoredDtype::F32 => Dtype::F32,
+        }
+    }
+}
+
 /// A head: metadata, draft vocabulary and tensors.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeadFile {
@@ -432,16 +441,13 @@ impl HeadFile {
     /// [`HeadFile::validate`]'s errors; I/O errors naming the path.
     pub fn save(&self, path: &Path, dtype: StoredDtype) -> Result<()> {
         self.validate()?;
-        let io = |source| ModelError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        let encoded: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = self
+        let stored = dtype.dtype();
+        let tensors: Vec<OwnedTensor> = self
             .tensors
             .iter()
             .map(|(name, t)| {
-                let (dt, bytes) = encode(&t.data, dtype);
-                (name.clone(), dt, t.shape.clone(), bytes)
+                let bytes = encode_f32(&t.data, stored).expect("a float dtype");
+                (name.clone(), stored, t.shape.clone(), bytes)
             })
             .chain(std::iter::once((
                 D2T.to_string(),
@@ -453,24 +459,13 @@ impl HeadFile {
                     .collect(),
             )))
             .collect();
-        let views = encoded
-            .iter()
-            .map(|(name, dt, shape, bytes)| {
-                TensorView::new(*dt, shape.clone(), bytes)
-                    .map(|v| (name.clone(), v))
-                    .map_err(|e| safetensors_error(path, e))
-            })
-            .collect::<Result<Vec<_>>>()?;
         let meta = serde_json::to_string(&self.meta)
             .map_err(|e| ModelError::Config(format!("head metadata: {e}")))?;
-        let bytes = safetensors::serialize(views, Some(HashMap::from([(META_KEY.into(), meta)])))
-            .map_err(|e| safetensors_error(path, e))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let partial = path.with_extension("safetensors.partial");
-        std::fs::write(&partial, bytes).map_err(io)?;
-        std::fs::rename(&partial, path).map_err(io)
+        write_safetensors(
+            path,
+            &tensors,
+            Some(HashMap::from([(META_KEY.into(), meta)])),
+        )
     }
 
     /// Reads and validates a head file.
@@ -479,38 +474,29 @@ impl HeadFile {
     /// I/O errors naming the path; a file that is not safetensors, lacks the `specdec.head`
     /// metadata, or does not [`HeadFile::validate`].
     pub fn load(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-            path: path.display().to_string(),
-            source,
+        let file = SafetensorsFile::open(path)?;
+        let meta_json = file.metadata().get(META_KEY).ok_or_else(|| {
+            ModelError::Config(format!(
+                "{}: not a specdec head (no `{META_KEY}` metadata)",
+                path.display()
+            ))
         })?;
-        let file = SafeTensors::deserialize(&bytes).map_err(|e| safetensors_error(path, e))?;
-        let (_, header) =
-            SafeTensors::read_metadata(&bytes).map_err(|e| safetensors_error(path, e))?;
-        let meta_json = header
-            .metadata()
-            .as_ref()
-            .and_then(|m| m.get(META_KEY))
-            .ok_or_else(|| {
-                ModelError::Config(format!(
-                    "{}: not a specdec head (no `{META_KEY}` metadata)",
-                    path.display()
-                ))
-            })?;
         let meta: HeadMeta = serde_json::from_str(meta_json)
             .map_err(|e| ModelError::Config(format!("{}: head metadata: {e}", path.display())))?;
         let mut tensors = BTreeMap::new();
         let mut d2t = None;
-        for (name, view) in file.tensors() {
+        for name in file.names() {
+            let entry = file.entry(name).expect("a listed name");
             if name == D2T {
-                if view.dtype() != Dtype::I32 {
+                if entry.dtype != Dtype::I32 {
                     return Err(ModelError::Config(format!(
                         "{}: `d2t` must be I32, found {:?}",
                         path.display(),
-                        view.dtype()
+                        entry.dtype
                     )));
                 }
-                let ids = view
-                    .data()
+                let ids = file
+                    .data(entry)
                     .chunks_exact(4)
                     .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
@@ -518,14 +504,11 @@ impl HeadFile {
                 d2t = Some(ids);
                 continue;
             }
-            let data = decode(view.dtype(), view.data()).ok_or_else(|| {
-                ModelError::Config(format!(
-                    "{}: tensor `{name}` is {:?} (BF16 or F32 expected)",
-                    path.display(),
-                    view.dtype()
-                ))
-            })?;
-            tensors.insert(name, HeadTensor::new(view.shape().to_vec(), data)?);
+            let data = file.to_f32(name)?;
+            tensors.insert(
+                name.to_string(),
+                HeadTensor::new(entry.shape.clone(), data)?,
+            );
         }
         let head = HeadFile {
             meta,
@@ -543,43 +526,6 @@ impl HeadFile {
 /// The first 12 hex digits of a hash (enough to tell files apart in a message).
 fn short(sha256: &str) -> &str {
     &sha256[..sha256.len().min(12)]
-}
-
-fn encode(data: &[f32], dtype: StoredDtype) -> (Dtype, Vec<u8>) {
-    match dtype {
-        StoredDtype::Bf16 => (
-            Dtype::BF16,
-            data.iter()
-                .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
-                .collect(),
-        ),
-        StoredDtype::F32 => (
-            Dtype::F32,
-            data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        ),
-    }
-}
-
-fn decode(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
-    match dtype {
-        Dtype::BF16 => Some(
-            bytes
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-        ),
-        Dtype::F32 => Some(
-            bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        ),
-        _ => None,
-    }
-}
-
-fn safetensors_error(path: &Path, e: safetensors::SafeTensorError) -> ModelError {
-    ModelError::Config(format!("{}: safetensors: {e}", path.display()))
 }
 
 #[cfg(test)]

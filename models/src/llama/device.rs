@@ -5,8 +5,13 @@ use std::sync::Arc;
 
 use specdec_kernels::cuda::Device;
 
-use super::cuda::{CudaLlamaModel, CudaLlamaOptions, GpuMatmul};
-use super::model::{LlamaModel, LlamaOptions, MatmulPath};
+#[cfg(doc)]
+use super::cuda::CudaLlamaModel;
+use super::cuda::GpuMatmul;
+#[cfg(doc)]
+use super::model::LlamaModel;
+use super::model::{LlamaOptions, MatmulPath};
+use crate::checkpoint::Checkpoint;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::LanguageModel;
@@ -52,7 +57,7 @@ impl Default for DeviceModelOptions {
     }
 }
 
-/// The decoder in `file` on `options.device`.
+/// The decoder in `file` on `options.device` ([`Checkpoint::load_on_device`]).
 ///
 /// # Errors
 /// As [`LlamaModel::from_gguf`] on the CPU and [`CudaLlamaModel::from_gguf`] on a GPU (no usable
@@ -61,23 +66,5 @@ pub fn load_on_device(
     file: &Arc<GgufFile>,
     options: DeviceModelOptions,
 ) -> Result<Box<dyn LanguageModel>> {
-    Ok(match options.device {
-        Device::Cpu => Box::new(LlamaModel::from_gguf(
-            file,
-            LlamaOptions {
-                kv_capacity_tokens: options.kv_capacity_tokens,
-                kv_block_size: options.kv_block_size,
-                matmul: options.cpu_matmul,
-            },
-        )?),
-        Device::Cuda(ordinal) => Box::new(CudaLlamaModel::from_gguf(
-            file,
-            CudaLlamaOptions {
-                kv_capacity_tokens: options.kv_capacity_tokens,
-                kv_block_size: options.kv_block_size,
-                matmul: options.gpu_matmul,
-                device: ordinal,
-            },
-        )?),
-    })
+    Checkpoint::Gguf(Arc::clone(file)).load_on_device(options)
 }

@@ -10,13 +10,19 @@ use specdec_kernels::quant::{
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::safetensors_file::SafetensorsFile;
 
-/// Where a matrix's bytes live: inside a (memory-mapped) GGUF file, or in an owned buffer (a
-/// shard's column slice, a synthetic test model).
+/// Where a matrix's bytes live: inside a (memory-mapped) GGUF or safetensors file, or in an
+/// owned buffer (a shard's column slice, a synthetic test model).
 #[derive(Clone)]
 enum Storage {
     File {
         file: Arc<GgufFile>,
+        offset: usize,
+        len: usize,
+    },
+    Safetensors {
+        file: Arc<SafetensorsFile>,
         offset: usize,
         len: usize,
     },
@@ -74,6 +80,54 @@ impl WeightMatrix {
                 file: Arc::clone(file),
                 offset: info.offset,
                 len: info.n_bytes,
+            },
+            int8_packed: None,
+        };
+        matrix.check_len(name)?;
+        Ok(matrix)
+    }
+
+    /// The 2-D tensor `name` of a safetensors file (shape `[rows, cols]`, row-major, as Hugging
+    /// Face checkpoints store `y = W·x` weights) as a matrix over the file's bytes: F32, F16 and
+    /// BF16 keep their type (the GGUF types of the same names have the same byte layout).
+    ///
+    /// # Errors
+    /// [`ModelError::MissingTensor`] when absent; [`ModelError::Shape`] naming the tensor when
+    /// it does not have two dimensions or is stored as another dtype.
+    pub fn from_safetensors(file: &Arc<SafetensorsFile>, name: &str) -> Result<Self> {
+        use safetensors::Dtype;
+        let entry = file.entry(name).ok_or_else(|| ModelError::MissingTensor {
+            path: file.path().display().to_string(),
+            name: name.to_string(),
+        })?;
+        let shape_error = |reason: String| ModelError::Shape {
+            what: format!("{}: {name}", file.path().display()),
+            reason,
+        };
+        let [rows, cols] = entry.shape[..] else {
+            return Err(shape_error(format!(
+                "a weight matrix has 2 dimensions, found {:?}",
+                entry.shape
+            )));
+        };
+        let ty = match entry.dtype {
+            Dtype::F32 => QuantType::F32,
+            Dtype::F16 => QuantType::F16,
+            Dtype::BF16 => QuantType::BF16,
+            other => {
+                return Err(shape_error(format!(
+                    "stored as {other:?}; weight matrices must be F32, F16 or BF16"
+                )))
+            }
+        };
+        let matrix = Self {
+            ty,
+            rows,
+            cols,
+            storage: Storage::Safetensors {
+                file: Arc::clone(file),
+                offset: entry.offset,
+                len: entry.len,
             },
             int8_packed: None,
         };
@@ -173,6 +227,7 @@ impl WeightMatrix {
     pub fn bytes(&self) -> &[u8] {
         match &self.storage {
             Storage::File { file, offset, len } => &file.bytes()[*offset..*offset + *len],
+            Storage::Safetensors { file, offset, len } => &file.bytes()[*offset..*offset + *len],
             Storage::Owned(bytes) => bytes,
         }
     }
@@ -242,6 +297,11 @@ impl WeightMatrix {
         let n = self.row_bytes();
         let storage = match &self.storage {
             Storage::File { file, offset, .. } => Storage::File {
+                file: Arc::clone(file),
+                offset: offset + range.start * n,
+                len: range.len() * n,
+            },
+            Storage::Safetensors { file, offset, .. } => Storage::Safetensors {
                 file: Arc::clone(file),
                 offset: offset + range.start * n,
                 len: range.len() * n,

@@ -1,6 +1,7 @@
 //! Tokenizers built from GGUF metadata (no `tokenizer.json`, no network): byte-level BPE from
 //! `tokenizer.ggml.tokens` / `merges` / `token_type`, the pre-tokenizer `tokenizer.ggml.pre`
-//! names, special and added tokens, and the chat template.
+//! names, special and added tokens, and the chat template; or read from a Hugging Face
+//! `tokenizer.json` ([`Tokenizer::from_hf_json`]), which [`Tokenizer::to_hf_json`] writes.
 //!
 //! Token types (`tokenizer.ggml.token_type`): 1 normal, 2 unknown, 3 control (special: matched
 //! whole in the input text, skipped by [`Tokenizer::decode_skip_special`]), 4 user-defined
@@ -26,6 +27,21 @@ use crate::gguf::{GgufFile, Metadata};
 pub const TOKEN_TYPE_CONTROL: i64 = 3;
 /// GGUF token type of a user-defined (added, non-special) token.
 pub const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+/// What a Hugging Face model folder says of its tokenizer outside `tokenizer.json`: special ids
+/// (`config.json`), whether prompts start with BOS and the chat template
+/// (`tokenizer_config.json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HfTokenizerSettings {
+    /// The BOS id.
+    pub bos_id: Option<u32>,
+    /// The (first) EOS id.
+    pub eos_id: Option<u32>,
+    /// `add_bos_token`.
+    pub add_bos: bool,
+    /// `chat_template` (Jinja source).
+    pub chat_template: Option<String>,
+}
 
 /// A byte-level BPE tokenizer with its special ids and chat template.
 pub struct Tokenizer {
@@ -174,6 +190,93 @@ impl Tokenizer {
             add_bos,
             chat_template,
         })
+    }
+
+    /// A tokenizer from a Hugging Face `tokenizer.json` (`json`, read by the `tokenizers` crate
+    /// itself) with what the folder's `config.json` / `tokenizer_config.json` say of it
+    /// (`settings`). Ids `0..n` must each have a token (vocabulary and added tokens together);
+    /// added tokens marked `special` are the special ones.
+    ///
+    /// # Errors
+    /// [`ModelError::Tokenizer`] when the JSON does not parse as a tokenizer, an id below the
+    /// largest has no token, or a BOS/EOS id is outside the vocabulary;
+    /// [`ModelError::ChatTemplate`] when the template does not parse.
+    pub fn from_hf_json(json: &[u8], settings: &HfTokenizerSettings) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_bytes(json).map_err(tok_err("tokenizer.json"))?;
+        let vocab = inner.get_vocab(true);
+        let n = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
+        let mut slots: Vec<Option<String>> = vec![None; n];
+        for (token, id) in vocab {
+            slots[id as usize] = Some(token);
+        }
+        let tokens = slots
+            .into_iter()
+            .enumerate()
+            .map(|(id, t)| {
+                t.ok_or_else(|| {
+                    ModelError::Tokenizer(format!(
+                        "tokenizer.json has no token for id {id} (of 0..{n}): ids must be \
+                         contiguous"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<String>>>()?;
+        let special = inner
+            .get_added_tokens_decoder()
+            .iter()
+            .filter(|(_, t)| t.special)
+            .map(|(&id, _)| id)
+            .collect();
+        for (what, id) in [("BOS", settings.bos_id), ("EOS", settings.eos_id)] {
+            if let Some(id) = id.filter(|&id| id as usize >= n) {
+                return Err(ModelError::Tokenizer(format!(
+                    "{what} id {id} is outside the {n} tokens of tokenizer.json"
+                )));
+            }
+        }
+        if settings.add_bos && settings.bos_id.is_none() {
+            return Err(ModelError::Tokenizer(
+                "add_bos_token is true but there is no BOS token".into(),
+            ));
+        }
+        let token_str = |id: Option<u32>| id.map_or("", |i| tokens[i as usize].as_str());
+        let chat_template = settings
+            .chat_template
+            .as_deref()
+            .map(|source| {
+                ChatTemplate::new(
+                    source,
+                    token_str(settings.bos_id),
+                    token_str(settings.eos_id),
+                )
+            })
+            .transpose()?;
+        Ok(Self {
+            inner,
+            tokens,
+            special,
+            bos_id: settings.bos_id,
+            eos_id: settings.eos_id,
+            add_bos: settings.add_bos,
+            chat_template,
+        })
+    }
+
+    /// This tokenizer as a Hugging Face `tokenizer.json` (normalizer, pre-tokenizer, BPE
+    /// vocabulary and merges, added tokens, decoder), which [`Tokenizer::from_hf_json`] and
+    /// the `tokenizers` library read back to the same encoding.
+    ///
+    /// # Errors
+    /// [`ModelError::Tokenizer`] when serialisation fails.
+    pub fn to_hf_json(&self) -> Result<String> {
+        self.inner
+            .to_string(true)
+            .map_err(tok_err("writing tokenizer.json"))
+    }
+
+    /// Whether [`Tokenizer::encode_prompt`] puts BOS first.
+    pub fn adds_bos(&self) -> bool {
+        self.add_bos
     }
 
     /// Encodes `text` without adding BOS. Special and user-defined token strings in the text
