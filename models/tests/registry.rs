@@ -41,7 +41,7 @@ fn missing_files_name_the_fetch_command() {
     assert!(matches!(err, ModelError::ModelNotFound(_)));
     assert!(
         err.to_string()
-            .contains("run `scripts/fetch-models.sh qwen-1.5b`"),
+            .contains("run `scripts/fetch-models.sh qwen2.5-coder-1.5b`"),
         "{err}"
     );
     let err = registry::resolve("no-such-model-or-file").unwrap_err();

@@ -434,6 +434,7 @@ mod tests {
             .observe(&DraftFeedback {
                 sequence: 7,
                 context,
+                prompt_len: 0,
                 committed,
                 accepted: 0,
                 features: Some(&features),
@@ -518,6 +519,7 @@ mod tests {
             .observe(&DraftFeedback {
                 sequence: 7,
                 context: &[1, 2, 3, 0, 1],
+                prompt_len: 0,
                 committed: 4,
                 accepted: 1,
                 features: Some(&features),

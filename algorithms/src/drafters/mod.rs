@@ -151,6 +151,9 @@ pub struct DraftFeedback<'a> {
     pub sequence: u64,
     /// Prompt + output after the step; the last token is the new root.
     pub context: &'a [u32],
+    /// Tokens of `context` that are the request's prompt: the generated history, which the
+    /// repetition / frequency / presence penalties count, is `context[prompt_len..]`.
+    pub prompt_len: usize,
     /// Tokens of `context` in the target's KV cache (`context.len() - 1`).
     pub committed: usize,
     /// Drafts the verifier accepted this step (0 at admission and on plain steps).

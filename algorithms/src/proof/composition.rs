@@ -198,6 +198,7 @@ fn tell_features(drafter: &mut dyn Drafter<Q>, context: &[u32]) -> Result<()> {
     drafter.observe(&DraftFeedback {
         sequence: 0,
         context,
+        prompt_len: 0,
         committed,
         accepted: 0,
         features: Some(&features),

@@ -17,9 +17,13 @@
 //! ([`DraftModel::next_probs_paths`], how tree drafters ask for a whole depth) come from one
 //! forward of the paths' token tree.
 //!
-//! Distributions are the model's logits prepared with the drafter's [`SamplingParams`]
-//! (temperature, top-k, top-p), in f32; over the ids the model computes
-//! ([`LanguageModel::logit_rows`], a limited draft vocabulary), zero elsewhere.
+//! Distributions are the model's logits, penalised like the target's ([`Penalties`], with each
+//! row's own generated history: the tokens after the prompt, as the verdicts report its
+//! length), then prepared with the drafter's [`SamplingParams`] (temperature, top-k, top-p,
+//! min-p), in f32; over the ids the model computes ([`LanguageModel::logit_rows`], a limited
+//! draft vocabulary), zero elsewhere. So a draft that is the target itself proposes exactly the
+//! target's distribution whatever the penalties. Before a sequence's first verdict its prompt
+//! length is unknown and its rows are not penalised (still lossless: only `q` changes).
 
 use std::collections::HashMap;
 
@@ -28,6 +32,8 @@ use specdec_algorithms::AlgorithmError;
 use specdec_kernels::sampling::{prepare_logits, SamplingParams};
 use specdec_kernels::TreeTopology;
 use specdec_models::{LanguageModel, SeqId, SequenceStep};
+
+use super::Penalties;
 
 /// The KV sequence kept for one drafted-for sequence: the tokens whose K/V it holds, and the
 /// logits after the last one.
@@ -45,6 +51,9 @@ struct CachedPath {
 pub struct LmDraftModel<M: LanguageModel> {
     model: M,
     params: SamplingParams,
+    penalties: Penalties,
+    /// Prompt length by drafted-for sequence, from its verdicts (where penalties start).
+    prompt_lens: HashMap<u64, usize>,
     /// By drafted-for sequence ([`DraftRequest::sequence`](specdec_algorithms::drafters::DraftRequest)).
     entries: HashMap<u64, CachedPath>,
     max_sequences: usize,
@@ -59,11 +68,19 @@ impl<M: LanguageModel> LmDraftModel<M> {
         Self {
             model,
             params,
+            penalties: Penalties::default(),
+            prompt_lens: HashMap::new(),
             entries: HashMap::new(),
             max_sequences: max_sequences.max(1),
             clock: 0,
             forwarded_tokens: 0,
         }
+    }
+
+    /// Applies `penalties` (the target's) to every row's logits before preparing them.
+    pub fn with_penalties(mut self, penalties: Penalties) -> Self {
+        self.penalties = penalties;
+        self
     }
 
     /// The wrapped model.
@@ -238,10 +255,28 @@ impl<M: LanguageModel> LmDraftModel<M> {
             .collect())
     }
 
-    /// `q` from logits: prepared with the sampling parameters over the ids the model computes,
-    /// zero elsewhere.
-    fn probs(&self, logits: &[f32]) -> specdec_algorithms::Result<Vec<f32>> {
-        let mut probs = prepare_logits(&logits[..self.model.logit_rows()], &self.params)?;
+    /// `q` after `tokens` (the sequence's context and draft path) from the logits after them:
+    /// penalised with the generated history (`tokens` past the prompt), then prepared with the
+    /// sampling parameters over the ids the model computes, zero elsewhere.
+    fn probs(
+        &self,
+        sequence: u64,
+        tokens: &[u32],
+        logits: &[f32],
+    ) -> specdec_algorithms::Result<Vec<f32>> {
+        let rows = &logits[..self.model.logit_rows()];
+        let penalised;
+        let rows = match self.prompt_lens.get(&sequence) {
+            Some(&prompt_len) if !self.penalties.is_off() => {
+                let mut row = rows.to_vec();
+                let history = &tokens[prompt_len.min(tokens.len())..];
+                self.penalties.apply(history, &mut row);
+                penalised = row;
+                &penalised[..]
+            }
+            _ => rows,
+        };
+        let mut probs = prepare_logits(rows, &self.params)?;
         probs.resize(self.model.vocab_size(), 0.0);
         Ok(probs)
     }
@@ -277,9 +312,11 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         count: usize,
     ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
         check_along(tokens, count)?;
+        let first = tokens.len() - count + 1;
         self.logits_along(sequence, tokens, count)?
             .iter()
-            .map(|logits| self.probs(logits))
+            .enumerate()
+            .map(|(row, logits)| self.probs(sequence, &tokens[..first + row], logits))
             .collect()
     }
 
@@ -301,7 +338,11 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         }
         self.logits_tree(sequence, context, paths)?
             .iter()
-            .map(|logits| self.probs(logits))
+            .zip(paths)
+            .map(|(logits, path)| {
+                let tokens: Vec<u32> = context.iter().chain(path).copied().collect();
+                self.probs(sequence, &tokens, logits)
+            })
             .collect()
     }
 
@@ -310,6 +351,8 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
     /// drafter forwarded tokens off its final draft (the staged drafter's level 1 reads the
     /// level-0 proposal), so the kept part is cut where it stops agreeing.
     fn observe(&mut self, feedback: &DraftFeedback<'_>) -> specdec_algorithms::Result<()> {
+        self.prompt_lens
+            .insert(feedback.sequence, feedback.prompt_len);
         let Some(entry) = self.entries.get_mut(&feedback.sequence) else {
             return Ok(());
         };
@@ -327,6 +370,7 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
     }
 
     fn release(&mut self, sequence: u64) -> specdec_algorithms::Result<()> {
+        self.prompt_lens.remove(&sequence);
         Ok(self.drop_entry(sequence)?)
     }
 }

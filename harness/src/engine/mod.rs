@@ -350,6 +350,7 @@ impl<'a> Engine<'a> {
         let feedback = DraftFeedback {
             sequence: request.id,
             context: prompt,
+            prompt_len: prompt.len(),
             committed: prefix.len(),
             accepted: 0,
             features: features.as_ref(),
@@ -545,6 +546,7 @@ impl<'a> Engine<'a> {
                 self.observe_drafts(&DraftFeedback {
                     sequence: seq.request.id,
                     context: &seq.context,
+                    prompt_len: seq.request.prompt.len(),
                     committed: seq.context.len() - 1,
                     accepted,
                     features: features.as_ref(),

@@ -264,6 +264,53 @@ fn penalties_are_applied_per_node_from_the_nodes_own_path() {
     assert_eq!(got, expected);
 }
 
+/// The draft model applies the target's penalties to its own logits with each row's generated
+/// history: a draft that is the target itself then proposes exactly the target's tokens, and
+/// every draft is accepted; without the penalties on `q` some are rejected.
+#[test]
+fn a_draft_model_applies_the_penalties_to_q_as_the_target_does() {
+    let pair = pair(5);
+    let greedy = SamplingParams::greedy();
+    let reqs = requests(4, 15);
+    let mut opts = options(greedy, 2);
+    opts.penalties = Penalties {
+        repetition: 1.7,
+        frequency: 0.4,
+        presence: 0.3,
+    };
+    let expected = plain(&pair, opts.clone(), &reqs);
+    let acceptance = |draft_penalties: Penalties| {
+        let model = ToyLanguageModel::new(pair.target.clone(), 256, vec![]);
+        let lm = LmDraftModel::new(model, greedy, 8).with_penalties(draft_penalties);
+        let mut chain = ChainDrafter::new(lm, ChainMode::Argmax);
+        let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+        let generations = run(
+            &pair,
+            &mut chain,
+            verifier,
+            Box::new(FixedPolicy::chain(3)),
+            opts.clone(),
+            &reqs,
+        );
+        let tokens: Vec<Vec<u32>> = generations.iter().map(|g| g.tokens.clone()).collect();
+        assert_eq!(tokens, expected, "lossless either way");
+        let steps = generations.iter().flat_map(|g| &g.steps);
+        let (accepted, proposed) = steps.fold((0, 0), |(a, p), s| (a + s.accepted, p + s.proposed));
+        (accepted, proposed)
+    };
+    let (accepted, proposed) = acceptance(opts.penalties);
+    assert!(proposed > 0);
+    assert_eq!(
+        accepted, proposed,
+        "the target as its own draft, penalised alike"
+    );
+    let (accepted, proposed) = acceptance(Penalties::default());
+    assert!(
+        accepted < proposed,
+        "without the penalties on q the draft must miss some ({accepted} of {proposed})"
+    );
+}
+
 #[test]
 fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     let pair = pair(1);
@@ -798,6 +845,7 @@ fn the_draft_model_keeps_exactly_what_the_target_committed() {
     lm.observe(&DraftFeedback {
         sequence: 9,
         context: &after,
+        prompt_len: context.len(),
         committed: after.len() - 1,
         accepted: 1,
         features: None,
@@ -815,6 +863,7 @@ fn the_draft_model_keeps_exactly_what_the_target_committed() {
     lm.observe(&DraftFeedback {
         sequence: 9,
         context: &other,
+        prompt_len: 3,
         committed: 3,
         accepted: 0,
         features: None,

@@ -220,6 +220,7 @@ impl EngineBackend {
             drafts: &mut self.drafts,
             default_draft: self.default_draft.as_deref(),
             sampling: self.sampling,
+            penalties: self.penalties,
             batch_size: self.batch_size,
             kv: self.kv,
             device: self.device,

@@ -22,6 +22,7 @@ use super::layer_skip_tune::tune_layer_skip;
 use super::models::{
     check_same_tokenizer, kv_options, time_forward, DeviceModel, LoadedModel, Target,
 };
+use crate::engine::Penalties;
 use crate::error::{HarnessError, Result};
 use crate::methods::DraftContext;
 
@@ -38,6 +39,8 @@ pub struct ModelSet<'m> {
     pub default_draft: Option<&'m str>,
     /// Sampling applied to target and drafts.
     pub sampling: SamplingParams,
+    /// The target's penalties, applied by the draft models too.
+    pub penalties: Penalties,
     /// Requests in flight at once.
     pub batch_size: usize,
     /// The token slots of the KV pools (drafters take `kv.draft_tokens`).
@@ -113,6 +116,10 @@ impl ModelSet<'_> {
 impl DraftContext for ModelSet<'_> {
     fn sampling(&self) -> SamplingParams {
         self.sampling
+    }
+
+    fn penalties(&self) -> Penalties {
+        self.penalties
     }
 
     fn batch_size(&self) -> usize {

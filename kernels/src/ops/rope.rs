@@ -323,7 +323,9 @@ mod tests {
 
     fn sample(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
-            .map(|i| ((((i as u32).wrapping_mul(2_654_435_761u32)) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+            .map(|i| {
+                ((((i as u32).wrapping_mul(2_654_435_761u32)) ^ seed) % 1000) as f32 / 500.0 - 1.0
+            })
             .collect()
     }
 

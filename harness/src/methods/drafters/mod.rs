@@ -36,7 +36,7 @@ use specdec_models::heads::{EagleHead, HeadPrecision, MedusaHeads};
 use specdec_models::LanguageModel;
 
 use super::spec::{Entry, Kind, Registered, Role};
-use crate::engine::LmDraftModel;
+use crate::engine::{LmDraftModel, Penalties};
 use crate::error::{HarnessError, Result};
 
 /// Every drafter, in the order `--help` lists them.
@@ -71,6 +71,11 @@ pub type DeviceModel = Box<dyn LanguageModel>;
 pub trait DraftContext {
     /// Sampling applied to the target and, by drafters, to `q`.
     fn sampling(&self) -> SamplingParams;
+    /// The target's repetition / frequency / presence penalties, which the draft-model drafters
+    /// apply to their own logits too (default: off).
+    fn penalties(&self) -> Penalties {
+        Penalties::default()
+    }
     /// Requests in flight at once (sizes the draft models' KV pools).
     fn batch_size(&self) -> usize;
     /// The run's draft model name (`models.draft`), if any.
@@ -293,7 +298,8 @@ pub fn model_drafter_setup(
     if ranked && sampling.temperature == 0.0 {
         sampling.temperature = 1.0;
     }
-    let lm = LmDraftModel::new(model, sampling, ctx.batch_size() + 2);
+    let lm =
+        LmDraftModel::new(model, sampling, ctx.batch_size() + 2).with_penalties(ctx.penalties());
     Ok((lm, pass_s))
 }
 
