@@ -251,3 +251,115 @@ fn every_verdict_carries_the_targets_features_of_what_it_committed() {
         drafter.checked_rows
     );
 }
+
+/// The head drafters apply the target's penalties to `q` with each row's own generated history:
+/// with a presence penalty `a` at T = 1, `q_pen[i] / q_pen[j] = q[i] / q[j] · e^{−a (seen(i) −
+/// seen(j))}` for the draft ids `i`, `j`, where a token is seen iff it was generated (after the
+/// prompt, which does not count) or drafted on the path — for the EAGLE head and the Medusa heads.
+#[test]
+fn head_drafters_penalise_q_with_each_rows_generated_history() {
+    use specdec_algorithms::drafters::{DraftFeedback, DraftModel};
+    let presence = 0.7f32;
+    let penalties = Penalties {
+        presence,
+        ..Penalties::default()
+    };
+    let mut target = target(Architecture::Llama);
+    let config = target.config().clone();
+    let eagle = random_head(HeadKind::Eagle, &config, "synthetic.gguf", "00", 40, 5).unwrap();
+    let medusa = random_head(HeadKind::Medusa, &config, "synthetic.gguf", "00", 40, 6).unwrap();
+    let d2t = eagle.d2t.clone();
+    // prompt: 5 draft ids; generated: 2 more; the context's features from one prefill
+    let context: Vec<u32> = d2t[..7].to_vec();
+    let (prompt_len, committed) = (5, context.len() - 1);
+    let seq = target.new_sequence().unwrap();
+    let features = target.prefill(seq, &context[..committed]).unwrap().unwrap();
+    target.release(seq).unwrap();
+    let feedback = DraftFeedback {
+        sequence: 1,
+        context: &context,
+        prompt_len,
+        committed,
+        accepted: 0,
+        features: Some(&features),
+    };
+    let check = |name: &str, plain: &[f32], penalised: &[f32], seen: &[u32], ids: &[u32]| {
+        let (j, pj, qj) = ids
+            .iter()
+            .map(|&j| (j, plain[j as usize], penalised[j as usize]))
+            .find(|&(j, p, _)| p > 1e-6 && !seen.contains(&j))
+            .expect("an unseen draft id with mass");
+        let mut checked = 0;
+        for &i in ids {
+            let (pi, qi) = (plain[i as usize], penalised[i as usize]);
+            if pi < 1e-6 {
+                continue;
+            }
+            let factor = if seen.contains(&i) {
+                (-presence).exp()
+            } else {
+                1.0
+            };
+            let want = pi / pj * factor;
+            let got = qi / qj;
+            assert!(
+                (got - want).abs() <= 1e-3 * want,
+                "{name}: id {i} against {j}: q ratio {got}, expected {want} (seen {})",
+                seen.contains(&i)
+            );
+            checked += 1;
+        }
+        assert!(checked > 10, "{name}: {checked} ids checked");
+    };
+    let ranked = SamplingParams::with_temperature(1.0);
+    let eagle_model = |penalties: Penalties| {
+        let head = EagleHead::new(&eagle, &target, HeadOptions::default()).unwrap();
+        FeatureDraftModel::new(EagleFeatureHead::new(head, ranked).unwrap())
+            .with_penalties(penalties)
+    };
+    let (mut plain, mut penalised) = (eagle_model(Penalties::default()), eagle_model(penalties));
+    plain.observe(&feedback).unwrap();
+    penalised.observe(&feedback).unwrap();
+    let generated = &context[prompt_len..];
+    check(
+        "eagle, after the context",
+        &plain.next_probs(1, &context).unwrap(),
+        &penalised.next_probs(1, &context).unwrap(),
+        generated,
+        &d2t,
+    );
+    // one drafted token past the context, then a depth of two paths at once
+    let drafted = d2t[9];
+    let path: Vec<u32> = context.iter().copied().chain([drafted]).collect();
+    let seen: Vec<u32> = generated.iter().copied().chain([drafted]).collect();
+    check(
+        "eagle, one draft deep",
+        &plain.next_probs(1, &path).unwrap(),
+        &penalised.next_probs(1, &path).unwrap(),
+        &seen,
+        &d2t,
+    );
+    let paths = vec![vec![d2t[0]], vec![d2t[11]]];
+    let (rows_plain, rows_penalised) = (
+        plain.next_probs_paths(1, &context, &paths).unwrap(),
+        penalised.next_probs_paths(1, &context, &paths).unwrap(),
+    );
+    for ((path, a), b) in paths.iter().zip(&rows_plain).zip(&rows_penalised) {
+        let seen: Vec<u32> = generated.iter().chain(path).copied().collect();
+        check("eagle, a tree depth", a, b, &seen, &d2t);
+    }
+    let medusa_model = |penalties: Penalties| {
+        let heads = MedusaHeads::new(&medusa, &target, HeadPrecision::Bf16).unwrap();
+        MedusaDraftModel::new(heads, ranked).with_penalties(penalties)
+    };
+    let (mut plain, mut penalised) = (medusa_model(Penalties::default()), medusa_model(penalties));
+    plain.observe(&feedback).unwrap();
+    penalised.observe(&feedback).unwrap();
+    check(
+        "medusa, one draft deep",
+        &plain.next_probs(1, &path).unwrap(),
+        &penalised.next_probs(1, &path).unwrap(),
+        &seen,
+        &medusa.d2t,
+    );
+}

@@ -19,11 +19,13 @@
 //!   input feature is its parent's output from the pass before; shared prefixes once).
 //!
 //! The draft distribution `q` is the head's distribution over its draft vocabulary placed at
-//! those target ids, zero at every other id (exact verification is unaffected).
+//! those target ids, zero at every other id (exact verification is unaffected). With the
+//! target's penalties ([`FeatureDraftModel::with_penalties`]) every kept row is re-prepared from
+//! the head's logits with its own generated history ([`FeatureHead::penalise`]).
 
 use std::collections::HashMap;
 
-use specdec_kernels::sampling::Prob;
+use specdec_kernels::sampling::{Penalties, Prob};
 use specdec_kernels::TreeTopology;
 use specdec_models::heads::HeadStep;
 use specdec_models::SeqId;
@@ -39,6 +41,9 @@ pub struct FeatureOutput<N> {
     /// The draft distribution over the draft vocabulary (prepared: temperature, top-k, top-p),
     /// one entry per [`FeatureHead::draft_ids`] entry.
     pub q: Vec<N>,
+    /// The head's raw logits over its draft vocabulary, when `q` comes from logits (empty for a
+    /// head whose `q` does not, as the proofs' toy heads).
+    pub logits: Vec<f32>,
 }
 
 /// A head drafting from features, with its own KV cache of pairs (the life cycle of
@@ -75,6 +80,20 @@ pub trait FeatureHead<N> {
     /// # Errors
     /// Fewer than `n` committed pairs.
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()>;
+    /// Re-prepares `out.q` from `out.logits` with `penalties` for a row whose generated history
+    /// is `history`. Default: `q` unchanged (a head whose `q` does not come from logits).
+    ///
+    /// # Errors
+    /// As the head's preparation of `q`.
+    fn penalise(
+        &self,
+        out: &mut FeatureOutput<N>,
+        penalties: &Penalties,
+        history: &[u32],
+    ) -> Result<()> {
+        let _ = (out, penalties, history);
+        Ok(())
+    }
 }
 
 /// What the model keeps for one drafted-for sequence.
@@ -82,6 +101,8 @@ struct SequenceState<N> {
     seq: SeqId,
     /// The context after the last verdict (the root last).
     context: Vec<u32>,
+    /// Tokens of `context` that are the prompt (the penalties' history starts after them).
+    prompt_len: usize,
     /// Pairs with true features committed in the head's cache: positions `0..held`.
     held: usize,
     /// True features of positions `held..context.len() - 1`, row-major, awaiting the catch-up.
@@ -97,6 +118,7 @@ struct SequenceState<N> {
 /// A [`FeatureHead`] as a [`DraftModel`] (see the module docs).
 pub struct FeatureDraftModel<N, H> {
     head: H,
+    penalties: Penalties,
     sequences: HashMap<u64, SequenceState<N>>,
 }
 
@@ -105,8 +127,15 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
     pub fn new(head: H) -> Self {
         Self {
             head,
+            penalties: Penalties::default(),
             sequences: HashMap::new(),
         }
+    }
+
+    /// Applies the target's `penalties` to every kept row ([`FeatureHead::penalise`]).
+    pub fn with_penalties(mut self, penalties: Penalties) -> Self {
+        self.penalties = penalties;
+        self
     }
 
     /// The head.
@@ -148,6 +177,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
             let empty = FeatureOutput {
                 feature: vec![0.0; dim],
                 q: vec![N::zero(); self.head.draft_ids().len()],
+                logits: Vec::new(),
             };
             state.outputs.insert(Vec::new(), empty);
             return Ok(());
@@ -166,9 +196,13 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
         state.root_feature = state.pending[(rows - 1) * dim..].to_vec();
         state.held = committed;
         state.pending.clear();
-        let last = out
+        let mut last = out
             .pop()
             .ok_or_else(|| invalid("the head returned no rows".into()))?;
+        if !self.penalties.is_off() {
+            let history = &state.context[state.prompt_len.min(state.context.len())..];
+            self.head.penalise(&mut last, &self.penalties, history)?;
+        }
         state.outputs.insert(Vec::new(), last);
         Ok(())
     }
@@ -210,10 +244,14 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                     let row = self.head.forward(&[step])?.pop().unwrap_or_default();
                     self.head.commit(state.seq, &[0])?;
                     state.chain.push(token[0]);
-                    let row = row
+                    let mut row = row
                         .into_iter()
                         .next()
                         .ok_or_else(|| invalid("the head returned no rows".into()))?;
+                    if !self.penalties.is_off() {
+                        let history = penalty_history(&state.context, state.prompt_len, path);
+                        self.head.penalise(&mut row, &self.penalties, &history)?;
+                    }
                     state.outputs.insert(path.to_vec(), row);
                     continue;
                 }
@@ -268,8 +306,15 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                     tokens.len()
                 )));
             }
-            for (node, row) in nodes.into_iter().zip(rows.into_iter().skip(1)) {
-                state.outputs.entry(node).or_insert(row);
+            for (node, mut row) in nodes.into_iter().zip(rows.into_iter().skip(1)) {
+                if state.outputs.contains_key(&node) {
+                    continue;
+                }
+                if !self.penalties.is_off() {
+                    let history = penalty_history(&state.context, state.prompt_len, &node);
+                    self.head.penalise(&mut row, &self.penalties, &history)?;
+                }
+                state.outputs.insert(node, row);
             }
         }
         let empty = state.outputs[&Vec::new()].clone();
@@ -300,7 +345,17 @@ fn empty_like<N: Prob>(out: &FeatureOutput<N>) -> FeatureOutput<N> {
     FeatureOutput {
         feature: vec![0.0; out.feature.len()],
         q: vec![N::zero(); out.q.len()],
+        logits: Vec::new(),
     }
+}
+
+/// The generated history after `context ++ path`: the tokens past the prompt's `prompt_len`.
+fn penalty_history(context: &[u32], prompt_len: usize, path: &[u32]) -> Vec<u32> {
+    context[prompt_len.min(context.len())..]
+        .iter()
+        .chain(path)
+        .copied()
+        .collect()
 }
 
 fn invalid(reason: String) -> AlgorithmError {
@@ -364,6 +419,7 @@ impl<N: Prob, H: FeatureHead<N>> DraftModel<N> for FeatureDraftModel<N, H> {
                 SequenceState {
                     seq,
                     context: Vec::new(),
+                    prompt_len: 0,
                     held: 0,
                     pending: Vec::new(),
                     chain: Vec::new(),
@@ -392,6 +448,7 @@ impl<N: Prob, H: FeatureHead<N>> DraftModel<N> for FeatureDraftModel<N, H> {
         }
         state.pending.extend_from_slice(features.as_slice());
         state.context = feedback.context.to_vec();
+        state.prompt_len = feedback.prompt_len;
         state.outputs.clear();
         Ok(())
     }

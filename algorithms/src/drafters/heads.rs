@@ -3,22 +3,49 @@
 //! [`MedusaDraftModel`].
 //!
 //! Both prepare the head's draft-vocabulary logits with the run's [`SamplingParams`]
-//! (temperature, top-k, top-p over the draft vocabulary) and place the result at the target ids
-//! of the draft vocabulary, zero elsewhere.
+//! (temperature, top-k, top-p, min-p over the draft vocabulary) — after the target's
+//! [`Penalties`] with the row's own generated history, when the run has penalties — and place
+//! the result at the target ids of the draft vocabulary, zero elsewhere.
 
 use std::collections::HashMap;
 
-use specdec_kernels::sampling::{prepare_logits, SamplingParams};
+use specdec_kernels::sampling::{prepare_logits, Penalties, SamplingParams};
 use specdec_models::heads::{DraftHead, EagleHead, HeadStep, MedusaHeads};
 use specdec_models::SeqId;
 
 use crate::drafters::{DraftFeedback, DraftModel, FeatureHead, FeatureOutput};
 use crate::error::{AlgorithmError, Result};
 
+/// A draft vocabulary's rows by target id (for penalties, which count target ids).
+struct DraftRows(HashMap<u32, usize>);
+
+impl DraftRows {
+    fn of(d2t: &[u32]) -> Self {
+        Self(d2t.iter().enumerate().map(|(row, &id)| (id, row)).collect())
+    }
+
+    /// `logits` over the draft vocabulary, penalised for `history`, then prepared.
+    fn prepare(
+        &self,
+        logits: &[f32],
+        params: &SamplingParams,
+        penalties: &Penalties,
+        history: &[u32],
+    ) -> Result<Vec<f32>> {
+        if penalties.is_off() {
+            return Ok(prepare_logits(logits, params)?);
+        }
+        let mut row = logits.to_vec();
+        penalties.apply_mapped(history, &mut row, |id| self.0.get(&id).copied());
+        Ok(prepare_logits(&row, params)?)
+    }
+}
+
 /// An [`EagleHead`] whose logits are prepared with the run's sampling parameters.
 pub struct EagleFeatureHead {
     head: EagleHead,
     params: SamplingParams,
+    rows: DraftRows,
 }
 
 impl EagleFeatureHead {
@@ -40,7 +67,8 @@ impl EagleFeatureHead {
                 ),
             });
         }
-        Ok(Self { head, params })
+        let rows = DraftRows::of(head.d2t());
+        Ok(Self { head, params, rows })
     }
 }
 
@@ -79,6 +107,7 @@ impl FeatureHead<f32> for EagleFeatureHead {
                         Ok(FeatureOutput {
                             feature: feature.to_vec(),
                             q: prepare_logits(logits, &self.params)?,
+                            logits: logits.to_vec(),
                         })
                     })
                     .collect()
@@ -93,16 +122,31 @@ impl FeatureHead<f32> for EagleFeatureHead {
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
         Ok(self.head.rewind(seq, n)?)
     }
+
+    fn penalise(
+        &self,
+        out: &mut FeatureOutput<f32>,
+        penalties: &Penalties,
+        history: &[u32],
+    ) -> Result<()> {
+        out.q = self
+            .rows
+            .prepare(&out.logits, &self.params, penalties, history)?;
+        Ok(())
+    }
 }
 
 /// What [`MedusaDraftModel`] keeps for one sequence.
 struct MedusaState {
     /// The context after the last verdict.
     context: Vec<u32>,
+    /// Tokens of `context` that are the prompt (the penalties' history starts after them).
+    prompt_len: usize,
     /// The target's feature of the last committed token (empty before any).
     last_feature: Vec<f32>,
-    /// This step's distributions, one per head, placed at target ids (computed on first use).
-    rows: Option<Vec<Vec<f32>>>,
+    /// This step's logits, one row per head over the draft vocabulary (computed on first use;
+    /// empty rows before any feature).
+    logits: Option<Vec<Vec<f32>>>,
 }
 
 /// [`MedusaHeads`] as a [`DraftModel`]: after a context whose last committed token has the
@@ -112,17 +156,29 @@ struct MedusaState {
 pub struct MedusaDraftModel {
     heads: MedusaHeads,
     params: SamplingParams,
+    penalties: Penalties,
+    rows: DraftRows,
     sequences: HashMap<u64, MedusaState>,
 }
 
 impl MedusaDraftModel {
     /// Wraps `heads`, preparing their distributions with `params`.
     pub fn new(heads: MedusaHeads, params: SamplingParams) -> Self {
+        let rows = DraftRows::of(heads.d2t());
         Self {
             heads,
             params,
+            penalties: Penalties::default(),
+            rows,
             sequences: HashMap::new(),
         }
+    }
+
+    /// Applies the target's `penalties` to the heads' logits, each query with its own
+    /// generated history.
+    pub fn with_penalties(mut self, penalties: Penalties) -> Self {
+        self.penalties = penalties;
+        self
     }
 
     /// The number of heads (the deepest draft).
@@ -130,24 +186,16 @@ impl MedusaDraftModel {
         self.heads.heads()
     }
 
-    /// The rows of every head for `state`'s last feature.
-    fn rows(&self, state: &MedusaState) -> Result<Vec<Vec<f32>>> {
-        let vocab = self.heads.meta().target.vocab_size;
+    /// The logits of every head for `state`'s last feature (empty rows before any).
+    fn logits(&self, state: &MedusaState) -> Result<Vec<Vec<f32>>> {
         if state.last_feature.is_empty() {
-            return Ok(vec![vec![0.0; vocab]; self.heads.heads()]);
+            return Ok(vec![Vec::new(); self.heads.heads()]);
         }
         let logits = self.heads.forward(&state.last_feature, 1)?;
-        logits
+        Ok(logits
             .chunks(self.heads.draft_vocab())
-            .map(|row| {
-                let q = prepare_logits(row, &self.params)?;
-                let mut full = vec![0.0; vocab];
-                for (&id, p) in self.heads.d2t().iter().zip(q) {
-                    full[id as usize] = p;
-                }
-                Ok(full)
-            })
-            .collect()
+            .map(<[f32]>::to_vec)
+            .collect())
     }
 }
 
@@ -173,15 +221,27 @@ impl DraftModel<f32> for MedusaDraftModel {
                 ),
             });
         }
-        if state.rows.is_none() {
-            let rows = self.rows(state)?;
-            self.sequences.get_mut(&sequence).expect("present").rows = Some(rows);
+        if state.logits.is_none() {
+            let logits = self.logits(state)?;
+            self.sequences.get_mut(&sequence).expect("present").logits = Some(logits);
         }
-        let rows = self.sequences[&sequence].rows.as_ref().expect("set above");
-        Ok(match rows.get(tokens.len() - n) {
-            Some(row) => row.clone(),
-            None => vec![0.0; self.vocab()],
-        })
+        let state = &self.sequences[&sequence];
+        let mut full = vec![0.0; self.vocab()];
+        let row = state
+            .logits
+            .as_ref()
+            .expect("set above")
+            .get(tokens.len() - n);
+        if let Some(row) = row.filter(|r| !r.is_empty()) {
+            let history = &tokens[state.prompt_len.min(tokens.len())..];
+            let q = self
+                .rows
+                .prepare(row, &self.params, &self.penalties, history)?;
+            for (&id, p) in self.heads.d2t().iter().zip(q) {
+                full[id as usize] = p;
+            }
+        }
+        Ok(full)
     }
 
     /// Keeps the feature of the last committed token.
@@ -213,14 +273,16 @@ impl DraftModel<f32> for MedusaDraftModel {
             .entry(feedback.sequence)
             .or_insert_with(|| MedusaState {
                 context: Vec::new(),
+                prompt_len: 0,
                 last_feature: Vec::new(),
-                rows: None,
+                logits: None,
             });
         if features.rows() > 0 {
             state.last_feature = features.row(features.rows() - 1).to_vec();
         }
         state.context = feedback.context.to_vec();
-        state.rows = None;
+        state.prompt_len = feedback.prompt_len;
+        state.logits = None;
         Ok(())
     }
 

@@ -107,6 +107,7 @@ impl ToyFeatureHead {
         FeatureOutput {
             feature: vec![fresh[0] as f32, fresh[1] as f32],
             q,
+            logits: Vec::new(),
         }
     }
 }

@@ -33,11 +33,10 @@
 //! purpose), so results do not depend on batch composition or order.
 
 mod draft_lm;
-mod processors;
 mod stop;
 
 pub use draft_lm::LmDraftModel;
-pub use processors::Penalties;
+pub use specdec_kernels::sampling::Penalties;
 pub use stop::{Detokenizer, FinishReason, StopRule};
 
 use std::time::Instant;

@@ -8,12 +8,15 @@
 //!   representation (float, fixed point, exact, or the enumerator's symbolic interval);
 //! - [`number`]: the number types ([`Prob`] for `f32`/`f64`/`BigRational`, [`KernelFloat`]);
 //! - [`rejection`]: accept / residual / bonus;
-//! - [`prepare`]: temperature, top-k, top-p.
+//! - [`prepare`]: temperature, top-k, top-p, min-p;
+//! - [`penalties`]: repetition / frequency / presence penalties on logits, with a row's own
+//!   history.
 
 pub mod counter;
 pub mod cuda;
 pub mod decisions;
 pub mod number;
+pub mod penalties;
 pub mod prepare;
 pub mod rejection;
 pub mod replay;
@@ -23,6 +26,7 @@ pub use counter::{mix64, CounterRng, UniformSource};
 pub use decisions::{Decisions, DrawKey, Purpose};
 pub use num_rational::BigRational;
 pub use number::{ratio, KernelFloat, Mass, Prob, FIXED_POINT_ONE};
+pub use penalties::Penalties;
 pub use prepare::{check_distribution, prepare_logits, prepare_probs, SamplingParams};
 pub use rejection::{argmax, normalize, residual, sample_bonus, sample_or, sample_residual};
 pub use replay::{GivenUniforms, Production, Recording, Replay};

@@ -98,7 +98,7 @@ impl DrafterKind for Medusa {
             // siblings by the plain softmax; greedy verification reads no q
             sampling.temperature = 1.0;
         }
-        let model = MedusaDraftModel::new(heads, sampling);
+        let model = MedusaDraftModel::new(heads, sampling).with_penalties(ctx.penalties());
         Ok(BuiltDrafter {
             drafter: Box::new(ShapeDrafter::new(
                 model,

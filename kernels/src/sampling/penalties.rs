@@ -5,6 +5,9 @@
 //! the root to that node — so the engine applies the processor at each node with that node's
 //! own history, never with a sibling's tokens. Scoring a node in a tree therefore gives exactly
 //! what plain decoding would compute after the same tokens (tested exactly in the engine tests).
+//! Drafters apply the same penalties to their own logits (`q`), each row with its own history,
+//! so a draft close to the target stays close under penalties; a draft vocabulary's logits go
+//! through [`Penalties::apply_mapped`].
 //!
 //! Definitions (as in common serving systems), over the history's token counts `c[t]`:
 //! - repetition `r > 0` (1 = off): a seen token's logit `l` becomes `l / r` if `l > 0`, else `l * r`;
@@ -13,10 +16,10 @@
 
 use std::collections::HashMap;
 
-use crate::error::{HarnessError, Result};
+use crate::error::{KernelError, Result};
 
 /// Repetition / frequency / presence penalties (all off by default).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Penalties {
     /// Repetition penalty `r > 0`; 1 is off.
     pub repetition: f32,
@@ -45,20 +48,33 @@ impl Penalties {
     /// Checks the values are finite and the repetition penalty is positive.
     ///
     /// # Errors
-    /// [`HarnessError::InvalidEngine`] naming the value.
+    /// [`KernelError::InvalidParameter`] naming the value.
     pub fn validate(&self) -> Result<()> {
         let finite =
             self.repetition.is_finite() && self.frequency.is_finite() && self.presence.is_finite();
         if !finite || self.repetition <= 0.0 {
-            return Err(HarnessError::InvalidEngine(format!(
-                "penalties must be finite with repetition > 0, got {self:?}"
-            )));
+            return Err(KernelError::InvalidParameter {
+                what: "penalties",
+                reason: format!("they must be finite with repetition > 0, got {self:?}"),
+            });
         }
         Ok(())
     }
 
-    /// Applies the penalties for a position whose preceding generated tokens are `history`.
+    /// Applies the penalties for a position whose preceding generated tokens are `history`
+    /// (`logits` indexed by token id).
     pub fn apply(&self, history: &[u32], logits: &mut [f32]) {
+        self.apply_mapped(history, logits, |token| Some(token as usize));
+    }
+
+    /// [`Penalties::apply`] for logits over a subset of the vocabulary: `index(token)` is the
+    /// token's row in `logits`, `None` for a token the logits do not cover (left alone).
+    pub fn apply_mapped(
+        &self,
+        history: &[u32],
+        logits: &mut [f32],
+        index: impl Fn(u32) -> Option<usize>,
+    ) {
         if self.is_off() {
             return;
         }
@@ -67,7 +83,7 @@ impl Penalties {
             *counts.entry(token).or_default() += 1;
         }
         for (&token, &count) in &counts {
-            let Some(logit) = logits.get_mut(token as usize) else {
+            let Some(logit) = index(token).and_then(|i| logits.get_mut(i)) else {
                 continue;
             };
             if self.repetition != 1.0 {
@@ -99,6 +115,13 @@ mod tests {
         let mut untouched = vec![1.0, 2.0];
         Penalties::default().apply(&[0, 1], &mut untouched);
         assert_eq!(untouched, vec![1.0, 2.0]);
+        // Over a draft vocabulary [7, 3] (rows 0, 1): token 3 seen twice, 7 once, 5 not covered.
+        let mut draft_rows = vec![4.0, -4.0];
+        let draft_ids = [7u32, 3];
+        penalties.apply_mapped(&[3, 5, 3, 7], &mut draft_rows, |t| {
+            draft_ids.iter().position(|&d| d == t)
+        });
+        assert_eq!(draft_rows, vec![4.0 / 2.0 - 0.5 - 0.25, -8.0 - 1.0 - 0.25]);
         assert!(Penalties {
             repetition: 0.0,
             ..Penalties::default()
