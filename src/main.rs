@@ -71,7 +71,7 @@ enum Command {
         /// one's, in [0, 1] (after top-k and top-p).
         #[arg(long)]
         min_p: Option<f64>,
-        /// Repetition penalty r > 0 on the target's logits (1 = off).
+        /// Repetition penalty r > 0 on the target's and the drafts' logits (1 = off).
         #[arg(long, default_value_t = 1.0)]
         repetition_penalty: f32,
         /// Frequency penalty per occurrence (0 = off).

@@ -77,7 +77,7 @@ pub struct GenerateOptions {
     pub top_p: Option<f64>,
     /// min-p in [0, 1]: drop tokens below this share of the most probable one's probability.
     pub min_p: Option<f64>,
-    /// Repetition / frequency / presence penalties on the target's logits.
+    /// Repetition / frequency / presence penalties on the target's and the drafts' logits.
     pub penalties: Penalties,
     /// Most tokens to generate.
     pub max_tokens: usize,

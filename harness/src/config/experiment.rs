@@ -190,8 +190,8 @@ pub struct SamplingConfig {
     /// Seed of every random draw of the run.
     #[serde(default)]
     pub seed: u64,
-    /// Repetition penalty r > 0 on the target's logits, with each tree node's own history
-    /// (1 = off; see [`crate::engine::Penalties`]) [default: 1].
+    /// Repetition penalty r > 0 on the target's and the drafts' logits, each row with its own
+    /// history (1 = off; see [`crate::engine::Penalties`]) [default: 1].
     #[serde(default = "no_repetition_penalty")]
     pub repetition_penalty: f32,
     /// Frequency penalty per occurrence (0 = off) [default: 0].
