@@ -229,17 +229,20 @@ fn a_stop_inside_an_accepted_block_cuts_the_output_and_rewinds() {
     }
 }
 
-#[test]
-fn penalties_are_applied_per_node_from_the_nodes_own_path() {
-    let pair = pair(5);
-    let greedy = SamplingParams::greedy();
-    let reqs = requests(4, 15);
-    let mut opts = options(greedy, 2);
-    opts.penalties = Penalties {
+/// `options` with repetition, frequency and presence penalties on.
+fn penalised(mut options: EngineOptions) -> EngineOptions {
+    options.penalties = Penalties {
         repetition: 1.7,
         frequency: 0.4,
         presence: 0.3,
     };
+    options
+}
+
+#[test]
+fn penalties_are_applied_per_node_from_the_nodes_own_path() {
+    let (pair, greedy, reqs) = (pair(5), SamplingParams::greedy(), requests(4, 15));
+    let opts = penalised(options(greedy, 2));
     let expected = plain(&pair, opts.clone(), &reqs);
     let unpenalised = plain(&pair, options(greedy, 2), &reqs);
     assert_ne!(
@@ -269,15 +272,8 @@ fn penalties_are_applied_per_node_from_the_nodes_own_path() {
 /// every draft is accepted; without the penalties on `q` some are rejected.
 #[test]
 fn a_draft_model_applies_the_penalties_to_q_as_the_target_does() {
-    let pair = pair(5);
-    let greedy = SamplingParams::greedy();
-    let reqs = requests(4, 15);
-    let mut opts = options(greedy, 2);
-    opts.penalties = Penalties {
-        repetition: 1.7,
-        frequency: 0.4,
-        presence: 0.3,
-    };
+    let (pair, greedy, reqs) = (pair(5), SamplingParams::greedy(), requests(4, 15));
+    let opts = penalised(options(greedy, 2));
     let expected = plain(&pair, opts.clone(), &reqs);
     let acceptance = |draft_penalties: Penalties| {
         let model = ToyLanguageModel::new(pair.target.clone(), 256, vec![]);
