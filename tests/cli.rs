@@ -52,6 +52,7 @@ fn generate_checks_its_flags_before_loading() {
     for (flag, value, named) in [
         ("--top-p", "1.5", "top_p"),
         ("--top-k", "0", "top_k"),
+        ("--min-p", "1.5", "min_p"),
         ("--repetition-penalty", "0", "repetition"),
     ] {
         let out = specdec(&["generate", "-m", "no-such-model", "-p", "hi", flag, value]);

@@ -166,6 +166,10 @@ fn bad_values_name_the_field() {
             "sampling.temperature",
         ),
         (GOOD.replace("top_p = 0.9", "top_p = 1.5"), "sampling.top_p"),
+        (
+            GOOD.replace("top_p = 0.9", "top_p = 0.9\nmin_p = 1.5"),
+            "sampling.min_p",
+        ),
         (GOOD.replace("top_k = 50", "top_k = 0"), "sampling.top_k"),
         (
             GOOD.replace("max_tokens = 32", "max_tokens = 0"),
@@ -440,4 +444,11 @@ fn a_model_folder_is_a_model_source() {
         err.contains(".gguf") && err.contains("model folder"),
         "{err}"
     );
+}
+
+#[test]
+fn min_p_reaches_the_sampling_parameters() {
+    let c = parse(&GOOD.replace("top_p = 0.9", "top_p = 0.9\nmin_p = 0.05")).unwrap();
+    assert_eq!(c.sampling.params().min_p, Some(0.05));
+    assert_eq!(parse(GOOD).unwrap().sampling.params().min_p, None);
 }
