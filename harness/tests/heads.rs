@@ -314,8 +314,11 @@ fn head_drafters_penalise_q_with_each_rows_generated_history() {
     let ranked = SamplingParams::with_temperature(1.0);
     let eagle_model = |penalties: Penalties| {
         let head = EagleHead::new(&eagle, &target, HeadOptions::default()).unwrap();
-        FeatureDraftModel::new(EagleFeatureHead::new(head, ranked).unwrap())
-            .with_penalties(penalties)
+        FeatureDraftModel::new(
+            EagleFeatureHead::new(head, ranked)
+                .unwrap()
+                .with_penalties(penalties),
+        )
     };
     let (mut plain, mut penalised) = (eagle_model(Penalties::default()), eagle_model(penalties));
     plain.observe(&feedback).unwrap();

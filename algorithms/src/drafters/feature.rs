@@ -19,13 +19,13 @@
 //!   input feature is its parent's output from the pass before; shared prefixes once).
 //!
 //! The draft distribution `q` is the head's distribution over its draft vocabulary placed at
-//! those target ids, zero at every other id (exact verification is unaffected). With the
-//! target's penalties ([`FeatureDraftModel::with_penalties`]) every kept row is re-prepared from
-//! the head's logits with its own generated history ([`FeatureHead::penalise`]).
+//! those target ids, zero at every other id (exact verification is unaffected). Every kept row
+//! goes through [`FeatureHead::penalise`] with its own generated history, so a head with the
+//! target's penalties re-prepares it from its logits.
 
 use std::collections::HashMap;
 
-use specdec_kernels::sampling::{Penalties, Prob};
+use specdec_kernels::sampling::Prob;
 use specdec_kernels::TreeTopology;
 use specdec_models::heads::HeadStep;
 use specdec_models::SeqId;
@@ -41,8 +41,8 @@ pub struct FeatureOutput<N> {
     /// The draft distribution over the draft vocabulary (prepared: temperature, top-k, top-p),
     /// one entry per [`FeatureHead::draft_ids`] entry.
     pub q: Vec<N>,
-    /// The head's raw logits over its draft vocabulary, when `q` comes from logits (empty for a
-    /// head whose `q` does not, as the proofs' toy heads).
+    /// The head's raw logits over its draft vocabulary, kept only for a head that penalises
+    /// ([`FeatureHead::penalise`]); empty otherwise.
     pub logits: Vec<f32>,
 }
 
@@ -80,18 +80,14 @@ pub trait FeatureHead<N> {
     /// # Errors
     /// Fewer than `n` committed pairs.
     fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()>;
-    /// Re-prepares `out.q` from `out.logits` with `penalties` for a row whose generated history
-    /// is `history`. Default: `q` unchanged (a head whose `q` does not come from logits).
+    /// Re-prepares `out.q` with the head's penalties for a row whose generated history is
+    /// `generated ++ path`. Default: `q` unchanged (a head without penalties, or whose `q` does
+    /// not come from logits).
     ///
     /// # Errors
     /// As the head's preparation of `q`.
-    fn penalise(
-        &self,
-        out: &mut FeatureOutput<N>,
-        penalties: &Penalties,
-        history: &[u32],
-    ) -> Result<()> {
-        let _ = (out, penalties, history);
+    fn penalise(&self, out: &mut FeatureOutput<N>, generated: &[u32], path: &[u32]) -> Result<()> {
+        let _ = (out, generated, path);
         Ok(())
     }
 }
@@ -118,7 +114,6 @@ struct SequenceState<N> {
 /// A [`FeatureHead`] as a [`DraftModel`] (see the module docs).
 pub struct FeatureDraftModel<N, H> {
     head: H,
-    penalties: Penalties,
     sequences: HashMap<u64, SequenceState<N>>,
 }
 
@@ -127,15 +122,8 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
     pub fn new(head: H) -> Self {
         Self {
             head,
-            penalties: Penalties::default(),
             sequences: HashMap::new(),
         }
-    }
-
-    /// Applies the target's `penalties` to every kept row ([`FeatureHead::penalise`]).
-    pub fn with_penalties(mut self, penalties: Penalties) -> Self {
-        self.penalties = penalties;
-        self
     }
 
     /// The head.
@@ -199,10 +187,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
         let mut last = out
             .pop()
             .ok_or_else(|| invalid("the head returned no rows".into()))?;
-        if !self.penalties.is_off() {
-            let history = &state.context[state.prompt_len.min(state.context.len())..];
-            self.head.penalise(&mut last, &self.penalties, history)?;
-        }
+        self.head.penalise(&mut last, generated(state), &[])?;
         state.outputs.insert(Vec::new(), last);
         Ok(())
     }
@@ -248,10 +233,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                         .into_iter()
                         .next()
                         .ok_or_else(|| invalid("the head returned no rows".into()))?;
-                    if !self.penalties.is_off() {
-                        let history = penalty_history(&state.context, state.prompt_len, path);
-                        self.head.penalise(&mut row, &self.penalties, &history)?;
-                    }
+                    self.head.penalise(&mut row, generated(state), path)?;
                     state.outputs.insert(path.to_vec(), row);
                     continue;
                 }
@@ -310,10 +292,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                 if state.outputs.contains_key(&node) {
                     continue;
                 }
-                if !self.penalties.is_off() {
-                    let history = penalty_history(&state.context, state.prompt_len, &node);
-                    self.head.penalise(&mut row, &self.penalties, &history)?;
-                }
+                self.head.penalise(&mut row, generated(state), &node)?;
                 state.outputs.insert(node, row);
             }
         }
@@ -349,13 +328,9 @@ fn empty_like<N: Prob>(out: &FeatureOutput<N>) -> FeatureOutput<N> {
     }
 }
 
-/// The generated history after `context ++ path`: the tokens past the prompt's `prompt_len`.
-fn penalty_history(context: &[u32], prompt_len: usize, path: &[u32]) -> Vec<u32> {
-    context[prompt_len.min(context.len())..]
-        .iter()
-        .chain(path)
-        .copied()
-        .collect()
+/// The generated part of a sequence's context: the tokens past its prompt.
+fn generated<N>(state: &SequenceState<N>) -> &[u32] {
+    &state.context[state.prompt_len.min(state.context.len())..]
 }
 
 fn invalid(reason: String) -> AlgorithmError {

@@ -30,7 +30,7 @@ impl DraftRows {
         logits: &[f32],
         params: &SamplingParams,
         penalties: &Penalties,
-        history: &[u32],
+        history: impl IntoIterator<Item = u32>,
     ) -> Result<Vec<f32>> {
         if penalties.is_off() {
             return Ok(prepare_logits(logits, params)?);
@@ -45,6 +45,7 @@ impl DraftRows {
 pub struct EagleFeatureHead {
     head: EagleHead,
     params: SamplingParams,
+    penalties: Penalties,
     rows: DraftRows,
 }
 
@@ -68,7 +69,18 @@ impl EagleFeatureHead {
             });
         }
         let rows = DraftRows::of(head.d2t());
-        Ok(Self { head, params, rows })
+        Ok(Self {
+            head,
+            params,
+            penalties: Penalties::default(),
+            rows,
+        })
+    }
+
+    /// Applies the target's `penalties` to every kept row ([`FeatureHead::penalise`]).
+    pub fn with_penalties(mut self, penalties: Penalties) -> Self {
+        self.penalties = penalties;
+        self
     }
 }
 
@@ -107,7 +119,10 @@ impl FeatureHead<f32> for EagleFeatureHead {
                         Ok(FeatureOutput {
                             feature: feature.to_vec(),
                             q: prepare_logits(logits, &self.params)?,
-                            logits: logits.to_vec(),
+                            logits: match self.penalties.is_off() {
+                                true => Vec::new(),
+                                false => logits.to_vec(),
+                            },
                         })
                     })
                     .collect()
@@ -126,12 +141,16 @@ impl FeatureHead<f32> for EagleFeatureHead {
     fn penalise(
         &self,
         out: &mut FeatureOutput<f32>,
-        penalties: &Penalties,
-        history: &[u32],
+        generated: &[u32],
+        path: &[u32],
     ) -> Result<()> {
+        if self.penalties.is_off() {
+            return Ok(());
+        }
+        let history = generated.iter().chain(path).copied();
         out.q = self
             .rows
-            .prepare(&out.logits, &self.params, penalties, history)?;
+            .prepare(&out.logits, &self.params, &self.penalties, history)?;
         Ok(())
     }
 }
@@ -233,7 +252,7 @@ impl DraftModel<f32> for MedusaDraftModel {
             .expect("set above")
             .get(tokens.len() - n);
         if let Some(row) = row.filter(|r| !r.is_empty()) {
-            let history = &tokens[state.prompt_len.min(tokens.len())..];
+            let history = tokens[state.prompt_len.min(tokens.len())..].iter().copied();
             let q = self
                 .rows
                 .prepare(row, &self.params, &self.penalties, history)?;

@@ -255,13 +255,14 @@ impl<M: LanguageModel> LmDraftModel<M> {
             .collect())
     }
 
-    /// `q` after `tokens` (the sequence's context and draft path) from the logits after them:
-    /// penalised with the generated history (`tokens` past the prompt), then prepared with the
-    /// sampling parameters over the ids the model computes, zero elsewhere.
+    /// `q` after `tokens ++ path` (the sequence's context and draft path) from the logits
+    /// after them: penalised with the generated history (the tokens past the prompt), then
+    /// prepared with the sampling parameters over the ids the model computes, zero elsewhere.
     fn probs(
         &self,
         sequence: u64,
         tokens: &[u32],
+        path: &[u32],
         logits: &[f32],
     ) -> specdec_algorithms::Result<Vec<f32>> {
         let rows = &logits[..self.model.logit_rows()];
@@ -269,8 +270,10 @@ impl<M: LanguageModel> LmDraftModel<M> {
         let rows = match self.prompt_lens.get(&sequence) {
             Some(&prompt_len) if !self.penalties.is_off() => {
                 let mut row = rows.to_vec();
-                let history = &tokens[prompt_len.min(tokens.len())..];
-                self.penalties.apply(history, &mut row);
+                let generated = &tokens[prompt_len.min(tokens.len())..];
+                let history = generated.iter().chain(path).copied();
+                self.penalties
+                    .apply_mapped(history, &mut row, |t| Some(t as usize));
                 penalised = row;
                 &penalised[..]
             }
@@ -316,7 +319,7 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         self.logits_along(sequence, tokens, count)?
             .iter()
             .enumerate()
-            .map(|(row, logits)| self.probs(sequence, &tokens[..first + row], logits))
+            .map(|(row, logits)| self.probs(sequence, &tokens[..first + row], &[], logits))
             .collect()
     }
 
@@ -339,10 +342,7 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
         self.logits_tree(sequence, context, paths)?
             .iter()
             .zip(paths)
-            .map(|(logits, path)| {
-                let tokens: Vec<u32> = context.iter().chain(path).copied().collect();
-                self.probs(sequence, &tokens, logits)
-            })
+            .map(|(logits, path)| self.probs(sequence, context, path, logits))
             .collect()
     }
 

@@ -64,14 +64,16 @@ impl Penalties {
     /// Applies the penalties for a position whose preceding generated tokens are `history`
     /// (`logits` indexed by token id).
     pub fn apply(&self, history: &[u32], logits: &mut [f32]) {
-        self.apply_mapped(history, logits, |token| Some(token as usize));
+        self.apply_mapped(history.iter().copied(), logits, |token| {
+            Some(token as usize)
+        });
     }
 
     /// [`Penalties::apply`] for logits over a subset of the vocabulary: `index(token)` is the
     /// token's row in `logits`, `None` for a token the logits do not cover (left alone).
     pub fn apply_mapped(
         &self,
-        history: &[u32],
+        history: impl IntoIterator<Item = u32>,
         logits: &mut [f32],
         index: impl Fn(u32) -> Option<usize>,
     ) {
@@ -79,7 +81,7 @@ impl Penalties {
             return;
         }
         let mut counts: HashMap<u32, u32> = HashMap::new();
-        for &token in history {
+        for token in history {
             *counts.entry(token).or_default() += 1;
         }
         for (&token, &count) in &counts {
@@ -118,7 +120,7 @@ mod tests {
         // Over a draft vocabulary [7, 3] (rows 0, 1): token 3 seen twice, 7 once, 5 not covered.
         let mut draft_rows = vec![4.0, -4.0];
         let draft_ids = [7u32, 3];
-        penalties.apply_mapped(&[3, 5, 3, 7], &mut draft_rows, |t| {
+        penalties.apply_mapped([3, 5, 3, 7], &mut draft_rows, |t| {
             draft_ids.iter().position(|&d| d == t)
         });
         assert_eq!(draft_rows, vec![4.0 / 2.0 - 0.5 - 0.25, -8.0 - 1.0 - 0.25]);

@@ -126,8 +126,8 @@ impl DrafterKind for Eagle {
             // siblings by the plain softmax; greedy verification reads no q
             sampling.temperature = 1.0;
         }
-        let model = FeatureDraftModel::new(EagleFeatureHead::new(head, sampling)?)
-            .with_penalties(ctx.penalties());
+        let head = EagleFeatureHead::new(head, sampling)?.with_penalties(ctx.penalties());
+        let model = FeatureDraftModel::new(head);
         Ok(match (&self.nodes, &self.branching) {
             (Some(nodes), _) => {
                 let top_k = self.top_k.unwrap_or(4);

@@ -106,8 +106,8 @@ impl DrafterKind for Staged {
                 true => Some(time_head_pass(&mut head)?),
                 false => None,
             };
-            let level1 = FeatureDraftModel::new(EagleFeatureHead::new(head, ctx.sampling())?)
-                .with_penalties(ctx.penalties());
+            let head = EagleFeatureHead::new(head, ctx.sampling())?.with_penalties(ctx.penalties());
+            let level1 = FeatureDraftModel::new(head);
             return Ok(BuiltDrafter {
                 drafter: Box::new(StagedDrafter::new(level0, level1)),
                 is_chain: true,
