@@ -109,6 +109,16 @@ enum Command {
         /// 8GiB or 512MiB [default: a quarter of the machine's memory].
         #[arg(long)]
         kv_memory: Option<String>,
+        /// Write one JSON line per target pass here (drafts proposed and accepted, timings, the
+        /// policy's decision): the record --replay reads.
+        #[arg(long, value_name = "FILE")]
+        steps: Option<PathBuf>,
+        /// Take each step's speculation decision from a --steps file of an earlier run instead
+        /// of the policy, so that a method whose budgets follow measured timings (auto) gives
+        /// the same text again at T > 0 with the same seed; a step that turns out otherwise
+        /// than recorded stops the run with an error naming it.
+        #[arg(long, value_name = "FILE")]
+        replay: Option<PathBuf>,
     },
     /// Serve the target over an OpenAI-compatible HTTP API (completions and chat completions,
     /// streamed or not; /v1/models, /health, /metrics), speculating with --method.
@@ -300,6 +310,8 @@ fn run(args: Cli) -> anyhow::Result<()> {
             device,
             head,
             kv_memory,
+            steps,
+            replay,
         } => {
             if let Some(n) = threads {
                 specdec_harness::generate::use_threads(n)?;
@@ -329,6 +341,8 @@ fn run(args: Cli) -> anyhow::Result<()> {
                 device,
                 head,
                 kv_memory,
+                steps_out: steps,
+                replay,
             };
             let mut loading = |line: &str| eprintln!("{line}");
             if json {

@@ -72,6 +72,20 @@ fn generate_checks_its_flags_before_loading() {
         "{err}"
     );
     assert!(!err.to_lowercase().contains("backtrace"), "{err}");
+    // an unreadable --replay file and a --steps file that cannot be written: named, before
+    // any loading line
+    for (flag, path) in [
+        ("--replay", "/nonexistent/steps.jsonl"),
+        ("--steps", "/nonexistent/dir/steps.jsonl"),
+    ] {
+        let out = specdec(&["generate", "-m", "no-such-model", "-p", "hi", flag, path]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {err}");
+        assert!(
+            err.contains(path) && !err.contains("loading"),
+            "{flag}: {err}"
+        );
+    }
     // the prompt from a file that is not there: named
     let out = specdec(&["generate", "-m", "x", "-f", "/nonexistent/prompt.txt"]);
     assert!(
@@ -121,6 +135,93 @@ fn generate_json_on_smollm2() {
     for key in ["ttft_s", "prefill_s", "tau", "acceptance", "elapsed_s"] {
         assert!(v.get(key).is_some(), "{key}: {v}");
     }
+}
+
+/// With SmolLM2 in the cache: `auto` at T = 1 chooses its budgets from the timings of the
+/// moment; `--replay` of a run's `--steps` record gives that run's text again, decision for
+/// decision.
+#[test]
+fn generate_replay_repeats_a_sampled_auto_run_on_smollm2() {
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("specdec-cli-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "-m",
+            "smollm2-135m",
+            "--method",
+            "auto",
+            "--temperature",
+            "1",
+            "--seed",
+            "11",
+            "-n",
+            "32",
+            "-t",
+            "2",
+            "--json",
+            "--no-chat",
+            "-p",
+            "def fibonacci(n):",
+        ];
+        args.extend_from_slice(extra);
+        let out = specdec(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["text"].as_str().unwrap().to_string()
+    };
+    let decisions = |path: &std::path::Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<serde_json::Value>(line).unwrap()["decision"].clone()
+            })
+            .collect()
+    };
+    let recorded = run(&["--steps", first.to_str().unwrap()]);
+    let replayed = run(&[
+        "--replay",
+        first.to_str().unwrap(),
+        "--steps",
+        second.to_str().unwrap(),
+    ]);
+    assert_eq!(replayed, recorded);
+    let (a, b) = (decisions(&first), decisions(&second));
+    assert!(
+        !a.is_empty() && a.iter().all(|d| d.is_object() || d.is_string()),
+        "{a:?}"
+    );
+    assert_eq!(a, b);
+    // another seed does not replay: refused, naming the step where it diverged
+    let out = specdec(&[
+        "generate",
+        "-m",
+        "smollm2-135m",
+        "--method",
+        "auto",
+        "--temperature",
+        "1",
+        "--seed",
+        "12",
+        "-n",
+        "32",
+        "-t",
+        "2",
+        "--no-chat",
+        "-p",
+        "def fibonacci(n):",
+        "--replay",
+        first.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("replay diverged at request 0 step"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `specdec export-hf` writes a folder that `generate --target DIR` runs (the SmolLM2 answer of

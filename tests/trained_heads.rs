@@ -99,6 +99,7 @@ fn run(
         penalties: Penalties::default(),
         seed: 0,
         batch_size: 2,
+        replay: None,
     };
     let policy = Box::new(FixedPolicy::chain(k));
     let mut engine = Engine::new(model, drafter, verifier, policy, options).unwrap();

@@ -3,6 +3,7 @@
 //! τ), or one JSON object ([`GenerateSummary`]).
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use specdec_kernels::sampling::SamplingParams;
 
@@ -11,11 +12,12 @@ use specdec_models::llama::parse_device;
 use crate::config::{
     check_max_tokens, DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig,
 };
-use crate::engine::{check_fits_context, Generation, Penalties, Request};
+use crate::engine::{check_fits_context, Generation, Penalties, RecordedDecisions, Request};
 use crate::error::{HarnessError, Result};
 use crate::methods::kinds::{Chain, CostOptimal, Fixed, Ngram, Plain, Staged};
 use crate::methods::{lookup, normalise, validate_method, DrafterRole, DRAFTERS};
 use crate::metrics::RequestRecord;
+use crate::report::write_jsonl;
 use crate::runner::{EngineBackend, KvMemory};
 
 /// The method `generate --method auto` stands for: the cost-model policy over the draft
@@ -94,6 +96,11 @@ pub struct GenerateOptions {
     /// The KV memory budget, e.g. `"8GiB"` (`KvMemory::parse`) [default: a quarter of the
     /// machine's memory].
     pub kv_memory: Option<String>,
+    /// Write the step records (with each step's policy decision) here as JSON Lines.
+    pub steps_out: Option<PathBuf>,
+    /// Take the speculation decisions from a `steps_out` file of an earlier run instead of the
+    /// policy ([`RecordedDecisions`]): the same text again at T > 0.
+    pub replay: Option<PathBuf>,
 }
 
 /// The summary of one generation (also `generate --json`'s object).
@@ -307,6 +314,14 @@ pub fn generate(
     sampling.validate()?;
     options.penalties.validate()?;
     let device = parse_device(&options.device)?;
+    let replay = options
+        .replay
+        .as_deref()
+        .map(RecordedDecisions::read)
+        .transpose()?;
+    if let Some(path) = &options.steps_out {
+        check_output_file("--steps", path)?;
+    }
     if options.max_tokens == 0 {
         return Ok(GenerateSummary {
             text: String::new(),
@@ -349,6 +364,9 @@ pub fn generate(
     )?
     .with_penalties(options.penalties)?
     .on_device(device)?;
+    if let Some(recorded) = replay {
+        backend = backend.with_replay(recorded);
+    }
     let chat = options
         .chat
         .unwrap_or_else(|| backend.tokenizer().chat_template().is_some());
@@ -389,8 +407,34 @@ pub fn generate(
         return Err(HarnessError::io("<stdout>", e));
     }
     writeln!(out).map_err(|e| HarnessError::io("<stdout>", e))?;
+    if let Some(path) = &options.steps_out {
+        write_jsonl(path, &generations[0].steps)?;
+    }
     let text = tokenizer.decode_skip_special(&generations[0].tokens)?;
     Ok(GenerateSummary::of(&generations[0], text))
+}
+
+/// Checks, before any work, that `path` (given by `flag`) can be written: its folder exists and
+/// it is not itself a folder.
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] naming the flag and the path.
+fn check_output_file(flag: &str, path: &Path) -> Result<()> {
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let problem = if path.is_dir() {
+        "is a folder"
+    } else if !folder.is_dir() {
+        "is in a folder that does not exist"
+    } else {
+        return Ok(());
+    };
+    Err(HarnessError::InvalidEngine(format!(
+        "{flag} {}: {problem}",
+        path.display()
+    )))
 }
 
 #[cfg(test)]

@@ -88,6 +88,7 @@ fn run(
         penalties: Penalties::default(),
         seed: 3,
         batch_size,
+        replay: None,
     };
     let policy = Box::new(FixedPolicy::chain(k));
     let mut engine =

@@ -63,6 +63,7 @@ fn run(
         penalties: Penalties::default(),
         seed: 3,
         batch_size,
+        replay: None,
     };
     let policy = Box::new(FixedPolicy::chain(k));
     let mut engine =
@@ -159,6 +160,7 @@ fn a_feature_drafter_needs_a_target_that_taps_features() {
         penalties: Penalties::default(),
         seed: 0,
         batch_size: 1,
+        replay: None,
     };
     let err = Engine::new(
         &mut plain,

@@ -71,6 +71,7 @@ fn engine_options(batch_size: usize) -> EngineOptions {
         penalties: Penalties::default(),
         seed: 5,
         batch_size,
+        replay: None,
     }
 }
 

@@ -325,6 +325,8 @@ fn generate_refuses_max_tokens_past_the_context_before_any_work() {
         device: "cpu".into(),
         head: None,
         kv_memory: None,
+        steps_out: None,
+        replay: None,
     };
     let mut out = Vec::new();
     let started = std::time::Instant::now();

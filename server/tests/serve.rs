@@ -125,6 +125,8 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         device: "cpu".into(),
         head: None,
         kv_memory: None,
+        steps_out: None,
+        replay: None,
     };
     let summary = generate(&options, &mut expected, &mut |_| {}).unwrap();
     // generate ends its output with a newline of its own

@@ -4,7 +4,8 @@
 //!
 //! 1. **policy** — its [`SpeculationPolicy`] picks a [`Budget`] (0 = plain decoding this step);
 //!    with a fallback drafter ([`Engine::with_fallback`]), the fallback's own policy picks one
-//!    whenever the first chose plain decoding ([`FallbackPolicy`]);
+//!    whenever the first chose plain decoding ([`FallbackPolicy`]); a replay
+//!    ([`EngineOptions::replay`]) takes a recorded run's decisions instead (see [`recorded`]);
 //! 2. **draft** — the chosen [`Drafter`] proposes a [`DraftTree`] whose root is the request's
 //!    last token (sampled last step, not yet in the target's KV cache);
 //! 3. **target** — one [`LanguageModel::forward`] over all requests' trees at once (ragged batch,
@@ -33,12 +34,15 @@
 //! purpose), so results do not depend on batch composition or order.
 
 mod draft_lm;
+mod recorded;
 mod stop;
 
 pub use draft_lm::LmDraftModel;
+pub use recorded::RecordedDecisions;
 pub use specdec_kernels::sampling::Penalties;
 pub use stop::{Detokenizer, FinishReason, StopRule};
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use specdec_algorithms::drafters::{DraftFeedback, DraftRequest, Drafter};
@@ -51,7 +55,7 @@ use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
 use specdec_models::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep};
 
 use crate::error::{HarnessError, Result};
-use crate::metrics::StepRecord;
+use crate::metrics::{PolicyDecision, StepRecord};
 
 /// Token slots a request's admission reserves in the target's KV pool beyond its prompt and
 /// `max_new_tokens`: room for the draft tree's speculative slots at the end of its output. A
@@ -97,6 +101,9 @@ pub struct EngineOptions {
     pub seed: u64,
     /// Most requests in flight at once (≥ 1).
     pub batch_size: usize,
+    /// Decisions of a recorded run to take in place of the policy's, step by step, each step
+    /// checked against its record ([`RecordedDecisions`]); `None` lets the policy decide.
+    pub replay: Option<Arc<RecordedDecisions>>,
 }
 
 /// One request: a prompt and its stop conditions.
@@ -282,6 +289,9 @@ impl<'a> Engine<'a> {
                 let finished = self.step(&mut active, &mut decisions)?;
                 for (position, finish) in finished.into_iter().rev() {
                     let done = active.swap_remove(position);
+                    if let Some(recorded) = &self.options.replay {
+                        recorded.check_finished(done.request.id, done.step)?;
+                    }
                     self.target.release(done.seq)?;
                     self.release_drafts(done.request.id)?;
                     let index = done.index;
@@ -404,7 +414,13 @@ impl<'a> Engine<'a> {
         let mut drafters = Vec::with_capacity(active.len());
         for seq in active.iter_mut() {
             let t0 = Instant::now();
-            let (choice, mut budget) = seq.policy.next_budget();
+            let (choice, mut budget) = match &self.options.replay {
+                Some(recorded) => {
+                    recorded.decision(seq.request.id, seq.step, self.fallback.is_some())?
+                }
+                None => seq.policy.next_budget(),
+            };
+            let decision = PolicyDecision::new(choice == DrafterChoice::Fallback, &budget);
             let drafter: &mut dyn Drafter<f32> = match (choice, self.fallback.as_mut()) {
                 (DrafterChoice::Fallback, Some((fallback, _))) => &mut **fallback,
                 _ => &mut *self.drafter,
@@ -447,7 +463,7 @@ impl<'a> Engine<'a> {
                 spare_blocks = spare_blocks.saturating_sub(beyond);
             }
             trees.push(tree);
-            choices.push(choice);
+            choices.push((choice, decision));
             drafters.push(drafter.name());
             draft_s.push(t0.elapsed().as_secs_f64());
         }
@@ -498,7 +514,7 @@ impl<'a> Engine<'a> {
                 tree,
                 target_probs: &target_probs,
             };
-            let verifier = match (choices[position], &self.fallback) {
+            let verifier = match (choices[position].0, &self.fallback) {
                 (DrafterChoice::Fallback, Some((_, verifier))) => verifier,
                 _ => &self.verifier,
             };
@@ -570,11 +586,20 @@ impl<'a> Engine<'a> {
                         .saturating_sub(seq.output().len()),
                 ),
             };
-            seq.policy.observe_measured(
-                &StepOutcome::from_verdict(tree.topology(), &verdict.accepted_path)?,
-                &timing,
-            );
             let proposed = tree.len() - 1;
+            match &self.options.replay {
+                Some(recorded) => recorded.check(
+                    seq.request.id,
+                    seq.step,
+                    &drafters[position],
+                    (proposed, accepted),
+                    &seq.context[seq.context.len() - kept..],
+                )?,
+                None => seq.policy.observe_measured(
+                    &StepOutcome::from_verdict(tree.topology(), &verdict.accepted_path)?,
+                    &timing,
+                ),
+            }
             seq.steps.push(StepRecord {
                 method: self.options.method.clone(),
                 request: seq.index,
@@ -593,6 +618,8 @@ impl<'a> Engine<'a> {
                 kv_blocks: kv_blocks_used,
                 batch,
                 drafter: std::mem::take(&mut drafters[position]),
+                decision: Some(choices[position].1.clone()),
+                tokens: seq.context[seq.context.len() - kept..].to_vec(),
             });
             seq.step += 1;
             if let Some(reason) = finish {

@@ -35,6 +35,7 @@ fn options(sampling: SamplingParams, batch_size: usize) -> EngineOptions {
         penalties: Penalties::default(),
         seed: 7,
         batch_size,
+        replay: None,
     }
 }
 
@@ -525,6 +526,18 @@ fn run_with_fallback(
     sampling: SamplingParams,
     reqs: &[Request],
 ) -> (Vec<Generation>, usize, usize) {
+    let policy = Box::new(EveryOtherStep::default());
+    run_with_fallback_under(pair, policy, options(sampling, 3), reqs).unwrap()
+}
+
+/// [`run_with_fallback`] with the chain's policy `policy` and `options`.
+fn run_with_fallback_under(
+    pair: &ToyPair,
+    policy: Box<dyn SpeculationPolicy>,
+    options: EngineOptions,
+    reqs: &[Request],
+) -> Result<(Vec<Generation>, usize, usize)> {
+    let sampling = options.sampling;
     let (mode, method, kind) = if sampling.is_greedy() {
         (
             ChainMode::Argmax,
@@ -556,18 +569,16 @@ fn run_with_fallback(
         &mut target,
         &mut chain,
         paired(method, kind),
-        Box::new(EveryOtherStep::default()),
-        options(sampling, 3),
-    )
-    .unwrap()
+        policy,
+        options,
+    )?
     .with_fallback(
         &mut ngram,
         paired(fallback_method, DraftKind::Deterministic),
         Box::new(FixedPolicy::chain(2)),
-    )
-    .unwrap();
-    let generations = engine.run(reqs, &mut |_| {}).unwrap();
-    (generations, chain.drafted, ngram.drafted)
+    )?;
+    let generations = engine.run(reqs, &mut |_| {})?;
+    Ok((generations, chain.drafted, ngram.drafted))
 }
 
 #[test]
@@ -904,4 +915,186 @@ fn a_staged_drafter_whose_level_1_read_past_its_final_draft_stays_exact() {
         let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
         assert_eq!(got, expected, "seed {seed}");
     }
+}
+
+/// A policy whose budgets (plain, or chains of 1–4) follow a private random stream, as a
+/// cost-model policy's follow the timings of the moment: two streams draft differently.
+#[derive(Clone)]
+struct Jittery {
+    state: u64,
+}
+
+impl SpeculationPolicy for Jittery {
+    fn name(&self) -> String {
+        "jittery".into()
+    }
+    fn next_budget(&mut self) -> Budget {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        Budget::chain((self.state % 5) as usize)
+    }
+    fn observe(&mut self, _outcome: &StepOutcome) {}
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(self.clone())
+    }
+}
+
+fn decisions_of(generations: &[Generation]) -> Vec<Option<PolicyDecision>> {
+    generations
+        .iter()
+        .flat_map(|g| g.steps.iter().map(|s| s.decision.clone()))
+        .collect()
+}
+
+#[test]
+fn a_replay_repeats_a_sampled_run_whatever_the_policy_would_decide_now() {
+    let sampling = SamplingParams::with_temperature(1.0);
+    let pair = pair(3);
+    let reqs: Vec<Request> = (0..3)
+        .map(|i| Request {
+            id: i,
+            prompt: vec![1, 2, 3, 1, 2, 3, 1, 2, (i % 3) as u32],
+            stop: StopRule::new(24, &[]),
+        })
+        .collect();
+    let run = |state: u64, replay: Option<RecordedDecisions>| {
+        let mut options = options(sampling, 3);
+        options.replay = replay.map(Arc::new);
+        run_with_fallback_under(&pair, Box::new(Jittery { state }), options, &reqs)
+    };
+    let (recorded, _, fallback_steps) = run(1, None).unwrap();
+    assert!(
+        fallback_steps > 0,
+        "the fallback drafter drafted some steps"
+    );
+    // the same seed with other budgets: other draws, another (equally distributed) text
+    let (other, _, _) = run(99, None).unwrap();
+    assert_ne!(decisions_of(&other), decisions_of(&recorded));
+    let tokens = |g: &[Generation]| g.iter().map(|g| g.tokens.clone()).collect::<Vec<_>>();
+    assert_ne!(tokens(&other), tokens(&recorded));
+    // replayed through a JSONL file, under the other policy: the recorded run again
+    let dir = std::env::temp_dir().join(format!("specdec-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("steps.jsonl");
+    let steps: Vec<StepRecord> = recorded.iter().flat_map(|g| g.steps.clone()).collect();
+    crate::report::write_jsonl(&file, &steps).unwrap();
+    let (replayed, _, _) = run(99, Some(RecordedDecisions::read(&file).unwrap())).unwrap();
+    assert_eq!(tokens(&replayed), tokens(&recorded));
+    assert_eq!(decisions_of(&replayed), decisions_of(&recorded));
+    assert!(decisions_of(&replayed).iter().all(Option::is_some));
+
+    // a step that turns out otherwise than recorded stops the replay, named
+    let mut tampered = steps.clone();
+    let at = tampered
+        .iter()
+        .position(|s| s.proposed > s.accepted)
+        .unwrap();
+    tampered[at].accepted += 1;
+    let err = run(
+        99,
+        Some(RecordedDecisions::from_records(&tampered).unwrap()),
+    )
+    .unwrap_err()
+    .to_string();
+    let (request, step) = (tampered[at].request, tampered[at].step);
+    assert!(
+        err.contains(&format!("replay diverged at request {request} step {step}"))
+            && err.contains("drafts accepted"),
+        "{err}"
+    );
+    // so does a step that emitted other tokens (another seed or prompt, same budgets)
+    let mut tampered = steps.clone();
+    tampered[0].tokens[0] += 1;
+    let err = run(
+        99,
+        Some(RecordedDecisions::from_records(&tampered).unwrap()),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("step 0: tokens"), "{err}");
+    // a record cut short: the run outlives it
+    let last = steps.iter().filter(|s| s.request == 0).count() - 1;
+    let short: Vec<StepRecord> = steps
+        .iter()
+        .filter(|s| !(s.request == 0 && s.step == last))
+        .cloned()
+        .collect();
+    let err = run(99, Some(RecordedDecisions::from_records(&short).unwrap()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("request 0 step {last}")), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn recorded_decisions_refuse_records_they_cannot_replay() {
+    let step = |request: usize, step: usize, decision: Option<PolicyDecision>| StepRecord {
+        method: "m".into(),
+        request,
+        step,
+        repeat: 0,
+        proposed: 2,
+        draft_depth: 2,
+        accepted: 1,
+        emitted: 2,
+        draft_s: 0.0,
+        target_s: 0.0,
+        verify_s: 0.0,
+        commit_s: 0.0,
+        overhead_s: 0.0,
+        prefill_s: 0.0,
+        kv_blocks: 0,
+        batch: 1,
+        drafter: "d".into(),
+        decision,
+        tokens: vec![3, 4],
+    };
+    let chain = Some(PolicyDecision::new(false, &Budget::Chain(2)));
+    let err = |records: &[StepRecord]| {
+        RecordedDecisions::from_records(records)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err(&[step(0, 0, None)]);
+    assert!(
+        e.contains("request 0 step 0") && e.contains("no policy decision"),
+        "{e}"
+    );
+    let e = err(&[step(0, 0, chain.clone()), step(0, 0, chain.clone())]);
+    assert!(e.contains("step 0: is recorded twice"), "{e}");
+    let e = err(&[step(4, 0, chain.clone()), step(4, 2, chain.clone())]);
+    assert!(e.contains("request 4 step 1: is missing"), "{e}");
+    // a fallback step replayed by a method without a fallback drafter
+    let fallback = Some(PolicyDecision::new(true, &Budget::Chain(2)));
+    let recorded = RecordedDecisions::from_records(&[step(0, 0, fallback)]).unwrap();
+    let e = recorded.decision(0, 0, false).unwrap_err().to_string();
+    assert!(e.contains("fallback drafter"), "{e}");
+    assert_eq!(
+        recorded.decision(0, 0, true).unwrap(),
+        (DrafterChoice::Fallback, Budget::Chain(2))
+    );
+}
+
+#[test]
+fn every_budget_survives_its_record_in_json() {
+    let shape = TreeShape::from_branching(&[3, 2]);
+    for budget in [
+        Budget::Plain,
+        Budget::Chain(5),
+        Budget::TreeNodes(12),
+        Budget::Tree(Arc::new(shape)),
+    ] {
+        let decision = PolicyDecision::new(true, &budget);
+        let json = serde_json::to_string(&decision).unwrap();
+        let back: PolicyDecision = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.budget().unwrap(), budget, "{json}");
+        assert!(back.fallback);
+    }
+    // a recorded tree that is no tree is refused when read back
+    let bad: PolicyDecision = serde_json::from_str(
+        r#"{"fallback":false,"budget":{"tree":{"parents":[null,5],"ranks":[0,0]}}}"#,
+    )
+    .unwrap();
+    assert!(bad.budget().is_err());
 }

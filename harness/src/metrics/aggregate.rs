@@ -504,6 +504,8 @@ mod tests {
             kv_blocks: 1,
             batch: 1,
             drafter: "d".into(),
+            decision: None,
+            tokens: Vec::new(),
         }
     }
 

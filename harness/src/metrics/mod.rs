@@ -35,7 +35,7 @@ pub use aggregate::{
     acceptance_by_depth, accepted_lengths, summarize, summarize_categories, CategorySummary,
     DepthAcceptance, MethodSummary, TimeSplit,
 };
-pub use records::{MethodRun, RequestRecord, StepRecord};
+pub use records::{BudgetRecord, MethodRun, PolicyDecision, RequestRecord, StepRecord};
 pub use stats::{
     bootstrap, geometric_mean_interval, mean, mean_interval, ratio_interval, Interval,
     BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_PROMPTS,

@@ -1,6 +1,12 @@
 //! Raw records: one per engine step per sequence, one per request, one per method run.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
+use specdec_algorithms::policy::Budget;
+use specdec_algorithms::trees::TreeShape;
+
+use crate::error::Result;
 
 /// What happened to one sequence in one target pass. Times are seconds (wall time for real runs,
 /// cost-model time for simulations); a time shared by a batch is attributed in full to every
@@ -50,6 +56,76 @@ pub struct StepRecord {
     /// in records written before it was recorded.
     #[serde(default)]
     pub drafter: String,
+    /// What the policy decided for this step, before the engine cut it to the room left in the
+    /// context and the KV pool: what `--replay` feeds back. Absent in simulated records and in
+    /// records written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<PolicyDecision>,
+    /// The `emitted` token ids. Empty in simulated records and in records written before they
+    /// were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<u32>,
+}
+
+/// One step's speculation decision as recorded: which drafter, with which budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyDecision {
+    /// True when the method's fallback drafter drafted (its main policy chose plain decoding).
+    pub fallback: bool,
+    /// The budget the policy chose.
+    pub budget: BudgetRecord,
+}
+
+impl PolicyDecision {
+    /// The record of `budget`, drafted by the fallback drafter when `fallback`.
+    pub fn new(fallback: bool, budget: &Budget) -> Self {
+        let budget = match budget {
+            Budget::Plain => BudgetRecord::Plain,
+            Budget::Chain(k) => BudgetRecord::Chain(*k),
+            Budget::TreeNodes(n) => BudgetRecord::TreeNodes(*n),
+            Budget::Tree(shape) => BudgetRecord::Tree {
+                parents: shape.topology().parents().to_vec(),
+                ranks: shape.ranks().to_vec(),
+            },
+        };
+        Self { fallback, budget }
+    }
+
+    /// The budget this record stands for.
+    ///
+    /// # Errors
+    /// [`HarnessError::Algorithm`] for a recorded tree that is not a valid shape.
+    pub fn budget(&self) -> Result<Budget> {
+        Ok(match &self.budget {
+            BudgetRecord::Plain => Budget::Plain,
+            BudgetRecord::Chain(k) => Budget::chain(*k),
+            BudgetRecord::TreeNodes(n) => Budget::TreeNodes(*n),
+            BudgetRecord::Tree { parents, ranks } => {
+                Budget::Tree(Arc::new(TreeShape::new(parents, ranks)?))
+            }
+        })
+    }
+}
+
+/// A [`Budget`] as it is written to `steps.jsonl`: `"plain"`, `{"chain": k}`,
+/// `{"tree_nodes": n}` or `{"tree": {"parents": [null, 0, …], "ranks": [0, 0, …]}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum BudgetRecord {
+    /// No drafts.
+    Plain,
+    /// A chain of `k` drafts.
+    Chain(usize),
+    /// A tree of at most this many draft nodes, shaped by the drafter.
+    TreeNodes(usize),
+    /// A tree of exactly this shape ([`TreeShape::new`]'s arguments).
+    Tree {
+        /// Parent of each node (`None` for the root).
+        parents: Vec<Option<usize>>,
+        /// Rank of each node among its siblings.
+        ranks: Vec<usize>,
+    },
 }
 
 impl StepRecord {

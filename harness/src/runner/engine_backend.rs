@@ -24,7 +24,7 @@ use super::kv_memory::{KvMemory, KvPlan};
 use super::models::{check_same_tokenizer, time_forward, LoadedModel, Target};
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
 use crate::config::{ExperimentConfig, MethodConfig, Prompt};
-use crate::engine::{EngineOptions, Generation, Penalties};
+use crate::engine::{EngineOptions, Generation, Penalties, RecordedDecisions};
 use crate::engine::{Request, StopRule};
 use crate::error::Result;
 use crate::methods::{build_method, BuiltMethod};
@@ -52,6 +52,8 @@ pub struct EngineBackend {
     built: HashMap<String, BuiltMethod>,
     /// Seconds [`Backend::prepare`] spent building each method, reported by its first run.
     prepared_s: HashMap<String, f64>,
+    /// A recorded run's decisions to replay ([`EngineOptions::replay`]).
+    replay: Option<Arc<RecordedDecisions>>,
 }
 
 impl EngineBackend {
@@ -156,6 +158,7 @@ impl EngineBackend {
             built: HashMap::new(),
             prepared_s: HashMap::new(),
             device: Device::Cpu,
+            replay: None,
         })
     }
 
@@ -309,7 +312,15 @@ impl EngineBackend {
             penalties: self.penalties,
             seed: self.seed,
             batch_size: self.batch_size,
+            replay: self.replay.clone(),
         }
+    }
+
+    /// Replays `recorded`'s decisions in every method this backend runs, instead of asking the
+    /// methods' policies (see [`RecordedDecisions`]).
+    pub fn with_replay(mut self, recorded: RecordedDecisions) -> Self {
+        self.replay = Some(Arc::new(recorded));
+        self
     }
 }
 

@@ -172,6 +172,7 @@ impl Backend for ToyBackend {
             penalties: self.penalties,
             seed: self.seed,
             batch_size: self.batch_size,
+            replay: None,
         };
         let started = Instant::now();
         let generations = built

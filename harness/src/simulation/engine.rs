@@ -70,6 +70,8 @@ pub fn simulate_request(
             kv_blocks: (prompt_tokens + generated).div_ceil(SIM_BLOCK_TOKENS),
             batch: 1,
             drafter: if k > 0 { "simulated" } else { "none" }.into(),
+            decision: None,
+            tokens: Vec::new(),
         });
     }
     Ok(SimulatedRequest { steps, elapsed_s })
