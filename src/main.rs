@@ -109,6 +109,10 @@ enum Command {
         /// 8GiB or 512MiB [default: a quarter of the machine's memory].
         #[arg(long)]
         kv_memory: Option<String>,
+        /// Element type of the KV caches: f32, bf16 or f16 (half the bytes per token, so twice
+        /// the tokens in --kv-memory; values rounded when stored, attention in f32; CPU only).
+        #[arg(long, default_value = "f32")]
+        kv_dtype: String,
         /// Write one JSON line per target pass here (drafts proposed and accepted, timings, the
         /// policy's decision): the record --replay reads.
         #[arg(long, value_name = "FILE")]
@@ -310,6 +314,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
             device,
             head,
             kv_memory,
+            kv_dtype,
             steps,
             replay,
         } => {
@@ -341,6 +346,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
                 device,
                 head,
                 kv_memory,
+                kv_dtype: Some(kv_dtype),
                 steps_out: steps,
                 replay,
             };

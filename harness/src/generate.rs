@@ -96,6 +96,9 @@ pub struct GenerateOptions {
     /// The KV memory budget, e.g. `"8GiB"` (`KvMemory::parse`) [default: a quarter of the
     /// machine's memory].
     pub kv_memory: Option<String>,
+    /// The KV element type, `f32`, `bf16` or `f16` ([`crate::runner::parse_kv_dtype`])
+    /// [default: f32].
+    pub kv_dtype: Option<String>,
     /// Write the step records (with each step's policy decision) here as JSON Lines.
     pub steps_out: Option<PathBuf>,
     /// Take the speculation decisions from a `steps_out` file of an earlier run instead of the
@@ -342,10 +345,11 @@ pub fn generate(
         .draft
         .as_deref()
         .filter(|d| !method.drafter.is::<Staged>() || Staged::level_is_model(d));
-    let kv_memory = match &options.kv_memory {
-        Some(text) => KvMemory::parse(text)?,
-        None => KvMemory::machine_default(),
-    };
+    let kv_memory = KvMemory::configured(
+        options.kv_memory.as_deref(),
+        options.kv_dtype.as_deref(),
+        &options.device,
+    )?;
     on_loading(&match &options.draft {
         Some(draft) => format!(
             "loading {} and {draft} on {}…",

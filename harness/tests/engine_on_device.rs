@@ -43,6 +43,7 @@ fn load(device: Device, file: &Arc<GgufFile>) -> Box<dyn LanguageModel> {
                 LlamaOptions {
                     kv_capacity_tokens: 1024,
                     kv_block_size: 16,
+                    kv_dtype: specdec_kernels::kv::KvDtype::F32,
                     matmul: MatmulPath::Exact,
                 },
             )

@@ -29,6 +29,7 @@ fn target(arch: Architecture) -> LlamaModel {
         LlamaOptions {
             kv_capacity_tokens: 2048,
             kv_block_size: 16,
+            kv_dtype: specdec_kernels::kv::KvDtype::F32,
             matmul: MatmulPath::Int8,
         },
     )

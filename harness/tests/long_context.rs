@@ -7,7 +7,9 @@
 //!   work, naming the tokens; one that fits only alone waits for room (never two in a step),
 //!   and its output is the one it has alone;
 //! - a prompt prefilled in chunks gives bit-identical logits to one forward of the whole chain;
-//! - `models.kv_memory` is parsed, refused where it would be ignored.
+//! - a bf16 or f16 KV cache keeps greedy speculation equal to plain decoding (batch invariance
+//!   holds for every element type) and stays close to the f32 cache's output;
+//! - `models.kv_memory` and `models.kv_dtype` are parsed, refused where they would be ignored.
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use specdec_harness::engine::{
     Engine, EngineOptions, Generation, LmDraftModel, NoDrafter, Penalties, Request, StopRule,
 };
 use specdec_harness::Result;
+use specdec_kernels::kv::KvDtype;
 use specdec_kernels::sampling::SamplingParams;
 use specdec_kernels::verification::VerifyMethod;
 use specdec_kernels::TreeTopology;
@@ -28,8 +31,13 @@ use specdec_models::{LanguageModel, SequenceStep, PREFILL_CHUNK};
 
 const CONTEXT: u32 = 8192;
 
-/// The synthetic Llama with an 8k context and a KV pool of `kv_tokens` slots.
+/// The synthetic Llama with an 8k context and a KV pool of `kv_tokens` f32 slots.
 fn target(kv_tokens: usize) -> LlamaModel {
+    target_with(kv_tokens, KvDtype::F32)
+}
+
+/// [`target`] with a KV pool of `dtype` elements.
+fn target_with(kv_tokens: usize, dtype: KvDtype) -> LlamaModel {
     let file = synthetic_custom(
         Architecture::Llama,
         31,
@@ -38,13 +46,14 @@ fn target(kv_tokens: usize) -> LlamaModel {
             ..SyntheticOptions::default()
         },
     );
-    LlamaModel::from_gguf(&file, options(kv_tokens)).unwrap()
+    LlamaModel::from_gguf(&file, options(kv_tokens, dtype)).unwrap()
 }
 
-fn options(kv_tokens: usize) -> LlamaOptions {
+fn options(kv_tokens: usize, kv_dtype: KvDtype) -> LlamaOptions {
     LlamaOptions {
         kv_capacity_tokens: kv_tokens,
         kv_block_size: 16,
+        kv_dtype,
         matmul: MatmulPath::Int8,
     }
 }
@@ -126,7 +135,9 @@ fn prompts_past_2048_tokens_run_and_greedy_speculation_equals_plain() {
         blocks * 16 >= 2600 + 2100,
         "the step records count the blocks in use ({blocks})"
     );
-    let draft = model.layer_skip(&[0], options(6000 + 256)).unwrap();
+    let draft = model
+        .layer_skip(&[0], options(6000 + 256, KvDtype::F32))
+        .unwrap();
     let mut drafter = ChainDrafter::new(
         LmDraftModel::new(draft, SamplingParams::greedy(), 4),
         ChainMode::Argmax,
@@ -240,4 +251,59 @@ fn kv_memory_is_parsed_and_refused_where_nothing_would_use_it() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("models.kv_memory"), "{err}");
+}
+
+#[test]
+fn a_16_bit_kv_cache_keeps_greedy_speculation_equal_to_plain() {
+    let requests = [request(0, 2200, 16), request(1, 300, 16)];
+    let reference = plain(&mut target(3000), 2, &requests);
+    for dtype in [KvDtype::Bf16, KvDtype::F16] {
+        let mut model = target_with(3000, dtype);
+        assert_eq!(model.cache().dtype(), dtype);
+        let expected = plain(&mut model, 2, &requests);
+        let draft = model.layer_skip(&[0], options(3000 + 256, dtype)).unwrap();
+        let mut drafter = ChainDrafter::new(
+            LmDraftModel::new(draft, SamplingParams::greedy(), 4),
+            ChainMode::Argmax,
+        );
+        let got = run(&mut model, &mut drafter, 3, 2, &requests).unwrap();
+        assert_eq!(tokens(&got), tokens(&expected), "{dtype}");
+        // rounding K and V moves logits a little: the first greedy tokens survive it
+        let same = expected
+            .iter()
+            .zip(&reference)
+            .filter(|(a, b)| a.tokens[0] == b.tokens[0])
+            .count();
+        assert!(
+            same >= 1,
+            "{dtype}: {same} of 2 first tokens agree with f32"
+        );
+    }
+}
+
+#[test]
+fn kv_dtype_is_parsed_and_refused_where_it_cannot_hold() {
+    let config = |target: &str, device: &str, dtype: &str| {
+        format!(
+            "name = \"kv\"\nmax_tokens = 8\n[models]\ntarget = \"{target}\"\ndevice = \
+             \"{device}\"\nkv_dtype = \"{dtype}\"\n[prompts]\nsource = \"inline\"\ntexts = \
+             [\"a\"]\n[[methods]]\nname = \"plain\"\ndrafter = {{ kind = \"none\" }}\n"
+        )
+    };
+    let loaded =
+        ExperimentConfig::from_toml(&config("smollm2-135m", "cpu", "bf16"), "<t>").unwrap();
+    assert_eq!(loaded.config.models.kv_dtype.as_deref(), Some("bf16"));
+    for (target, device, dtype, named) in [
+        ("smollm2-135m", "cpu", "fp8", "fp8"),
+        ("smollm2-135m", "cuda", "f16", "CPU only"),
+        ("toy", "cpu", "bf16", "only real models"),
+    ] {
+        let err = ExperimentConfig::from_toml(&config(target, device, dtype), "<t>")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("models.kv_dtype") && err.contains(named),
+            "{target} {device} {dtype}: {err}"
+        );
+    }
 }

@@ -325,6 +325,7 @@ fn generate_refuses_max_tokens_past_the_context_before_any_work() {
         device: "cpu".into(),
         head: None,
         kv_memory: None,
+        kv_dtype: None,
         steps_out: None,
         replay: None,
     };

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use specdec_kernels::cuda::Device;
+use specdec_kernels::kv::dtype::require_f32;
 
 use crate::error::Result;
 use crate::gguf::GgufFile;
@@ -118,9 +119,11 @@ impl Checkpoint {
             Device::Cpu => Box::new(self.load(LlamaOptions {
                 kv_capacity_tokens: options.kv_capacity_tokens,
                 kv_block_size: options.kv_block_size,
+                kv_dtype: options.kv_dtype,
                 matmul: options.cpu_matmul,
             })?),
             Device::Cuda(ordinal) => {
+                require_f32(options.kv_dtype, "the CUDA runner")?;
                 let cuda = CudaLlamaOptions {
                     kv_capacity_tokens: options.kv_capacity_tokens,
                     kv_block_size: options.kv_block_size,

@@ -46,6 +46,7 @@ fn target(arch: Architecture) -> LlamaModel {
     let options = LlamaOptions {
         kv_capacity_tokens: 512,
         kv_block_size: 16,
+        kv_dtype: specdec_kernels::kv::KvDtype::F32,
         matmul: MatmulPath::Int8,
     };
     let mut model = LlamaModel::from_gguf(&synthetic(arch, 7), options).unwrap();
@@ -72,6 +73,7 @@ fn options(precision: HeadPrecision) -> HeadOptions {
         precision,
         kv_capacity_tokens: 256,
         kv_block_size: 4,
+        kv_dtype: specdec_kernels::kv::KvDtype::F32,
     }
 }
 

@@ -19,6 +19,7 @@ fn synthetic(matmul: MatmulPath) -> LlamaModel {
     let options = LlamaOptions {
         kv_capacity_tokens: 512,
         kv_block_size: 16,
+        kv_dtype: specdec_kernels::kv::KvDtype::F32,
         matmul,
     };
     LlamaModel::from_weights(config, weights, SpecialTokens::default(), options).unwrap()

@@ -16,6 +16,7 @@ use specdec_models::LanguageModel;
 const OPTIONS: LlamaOptions = LlamaOptions {
     kv_capacity_tokens: 256,
     kv_block_size: 16,
+    kv_dtype: specdec_kernels::kv::KvDtype::F32,
     matmul: MatmulPath::Exact,
 };
 

@@ -21,6 +21,7 @@ fn options(matmul: MatmulPath) -> LlamaOptions {
     LlamaOptions {
         kv_capacity_tokens: 512,
         kv_block_size: 16,
+        kv_dtype: specdec_kernels::kv::KvDtype::F32,
         matmul,
     }
 }

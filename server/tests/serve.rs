@@ -125,6 +125,7 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         device: "cpu".into(),
         head: None,
         kv_memory: None,
+        kv_dtype: None,
         steps_out: None,
         replay: None,
     };

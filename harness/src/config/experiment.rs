@@ -361,6 +361,19 @@ impl ExperimentConfig {
                 ));
             }
         }
+        if let Some(kv_dtype) = &self.models.kv_dtype {
+            let dtype = crate::runner::parse_kv_dtype(kv_dtype, &self.models.device)
+                .map_err(|e| invalid("models.kv_dtype", e.to_string()))?;
+            if dtype != specdec_kernels::kv::KvDtype::F32
+                && (matches!(target, ModelSource::Simulated | ModelSource::Toy)
+                    || self.simulation.is_some())
+            {
+                return Err(invalid(
+                    "models.kv_dtype",
+                    "only real models (run by the engine) have a KV cache to store".into(),
+                ));
+            }
+        }
         if target == ModelSource::Simulated && self.simulation.is_none() {
             return Err(invalid(
                 "simulation",

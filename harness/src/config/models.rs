@@ -28,6 +28,11 @@ pub struct ModelsConfig {
     /// Requests are admitted while their prompt and `max_tokens` fit; the others wait.
     #[serde(default)]
     pub kv_memory: Option<String>,
+    /// The element type of every KV pool: `"f32"` (the default), `"bf16"` or `"f16"` (half the
+    /// bytes per token: twice the tokens in `kv_memory`; values rounded when stored, attention
+    /// in f32). CPU only: the CUDA runner reads f32 pools.
+    #[serde(default)]
+    pub kv_dtype: Option<String>,
 }
 
 fn cpu() -> String {
@@ -45,6 +50,7 @@ impl Default for ModelsConfig {
             draft: None,
             device: cpu(),
             kv_memory: None,
+            kv_dtype: None,
         }
     }
 }

@@ -64,10 +64,11 @@ impl EngineBackend {
     /// with another tokenizer.
     pub fn new(config: &ExperimentConfig) -> Result<Self> {
         let device = parse_device(&config.models.device)?;
-        let kv_memory = match &config.models.kv_memory {
-            Some(text) => KvMemory::parse(text)?,
-            None => KvMemory::machine_default(),
-        };
+        let kv_memory = KvMemory::configured(
+            config.models.kv_memory.as_deref(),
+            config.models.kv_dtype.as_deref(),
+            &config.models.device,
+        )?;
         Self::open_with(
             kv_memory,
             &config.models.target,
@@ -131,14 +132,15 @@ impl EngineBackend {
             check_same_tokenizer(&target_file, &loaded)?;
             drafts.insert(name.to_string(), loaded);
         }
-        let (target_bytes, context) = target_file.kv_shape()?;
+        let dtype = kv_memory.dtype();
+        let (target_bytes, context) = target_file.kv_shape(dtype)?;
         // a draft model's KV per token, or the target's: a bound for layer skip and heads
         let draft_bytes = match drafts.values().next() {
-            Some(loaded) => loaded.kv_shape()?.0,
+            Some(loaded) => loaded.kv_shape(dtype)?.0,
             None => target_bytes,
         };
         let kv = kv_memory.plan(target_bytes, draft_bytes, batch_size, context)?;
-        let mut target = Target::Cpu(Box::new(target_file.instantiate(kv.target_tokens)?));
+        let mut target = Target::Cpu(Box::new(target_file.instantiate(kv.target_tokens, dtype)?));
         // One untimed forward pages the memory-mapped weights in and warms the thread pool
         // before the first timed method (the baseline runs first and would otherwise pay it).
         time_forward(target.model(), 1)?;
@@ -171,9 +173,11 @@ impl EngineBackend {
         if device == Device::Cpu || device == self.device {
             return Ok(self);
         }
-        let mut target = self
-            .target_file
-            .instantiate_on(device, self.kv.target_tokens)?;
+        let mut target = self.target_file.instantiate_on(
+            device,
+            self.kv.target_tokens,
+            self.kv.memory.dtype(),
+        )?;
         time_forward(target.as_mut(), 1)?;
         self.target = Target::Device(target);
         self.device = device;

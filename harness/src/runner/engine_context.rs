@@ -58,7 +58,11 @@ impl ModelSet<'_> {
     /// The kept blocks [`tune_layer_skip`] picks on `prompt` (its table goes to stderr).
     fn tuned_keep(&mut self, prompt: &[u32]) -> Result<Vec<usize>> {
         let target = self.target.cpu("layer-skip tuning")?;
-        let ranked = tune_layer_skip(target, prompt, kv_options(self.kv.draft_tokens))?;
+        let ranked = tune_layer_skip(
+            target,
+            prompt,
+            kv_options(self.kv.draft_tokens, self.kv.memory.dtype()),
+        )?;
         eprintln!(
             "layer-skip tuning on {} prompt tokens (best first):",
             prompt.len()
@@ -141,7 +145,7 @@ impl DraftContext for ModelSet<'_> {
             check_same_tokenizer(self.target_file, &loaded)?;
             self.drafts.insert(name.to_string(), loaded);
         }
-        self.drafts[name].instantiate_on(self.device, self.kv.draft_tokens)
+        self.drafts[name].instantiate_on(self.device, self.kv.draft_tokens, self.kv.memory.dtype())
     }
 
     /// A view of the CPU target sharing its weights; `tune` without `keep` measures the
@@ -155,7 +159,10 @@ impl DraftContext for ModelSet<'_> {
         let target = self.target.cpu("layer-skip drafting")?;
         let default = default_skip_layers(target.active_layers());
         let keep = keep.or(tuned.as_deref()).unwrap_or(&default);
-        Ok(Box::new(target.layer_skip(keep, kv_options(kv_tokens))?))
+        Ok(Box::new(target.layer_skip(
+            keep,
+            kv_options(kv_tokens, self.kv.memory.dtype()),
+        )?))
     }
 
     fn eagle_head(&mut self, path: Option<&str>, precision: HeadPrecision) -> Result<EagleHead> {
@@ -163,6 +170,7 @@ impl DraftContext for ModelSet<'_> {
         let options = HeadOptions {
             precision,
             kv_capacity_tokens: self.kv.draft_tokens,
+            kv_dtype: self.kv.memory.dtype(),
             ..HeadOptions::default()
         };
         let target = self.target.cpu("an EAGLE head")?;

@@ -19,16 +19,20 @@
 
 use std::fmt;
 
+use specdec_kernels::kv::KvDtype;
+
 use crate::engine::KV_TREE_ROOM;
 use crate::error::{HarnessError, Result};
 
 /// Fewest target token slots a budget may leave (below this no useful request fits).
 pub const MIN_KV_TOKENS: usize = 256;
 
-/// A KV memory budget in bytes (≥ 1 MiB).
+/// A KV memory budget in bytes (≥ 1 MiB), and the element type the pools store in it
+/// (`kv_dtype`: f32 by default; bf16 and f16 hold twice the tokens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvMemory {
     bytes: u64,
+    dtype: KvDtype,
 }
 
 /// The token slots a [`KvMemory`] gives each pool of a run.
@@ -53,7 +57,20 @@ impl KvMemory {
                 "kv_memory of {bytes} bytes: at least 1 MiB is needed"
             )));
         }
-        Ok(Self { bytes })
+        Ok(Self {
+            bytes,
+            dtype: KvDtype::F32,
+        })
+    }
+
+    /// The same budget with pools of `dtype` elements.
+    pub fn with_dtype(self, dtype: KvDtype) -> Self {
+        Self { dtype, ..self }
+    }
+
+    /// The element type of the pools.
+    pub fn dtype(&self) -> KvDtype {
+        self.dtype
     }
 
     /// Parses a size: a number with an optional unit, `B`, `KiB`/`MiB`/`GiB`/`TiB` (or `K`, `M`,
@@ -107,7 +124,30 @@ impl KvMemory {
             });
         Self {
             bytes: total.map_or(4 << 30, |t| (t / 4).max(1 << 20)),
+            dtype: KvDtype::F32,
         }
+    }
+
+    /// The budget `kv_memory` (a size for [`KvMemory::parse`]; `None`: the
+    /// [`KvMemory::machine_default`]) of `kv_dtype` elements ([`parse_kv_dtype`]; `None`: f32)
+    /// for models on `device`.
+    ///
+    /// # Errors
+    /// As [`KvMemory::parse`] and [`parse_kv_dtype`].
+    pub fn configured(
+        kv_memory: Option<&str>,
+        kv_dtype: Option<&str>,
+        device: &str,
+    ) -> Result<Self> {
+        let memory = match kv_memory {
+            Some(text) => Self::parse(text)?,
+            None => Self::machine_default(),
+        };
+        let dtype = match kv_dtype {
+            Some(text) => parse_kv_dtype(text, device)?,
+            None => KvDtype::F32,
+        };
+        Ok(memory.with_dtype(dtype))
     }
 
     /// The budget in bytes.
@@ -116,7 +156,7 @@ impl KvMemory {
     }
 
     /// The pools' token slots for a target of `target_token_bytes` KV bytes per token and a
-    /// drafter of `draft_token_bytes`, serving `sequences` requests at once in a context of
+    /// drafter of `draft_token_bytes` (bytes of this budget's element type), serving `sequences` requests at once in a context of
     /// `context` tokens (module docs for the split).
     ///
     /// # Errors
@@ -151,6 +191,25 @@ impl KvMemory {
             draft_tokens: target_tokens + slack,
         })
     }
+}
+
+/// Parses a `kv_dtype` (`f32`, `bf16` or `f16`) for models on `device` (`cpu`, `cuda`,
+/// `cuda:N`).
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] for another name, or a 16-bit type on a GPU (the CUDA
+/// kernels read f32 pools).
+pub fn parse_kv_dtype(text: &str, device: &str) -> Result<KvDtype> {
+    let dtype: KvDtype = text
+        .parse()
+        .map_err(|e: specdec_kernels::KernelError| HarnessError::InvalidEngine(e.to_string()))?;
+    if dtype != KvDtype::F32 && device.trim() != "cpu" {
+        return Err(HarnessError::InvalidEngine(format!(
+            "kv_dtype {dtype} runs on the CPU only: the CUDA kernels read f32 KV pools (device \
+             `{device}`)"
+        )));
+    }
+    Ok(dtype)
 }
 
 impl fmt::Display for KvMemory {
@@ -220,5 +279,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("1.0 MiB") && err.contains("57344"), "{err}");
+    }
+
+    #[test]
+    fn a_kv_dtype_is_parsed_with_the_budget_and_refused_on_a_gpu() {
+        let memory = KvMemory::configured(Some("1GiB"), Some("bf16"), "cpu").unwrap();
+        assert_eq!((memory.bytes(), memory.dtype()), (1 << 30, KvDtype::Bf16));
+        let default = KvMemory::configured(None, None, "cuda").unwrap();
+        assert_eq!(default.dtype(), KvDtype::F32);
+        for (text, device, named) in [("fp8", "cpu", "fp8"), ("f16", "cuda:0", "CPU only")] {
+            let err = parse_kv_dtype(text, device).unwrap_err().to_string();
+            assert!(err.contains(named), "{text} {device}: {err}");
+        }
+        assert_eq!(parse_kv_dtype("f32", "cuda").unwrap(), KvDtype::F32);
     }
 }

@@ -19,7 +19,7 @@ mod toy;
 
 pub use engine_backend::EngineBackend;
 pub use engine_context::ModelSet;
-pub use kv_memory::{KvMemory, KvPlan};
+pub use kv_memory::{parse_kv_dtype, KvMemory, KvPlan};
 pub use models::{check_same_tokenizer, time_forward, LoadedModel, Target};
 pub use simulated::{require_chain_method, SimulationBackend};
 pub use toy::{toy_pair, ToyBackend};

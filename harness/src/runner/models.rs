@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use specdec_kernels::cuda::Device;
+use specdec_kernels::kv::KvDtype;
 use specdec_kernels::TreeTopology;
 use specdec_models::llama::cuda::GpuMatmul;
 use specdec_models::llama::{DeviceModelOptions, LlamaModel, LlamaOptions};
@@ -51,8 +52,8 @@ impl LoadedModel {
     ///
     /// # Errors
     /// As [`Checkpoint::load`].
-    pub fn instantiate(&self, kv_tokens: usize) -> Result<LlamaModel> {
-        Ok(self.checkpoint.load(kv_options(kv_tokens))?)
+    pub fn instantiate(&self, kv_tokens: usize, dtype: KvDtype) -> Result<LlamaModel> {
+        Ok(self.checkpoint.load(kv_options(kv_tokens, dtype))?)
     }
 
     /// [`LoadedModel::instantiate`] with a pool for one sequence of the model's whole context
@@ -61,18 +62,18 @@ impl LoadedModel {
     /// # Errors
     /// As [`LoadedModel::instantiate`] and [`LoadedModel::kv_shape`].
     pub fn instantiate_one(&self) -> Result<LlamaModel> {
-        let (_, context) = self.kv_shape()?;
-        self.instantiate(context + crate::engine::KV_TREE_ROOM)
+        let (_, context) = self.kv_shape(KvDtype::F32)?;
+        self.instantiate(context + crate::engine::KV_TREE_ROOM, KvDtype::F32)
     }
 
-    /// Bytes of f32 KV one token takes in this model (every layer's K and V, all KV heads), and
-    /// its context length.
+    /// Bytes of `dtype` KV one token takes in this model (every layer's K and V, all KV heads),
+    /// and its context length.
     ///
     /// # Errors
     /// As [`Checkpoint::config`] (missing or bad hyperparameters).
-    pub fn kv_shape(&self) -> Result<(usize, usize)> {
+    pub fn kv_shape(&self, dtype: KvDtype) -> Result<(usize, usize)> {
         let c = self.checkpoint.config()?;
-        let bytes = c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>();
+        let bytes = c.n_layers * 2 * c.n_kv_heads * c.head_dim * dtype.bytes();
         Ok((bytes, c.context_length))
     }
 
@@ -81,15 +82,21 @@ impl LoadedModel {
     ///
     /// # Errors
     /// As [`Checkpoint::load_on_device`]: no usable GPU is an error naming the problem.
-    pub fn instantiate_on(&self, device: Device, kv_tokens: usize) -> Result<DeviceModel> {
+    pub fn instantiate_on(
+        &self,
+        device: Device,
+        kv_tokens: usize,
+        dtype: KvDtype,
+    ) -> Result<DeviceModel> {
         if device == Device::Cpu {
-            return Ok(Box::new(self.instantiate(kv_tokens)?));
+            return Ok(Box::new(self.instantiate(kv_tokens, dtype)?));
         }
-        let cpu = kv_options(kv_tokens);
+        let cpu = kv_options(kv_tokens, dtype);
         let options = DeviceModelOptions {
             device,
             kv_capacity_tokens: cpu.kv_capacity_tokens,
             kv_block_size: cpu.kv_block_size,
+            kv_dtype: dtype,
             cpu_matmul: cpu.matmul,
             gpu_matmul: GpuMatmul::BatchInvariant,
         };
@@ -138,10 +145,11 @@ impl Target {
     }
 }
 
-/// KV options with a pool of `kv_tokens` token slots (at least one).
-pub fn kv_options(kv_tokens: usize) -> LlamaOptions {
+/// KV options with a pool of `kv_tokens` token slots (at least one) of `dtype` elements.
+pub fn kv_options(kv_tokens: usize, dtype: KvDtype) -> LlamaOptions {
     LlamaOptions {
         kv_capacity_tokens: kv_tokens.max(1),
+        kv_dtype: dtype,
         ..LlamaOptions::default()
     }
 }

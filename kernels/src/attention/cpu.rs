@@ -27,7 +27,7 @@ use rayon::prelude::*;
 
 use crate::attention::simd;
 use crate::error::{KernelError, Result};
-use crate::kv::{BlockId, KvLayout, KvPages, KvPart};
+use crate::kv::{BlockId, KvDtype, KvLayout, KvPages, KvPart};
 use crate::tree::{TreeTopology, MASK_WORD_BITS};
 
 /// Logical keys per online-softmax chunk. Part of the numerical contract (batch invariance, and
@@ -250,6 +250,69 @@ unsafe fn run_task_avx2(
     run_task_body(ctx, seq, task, avx2)
 }
 
+/// Hands attention the K and V rows of up to [`KEY_CHUNK`] logical positions of one sequence
+/// and KV head as f32: borrowed from an f32 pool, widened (exactly) into scratch rows from a
+/// 16-bit one, so the arithmetic that follows is the same for every element type.
+struct ChunkLoader<'p, 'a> {
+    pages: &'p KvPages<'a>,
+    table: &'p [BlockId],
+    layer: usize,
+    kv_head: usize,
+    /// `[K, V][KEY_CHUNK][head_dim]` widened rows (empty for an f32 pool).
+    scratch: Vec<f32>,
+}
+
+impl ChunkLoader<'_, '_> {
+    /// Calls `absorb(keys, values)` with the rows of `positions` (at most [`KEY_CHUNK`]), in
+    /// order.
+    #[inline(always)]
+    fn with_rows(
+        &mut self,
+        positions: impl Iterator<Item = usize>,
+        absorb: impl FnOnce(&[&[f32]], &[&[f32]]),
+    ) {
+        let layout = self.pages.layout();
+        let (dim, bs) = (layout.head_dim(), layout.block_size());
+        let (layer, kv_head) = (self.layer, self.kv_head);
+        let offset = |pos: usize, part| {
+            layout.row_offset(self.table[pos / bs], layer, part, kv_head, pos % bs)
+        };
+        if let Some(data) = self.pages.data().as_f32() {
+            let mut keys: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
+            let mut values: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
+            let mut n = 0;
+            for pos in positions {
+                let (k, v) = (offset(pos, KvPart::Key), offset(pos, KvPart::Value));
+                keys[n] = &data[k..k + dim];
+                values[n] = &data[v..v + dim];
+                n += 1;
+            }
+            return absorb(&keys[..n], &values[..n]);
+        }
+        let data = self.pages.data();
+        let (key_rows, value_rows) = self.scratch.split_at_mut(KEY_CHUNK * dim);
+        let mut n = 0;
+        for pos in positions {
+            let rows = n * dim..(n + 1) * dim;
+            data.widen_into(offset(pos, KvPart::Key), &mut key_rows[rows.clone()]);
+            data.widen_into(offset(pos, KvPart::Value), &mut value_rows[rows]);
+            n += 1;
+        }
+        let mut keys: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
+        let mut values: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
+        for (i, (k, v)) in key_rows
+            .chunks_exact(dim)
+            .zip(value_rows.chunks_exact(dim))
+            .take(n)
+            .enumerate()
+        {
+            keys[i] = k;
+            values[i] = v;
+        }
+        absorb(&keys[..n], &values[..n])
+    }
+}
+
 /// Running online-softmax state of one query row.
 struct RowState<'o> {
     max: f32,
@@ -303,12 +366,18 @@ fn run_task_body<D: simd::Dot>(
 ) -> Vec<f32> {
     let pages = ctx.pages;
     let layout = pages.layout();
-    let (dim, bs) = (layout.head_dim(), layout.block_size());
+    let dim = layout.head_dim();
     let (layer, scale, nq) = (ctx.params.layer, ctx.params.scale, ctx.params.num_q_heads);
-    let table = seq.block_table;
     let kv_head = task.kv_head;
-    let row_at = |pos: usize, part: KvPart| -> &[f32] {
-        pages.row(table[pos / bs], layer, part, kv_head, pos % bs)
+    let mut loader = ChunkLoader {
+        pages,
+        table: seq.block_table,
+        layer,
+        kv_head,
+        scratch: match pages.dtype() {
+            KvDtype::F32 => Vec::new(),
+            _ => vec![0.0; 2 * KEY_CHUNK * dim],
+        },
     };
     let query = |r: usize| -> &[f32] {
         let (node, g) = (r / ctx.group, r % ctx.group);
@@ -325,23 +394,20 @@ fn run_task_body<D: simd::Dot>(
             acc,
         })
         .collect();
-    let mut keys: Vec<&[f32]> = Vec::with_capacity(KEY_CHUNK);
-    let mut values: Vec<&[f32]> = Vec::with_capacity(KEY_CHUNK);
     let mut scores = vec![0.0f32; KEY_CHUNK];
 
     // Whole chunks of the prefix: the same keys for every row.
     let prefix = seq.prefix_len;
     let whole_chunks = prefix / KEY_CHUNK;
     for chunk in 0..whole_chunks {
-        keys.clear();
-        values.clear();
-        for pos in chunk * KEY_CHUNK..(chunk + 1) * KEY_CHUNK {
-            keys.push(row_at(pos, KvPart::Key));
-            values.push(row_at(pos, KvPart::Value));
-        }
-        for (r, state) in task.rows.clone().zip(states.iter_mut()) {
-            state.absorb(kernel, query(r), &keys, &values, scale, &mut scores);
-        }
+        loader.with_rows(
+            chunk * KEY_CHUNK..(chunk + 1) * KEY_CHUNK,
+            |keys, values| {
+                for (r, state) in task.rows.clone().zip(states.iter_mut()) {
+                    state.absorb(kernel, query(r), keys, values, scale, &mut scores);
+                }
+            },
+        );
     }
 
     // The rest: prefix tail, then the node's root-to-node path, chunked from a chunk boundary.
@@ -369,13 +435,9 @@ fn run_task_body<D: simd::Dot>(
             positions_node = node;
         }
         for chunk in positions.chunks(KEY_CHUNK) {
-            keys.clear();
-            values.clear();
-            for &pos in chunk {
-                keys.push(row_at(pos, KvPart::Key));
-                values.push(row_at(pos, KvPart::Value));
-            }
-            state.absorb(kernel, query(r), &keys, &values, scale, &mut scores);
+            loader.with_rows(chunk.iter().copied(), |keys, values| {
+                state.absorb(kernel, query(r), keys, values, scale, &mut scores);
+            });
         }
     }
 

@@ -184,9 +184,14 @@ fn run(cases: &[&Case], nq: usize, block_size: usize, rng: &mut Rng) -> Vec<f32>
     let logical: Vec<&Logical> = cases.iter().map(|c| &c.kv).collect();
     let pool = scatter(&logical, block_size, rng);
     let pages = KvPages::new(pool.layout, &pool.data).unwrap();
+    attend(&pages, &pool.tables, cases, nq)
+}
+
+/// The kernel over `cases` whose K/V `pages` holds at blocks `tables`.
+fn attend(pages: &KvPages<'_>, tables: &[Vec<BlockId>], cases: &[&Case], nq: usize) -> Vec<f32> {
     let batch: Vec<AttentionSeq<'_>> = cases
         .iter()
-        .zip(&pool.tables)
+        .zip(tables)
         .map(|(c, table)| AttentionSeq {
             queries: &c.queries,
             block_table: table,
@@ -194,7 +199,7 @@ fn run(cases: &[&Case], nq: usize, block_size: usize, rng: &mut Rng) -> Vec<f32>
             tree: &c.tree,
         })
         .collect();
-    tree_attention(&pages, &params(nq, cases[0].kv.dim), &batch).unwrap()
+    tree_attention(pages, &params(nq, cases[0].kv.dim), &batch).unwrap()
 }
 
 /// Dense f64 attention with an explicit `n × n` mask built by walking parents.
@@ -470,4 +475,73 @@ fn bad_inputs_are_errors() {
         tree_attention(&pages, &good, &[]).unwrap(),
         Vec::<f32>::new()
     );
+}
+
+/// A bf16 or f16 pool gives, bit for bit, the f32 results of its rounded values (attention
+/// widens each row exactly, then runs the f32 arithmetic), so it inherits batch invariance.
+#[test]
+fn a_16_bit_pool_gives_the_f32_results_of_its_rounded_values() {
+    use crate::kv::{KvData, KvDtype};
+    use crate::quant::float16::{f32_to_bf16, f32_to_f16};
+    let mut rng = Rng(23);
+    let (nq, kv_heads, dim) = (4, 2, 64);
+    let cases: Vec<Case> = [
+        (0usize, 5usize, 0usize),
+        (130, 9, 3),
+        (64, 1, 0),
+        (200, 17, 1),
+    ]
+    .iter()
+    .map(|&(prefix, n, shape)| {
+        let tree = random_tree(&mut rng, n, shape);
+        random_case(&mut rng, prefix, tree, kv_heads, nq, dim)
+    })
+    .collect();
+    for (dtype, to_bits) in [
+        (KvDtype::Bf16, f32_to_bf16 as fn(f32) -> u16),
+        (KvDtype::F16, f32_to_f16),
+    ] {
+        let rounded: Vec<Case> = cases
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                for v in c.kv.keys.iter_mut().chain(c.kv.values.iter_mut()) {
+                    *v = dtype.round(*v);
+                }
+                c
+            })
+            .collect();
+        let refs: Vec<&Case> = rounded.iter().collect();
+        let logical: Vec<&Logical> = refs.iter().map(|c| &c.kv).collect();
+        let pool = scatter(&logical, 16, &mut rng);
+        let f32_pages = KvPages::new(pool.layout, &pool.data).unwrap();
+        let want = attend(&f32_pages, &pool.tables, &refs, nq);
+        // the same pool stored in 16 bits (the unrounded values round to the same bits)
+        let bits: Vec<u16> = pool.data.iter().map(|&v| to_bits(v)).collect();
+        let pages = KvPages::of(pool.layout, KvData::Half(dtype, &bits)).unwrap();
+        assert_eq!(pages.dtype(), dtype);
+        let got = attend(&pages, &pool.tables, &refs, nq);
+        assert!(
+            got.iter()
+                .map(|v| v.to_bits())
+                .eq(want.iter().map(|v| v.to_bits())),
+            "{dtype}: 16-bit pool differs from f32 over rounded values"
+        );
+        // alone as in the batch
+        let last = refs.len() - 1;
+        let alone = attend(&pages, &pool.tables[last..], &refs[last..], nq);
+        assert_eq!(alone[..], got[got.len() - alone.len()..], "{dtype}");
+        // and close to the unrounded f32 reference
+        let mut at = 0;
+        for case in &cases {
+            let len = case.tree.len() * nq * dim;
+            let worst = got[at..at + len]
+                .iter()
+                .zip(reference(case, nq))
+                .map(|(g, w)| (f64::from(*g) - w).abs())
+                .fold(0.0, f64::max);
+            assert!(worst < 0.05, "{dtype}: {worst}");
+            at += len;
+        }
+    }
 }

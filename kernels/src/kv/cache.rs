@@ -19,6 +19,7 @@ use std::fmt;
 
 use crate::error::{KernelError, Result};
 use crate::kv::allocator::BlockAllocator;
+use crate::kv::dtype::{KvDtype, KvStore};
 use crate::kv::layout::{BlockId, KvLayout, KvPages, KvPart};
 
 /// Identifies a sequence of a [`PagedKvCache`]. Ids are handed out by the cache and never reused.
@@ -52,23 +53,32 @@ struct Sequence {
     pending: usize,
 }
 
-/// A pool of KV blocks (f32, layout in [`crate::kv::layout`]) with per-sequence block tables.
+/// A pool of KV blocks (f32, bf16 or f16: [`KvDtype`]; layout in [`crate::kv::layout`]) with
+/// per-sequence block tables.
 #[derive(Debug, Clone)]
 pub struct PagedKvCache {
     layout: KvLayout,
-    data: Vec<f32>,
+    data: KvStore,
     allocator: BlockAllocator,
     sequences: BTreeMap<u64, Sequence>,
     next_id: u64,
 }
 
 impl PagedKvCache {
-    /// A cache of `num_blocks` zeroed blocks of `layout`.
+    /// A cache of `num_blocks` zeroed f32 blocks of `layout`.
     ///
     /// # Errors
     /// [`KernelError::InvalidConfig`] if the pool does not fit in memory addressing or 32-bit
     /// block ids.
     pub fn new(layout: KvLayout, num_blocks: usize) -> Result<Self> {
+        Self::with_dtype(layout, num_blocks, KvDtype::F32)
+    }
+
+    /// A cache of `num_blocks` zeroed blocks of `layout` whose elements are `dtype`.
+    ///
+    /// # Errors
+    /// As [`PagedKvCache::new`].
+    pub fn with_dtype(layout: KvLayout, num_blocks: usize, dtype: KvDtype) -> Result<Self> {
         let allocator = BlockAllocator::new(num_blocks)?;
         let elems = num_blocks
             .checked_mul(layout.block_elems())
@@ -77,7 +87,7 @@ impl PagedKvCache {
             })?;
         Ok(Self {
             layout,
-            data: vec![0.0; elems],
+            data: KvStore::zeroed(dtype, elems),
             allocator,
             sequences: BTreeMap::new(),
             next_id: 0,
@@ -89,9 +99,14 @@ impl PagedKvCache {
         &self.layout
     }
 
+    /// The element type of the pool.
+    pub fn dtype(&self) -> KvDtype {
+        self.data.view().dtype()
+    }
+
     /// Read-only view of the block pool, for attention.
     pub fn pages(&self) -> KvPages<'_> {
-        KvPages::new(self.layout, &self.data).expect("the pool is a whole number of blocks")
+        KvPages::of(self.layout, self.data.view()).expect("the pool is a whole number of blocks")
     }
 
     /// Allocation state: free / used blocks and reference counts.
@@ -281,7 +296,7 @@ impl PagedKvCache {
                 let src = t * token + head * row;
                 for (part, buf) in [(KvPart::Key, keys), (KvPart::Value, values)] {
                     let dst = layout.row_offset(block, layer, part, head, slot);
-                    self.data[dst..dst + row].copy_from_slice(&buf[src..src + row]);
+                    self.data.write(dst, &buf[src..src + row]);
                 }
             }
         }
@@ -391,7 +406,7 @@ impl PagedKvCache {
     }
 
     /// The `head_dim` row of `(layer, part, kv_head)` for the token at logical position `pos` of
-    /// `seq` (committed or pending).
+    /// `seq` (committed or pending), as f32 (a 16-bit pool's values widened exactly).
     ///
     /// # Errors
     /// [`KernelError::UnknownSequence`]; [`KernelError::OutOfRange`] for any index out of range.
@@ -402,7 +417,7 @@ impl PagedKvCache {
         layer: usize,
         part: KvPart,
         kv_head: usize,
-    ) -> Result<&[f32]> {
+    ) -> Result<Vec<f32>> {
         let state = self.sequence(seq)?;
         for (what, index, limit) in [
             ("token position", pos, state.len + state.pending),
@@ -421,7 +436,9 @@ impl PagedKvCache {
         let offset =
             self.layout
                 .row_offset(state.block_table[pos / bs], layer, part, kv_head, pos % bs);
-        Ok(&self.data[offset..offset + self.layout.head_dim()])
+        let mut row = vec![0.0; self.layout.head_dim()];
+        self.data.view().widen_into(offset, &mut row);
+        Ok(row)
     }
 
     fn sequence(&self, seq: SeqId) -> Result<&Sequence> {

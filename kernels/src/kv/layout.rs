@@ -1,7 +1,8 @@
 //! The element layout of one KV block, and a read-only view over a pool of blocks.
 //!
 //! A **block** holds K and V for `block_size` consecutive token slots of one sequence, for every
-//! layer and every KV head. Its `block_elems()` f32 elements are laid out row-major as
+//! layer and every KV head. Its `block_elems()` elements (f32, bf16 or f16: [`KvDtype`]) are
+//! laid out row-major as
 //!
 //! ```text
 //! [layer][part: 0 = K, 1 = V][kv_head][slot][head_dim]
@@ -13,6 +14,7 @@
 //! slot `pos % block_size`. The CUDA twin uses the same layout, element for element.
 
 use crate::error::{KernelError, Result};
+use crate::kv::dtype::{KvData, KvDtype};
 
 /// Index of a physical block in a pool (`0..num_blocks`). `u32` so block tables can be copied
 /// verbatim into device memory as `uint32_t`.
@@ -173,21 +175,30 @@ impl KvLayout {
     }
 }
 
-/// A read-only view over a pool of KV blocks: `data.len() == num_blocks * layout.block_elems()`.
-/// What attention reads; obtained from [`crate::kv::PagedKvCache::pages`] or built over any
-/// buffer in the documented layout (tests do this to scatter blocks at will).
+/// A read-only view over a pool of KV blocks: `data.len() == num_blocks * layout.block_elems()`,
+/// elements of any [`KvDtype`]. What attention reads; obtained from
+/// [`crate::kv::PagedKvCache::pages`] or built over any buffer in the documented layout (tests
+/// do this to scatter blocks at will).
 #[derive(Debug, Clone, Copy)]
 pub struct KvPages<'a> {
     layout: KvLayout,
-    data: &'a [f32],
+    data: KvData<'a>,
 }
 
 impl<'a> KvPages<'a> {
-    /// Wraps `data` as a pool of blocks of `layout`.
+    /// Wraps f32 `data` as a pool of blocks of `layout`.
     ///
     /// # Errors
     /// [`KernelError::ShapeMismatch`] if `data.len()` is not a whole number of blocks.
     pub fn new(layout: KvLayout, data: &'a [f32]) -> Result<Self> {
+        Self::of(layout, KvData::F32(data))
+    }
+
+    /// Wraps `data` of any element type as a pool of blocks of `layout`.
+    ///
+    /// # Errors
+    /// As [`KvPages::new`].
+    pub fn of(layout: KvLayout, data: KvData<'a>) -> Result<Self> {
         let block = layout.block_elems();
         if !data.len().is_multiple_of(block) {
             return Err(KernelError::ShapeMismatch {
@@ -210,12 +221,19 @@ impl<'a> KvPages<'a> {
     }
 
     /// The whole pool, in the documented layout.
-    pub fn data(&self) -> &'a [f32] {
+    pub fn data(&self) -> KvData<'a> {
         self.data
     }
 
-    /// The `head_dim` row of `(block, layer, part, kv_head, slot)`. Arguments must be in range
-    /// (callers validate block tables first); out-of-range arguments panic on slice indexing.
+    /// The element type.
+    pub fn dtype(&self) -> KvDtype {
+        self.data.dtype()
+    }
+
+    /// The `head_dim` row of `(block, layer, part, kv_head, slot)` of an f32 pool, borrowed
+    /// (`None` for a 16-bit pool: [`KvPages::widen_row`]). Arguments must be in range (callers
+    /// validate block tables first); out-of-range arguments panic on slice indexing.
+    #[inline]
     pub fn row(
         &self,
         block: BlockId,
@@ -223,9 +241,21 @@ impl<'a> KvPages<'a> {
         part: KvPart,
         kv_head: usize,
         slot: usize,
-    ) -> &'a [f32] {
+    ) -> Option<&'a [f32]> {
         let start = self.layout.row_offset(block, layer, part, kv_head, slot);
-        &self.data[start..start + self.layout.head_dim]
+        let data = self.data.as_f32()?;
+        Some(&data[start..start + self.layout.head_dim])
+    }
+
+    /// The same row, of any element type, widened to f32 into `out` (`head_dim` long).
+    #[inline]
+    pub fn widen_row(
+        &self,
+        (block, layer, part, kv_head, slot): (BlockId, usize, KvPart, usize, usize),
+        out: &mut [f32],
+    ) {
+        let start = self.layout.row_offset(block, layer, part, kv_head, slot);
+        self.data.widen_into(start, out);
     }
 
     /// Checks that `block_table` names blocks of this pool and covers `tokens` slots.

@@ -1,7 +1,9 @@
 //! Paged KV cache with speculative commit / rewind (CPU reference; host-side bookkeeping).
 //!
-//! - [`layout`]: the element layout of a block (`[layer][K/V][kv_head][slot][head_dim]`, f32)
+//! - [`layout`]: the element layout of a block (`[layer][K/V][kv_head][slot][head_dim]`)
 //!   and [`KvPages`], the read-only view attention consumes;
+//! - [`dtype`]: the element type of a pool (f32, bf16 or f16: rounded on write, widened
+//!   exactly on read);
 //! - [`allocator`]: reference-counted block allocation;
 //! - [`cache`]: [`PagedKvCache`], per-sequence block tables and the life cycle
 //!   `reserve → write_kv (per layer) → attention → commit(accepted path) | rewind(n)`,
@@ -29,6 +31,7 @@
 pub mod allocator;
 pub mod cache;
 pub mod cuda;
+pub mod dtype;
 pub mod layout;
 
 #[cfg(test)]
@@ -36,4 +39,5 @@ mod tests;
 
 pub use allocator::BlockAllocator;
 pub use cache::{CommitStats, PagedKvCache, SeqId};
+pub use dtype::{KvData, KvDtype};
 pub use layout::{BlockId, KvLayout, KvPages, KvPart};

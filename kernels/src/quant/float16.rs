@@ -63,6 +63,18 @@ pub fn f32_to_f16(value: f32) -> u16 {
     h as u16
 }
 
+/// Rounds an `f32` to the nearest bfloat16 (ties to even), returning its bits. Values beyond
+/// the bf16 range become infinities; NaNs stay (quiet) NaNs.
+pub fn f32_to_bf16(value: f32) -> u16 {
+    let x = value.to_bits();
+    if value.is_nan() {
+        return ((x >> 16) as u16) | 0x0040;
+    }
+    // add just under half an ulp of bf16, plus one when the kept part is odd: ties to even
+    let round = 0x7fff + ((x >> 16) & 1);
+    ((x + round) >> 16) as u16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +121,26 @@ mod tests {
     fn bf16_is_the_upper_half() {
         assert_eq!(bf16_to_f32(0x3f80), 1.0);
         assert_eq!(bf16_to_f32(0xc049), f32::from_bits(0xc049_0000));
+    }
+
+    #[test]
+    fn f32_to_bf16_rounds_to_nearest_even() {
+        // every bf16 value converts back to itself
+        for bits in 0..=u16::MAX {
+            let v = bf16_to_f32(bits);
+            if v.is_nan() {
+                assert!(bf16_to_f32(f32_to_bf16(v)).is_nan());
+            } else {
+                assert_eq!(f32_to_bf16(v), bits, "bits {bits:#06x}");
+            }
+        }
+        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0); 1 + 3 * 2^-8 up
+        assert_eq!(f32_to_bf16(1.0 + 2f32.powi(-8)), 0x3f80);
+        assert_eq!(f32_to_bf16(1.0 + 3.0 * 2f32.powi(-8)), 0x3f82);
+        // just above halfway rounds up, just below down
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_7fff)), 0x3f80);
+        assert_eq!(f32_to_bf16(f32::MAX), 0x7f80);
+        assert_eq!(f32_to_bf16(-f32::MAX), 0xff80);
     }
 }

@@ -126,7 +126,7 @@ impl EagleHead {
             layer,
             shape,
             rope_base: e.rope_base,
-            kv: SpeculativeCache::new(layout, options.kv_capacity_tokens)?,
+            kv: SpeculativeCache::new(layout, options.kv_capacity_tokens, options.kv_dtype)?,
             base,
         })
     }

@@ -67,6 +67,7 @@ pub mod synthetic;
 
 use std::sync::Arc;
 
+use specdec_kernels::kv::KvDtype;
 use specdec_kernels::quant::int8_q32::Q32_BLOCK;
 use specdec_kernels::quant::{QuantType, SimdLevel};
 
@@ -123,6 +124,8 @@ pub struct HeadOptions {
     pub kv_capacity_tokens: usize,
     /// Pair slots per KV block.
     pub kv_block_size: usize,
+    /// Element type of the head's KV cache.
+    pub kv_dtype: KvDtype,
 }
 
 impl Default for HeadOptions {
@@ -132,6 +135,7 @@ impl Default for HeadOptions {
             precision: HeadPrecision::default(),
             kv_capacity_tokens: 4096,
             kv_block_size: 16,
+            kv_dtype: KvDtype::F32,
         }
     }
 }

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
-use specdec_kernels::kv::{KvLayout, PagedKvCache};
+use specdec_kernels::kv::{KvDtype, KvLayout, PagedKvCache};
 use specdec_kernels::ops::{apply_rope, rms_norm, swiglu, RopeAngles, RopeLayout};
 use specdec_kernels::TreeTopology;
 
@@ -277,14 +277,15 @@ pub(crate) struct SpeculativeCache {
 }
 
 impl SpeculativeCache {
-    /// A cache of `layout` with room for `capacity_tokens` slots (rounded up to whole blocks).
+    /// A cache of `layout` with room for `capacity_tokens` slots (rounded up to whole blocks)
+    /// of `dtype` elements.
     ///
     /// # Errors
     /// Kernel errors for an empty pool.
-    pub(crate) fn new(layout: KvLayout, capacity_tokens: usize) -> Result<Self> {
+    pub(crate) fn new(layout: KvLayout, capacity_tokens: usize, dtype: KvDtype) -> Result<Self> {
         let blocks = capacity_tokens.div_ceil(layout.block_size());
         Ok(Self {
-            cache: PagedKvCache::new(layout, blocks)?,
+            cache: PagedKvCache::with_dtype(layout, blocks, dtype)?,
             last_trees: HashMap::new(),
         })
     }

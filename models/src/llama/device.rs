@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use specdec_kernels::cuda::Device;
+use specdec_kernels::kv::KvDtype;
 
 #[cfg(doc)]
 use super::cuda::CudaLlamaModel;
@@ -37,6 +38,9 @@ pub struct DeviceModelOptions {
     pub kv_capacity_tokens: usize,
     /// Token slots per KV block.
     pub kv_block_size: usize,
+    /// Element type of the KV cache: any on the CPU, f32 on a GPU (the CUDA kernels read f32
+    /// pools; anything else is refused).
+    pub kv_dtype: KvDtype,
     /// The CPU runner's matmul path (used when `device` is the CPU).
     pub cpu_matmul: MatmulPath,
     /// The CUDA runner's product mode (used when `device` is a GPU).
@@ -51,6 +55,7 @@ impl Default for DeviceModelOptions {
             device: Device::Cpu,
             kv_capacity_tokens: cpu.kv_capacity_tokens,
             kv_block_size: cpu.kv_block_size,
+            kv_dtype: cpu.kv_dtype,
             cpu_matmul: cpu.matmul,
             gpu_matmul: GpuMatmul::Fast,
         }

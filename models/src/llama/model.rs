@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use specdec_kernels::kv::{KvLayout, PagedKvCache};
+use specdec_kernels::kv::{KvDtype, KvLayout, PagedKvCache};
 use specdec_kernels::ops::{embed_rows, rms_norm, RopeAngles};
 use specdec_kernels::quant::SimdLevel;
 #[cfg(doc)]
@@ -73,6 +73,8 @@ pub struct LlamaOptions {
     pub kv_capacity_tokens: usize,
     /// Token slots per KV block.
     pub kv_block_size: usize,
+    /// Element type of the KV cache (f32, bf16 or f16; attention computes in f32 either way).
+    pub kv_dtype: KvDtype,
     /// How quantised weights are multiplied (every rank of a sharded model uses the same).
     pub matmul: MatmulPath,
 }
@@ -88,11 +90,12 @@ impl LlamaOptions {
 }
 
 impl Default for LlamaOptions {
-    /// 4096 slots in blocks of 16, the [`MatmulPath::Int8`] fast path.
+    /// 4096 f32 slots in blocks of 16, the [`MatmulPath::Int8`] fast path.
     fn default() -> Self {
         Self {
             kv_capacity_tokens: 4096,
             kv_block_size: 16,
+            kv_dtype: KvDtype::F32,
             matmul: MatmulPath::default(),
         }
     }
@@ -209,7 +212,7 @@ impl LlamaModel {
             options.kv_block_size,
         )?;
         Ok(Self {
-            kv: SpeculativeCache::new(layout, options.kv_capacity_tokens)?,
+            kv: SpeculativeCache::new(layout, options.kv_capacity_tokens, options.kv_dtype)?,
             config,
             plan,
             weights,

@@ -42,6 +42,7 @@ pub fn small_options(matmul: MatmulPath) -> LlamaOptions {
     LlamaOptions {
         kv_capacity_tokens: 1024,
         kv_block_size: 16,
+        kv_dtype: specdec_kernels::kv::KvDtype::F32,
         matmul,
     }
 }

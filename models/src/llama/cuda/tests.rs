@@ -35,6 +35,7 @@ fn cpu_model(file: &Arc<GgufFile>) -> LlamaModel {
     let options = LlamaOptions {
         kv_capacity_tokens: 512,
         kv_block_size: 16,
+        kv_dtype: specdec_kernels::kv::KvDtype::F32,
         matmul: MatmulPath::Exact,
     };
     LlamaModel::from_gguf(file, options).expect("the CPU model loads")
