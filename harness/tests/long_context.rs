@@ -6,7 +6,9 @@
 //! - the pool admits requests by their whole need: one that cannot fit is refused before any
 //!   work, naming the tokens; one that fits only alone waits for room (never two in a step),
 //!   and its output is the one it has alone;
-//! - a prompt prefilled in chunks gives bit-identical logits to one forward of the whole chain;
+//! - a prompt prefilled in chunks gives bit-identical logits to one forward of the whole chain,
+//!   and a long prompt's chunks are interleaved with the other requests' decode steps (one chunk
+//!   per step), each request's output the one it has alone;
 //! - a bf16 or f16 KV cache keeps greedy speculation equal to plain decoding (batch invariance
 //!   holds for every element type) and stays close to the f32 cache's output;
 //! - `models.kv_memory` and `models.kv_dtype` are parsed, refused where they would be ignored.
@@ -306,4 +308,53 @@ fn kv_dtype_is_parsed_and_refused_where_it_cannot_hold() {
             "{target} {device} {dtype}: {err}"
         );
     }
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_a_chunk_per_step_while_the_others_decode() {
+    let chunks = 5;
+    let short = request(0, 12, 24);
+    let long = request(1, chunks * PREFILL_CHUNK + 40, 8);
+    let mut model = target(4096);
+    let alone: Vec<Vec<u32>> = [&short, &long]
+        .iter()
+        .map(|r| {
+            plain(&mut model, 1, std::slice::from_ref(*r))[0]
+                .tokens
+                .clone()
+        })
+        .collect();
+    // both admitted at once: the short one decodes while the long one's chunks go in
+    let verifier: Arc<dyn Verifier<f32>> = Arc::new(VerifyMethod::Greedy);
+    let verifier = PairedVerifier::new(
+        verifier,
+        specdec_kernels::verification::DraftKind::Deterministic,
+    )
+    .unwrap();
+    let mut order: Vec<u64> = Vec::new();
+    let mut on_tokens = |id: u64, _: &[u32]| order.push(id);
+    let mut no_drafter = NoDrafter;
+    let mut engine = Engine::new(
+        &mut model,
+        &mut no_drafter,
+        verifier,
+        Box::new(FixedPolicy::chain(0)),
+        engine_options(2),
+    )
+    .unwrap()
+    .on_tokens(&mut on_tokens);
+    let got = engine
+        .run(&[short.clone(), long.clone()], &mut |_| {})
+        .unwrap();
+    drop(engine);
+    assert_eq!(tokens(&got), alone, "interleaving changed an output");
+    // the long prompt needs chunks + 1 chunk forwards: the short request stepped between them
+    let before = order.iter().take_while(|&&id| id == 0).count();
+    assert!(
+        before >= chunks,
+        "the short request stepped {before} times before the long one's first token: {order:?}"
+    );
+    // its time to the first step counts the steps it waited through
+    let first = &got[1].steps[0];
+    assert!(first.prefill_s > 0.0 && got[1].steps[1..].iter().all(|s| s.prefill_s == 0.0));
 }

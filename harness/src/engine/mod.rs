@@ -25,8 +25,11 @@
 //!    admission too, and is told when a request retires ([`Drafter::release`]).
 //!
 //! Invariant between steps: the target's KV holds the request's context except its last token.
-//! Requests are admitted (prefilled) when a batch slot is free and retired independently
-//! (continuous batching). Plain decoding is this very loop with a budget of 0, so the baseline
+//! Requests are admitted when a batch slot is free (and their KV need fits) and retired
+//! independently (continuous batching). An admitted request's prompt is prefilled in chunks of
+//! [`PREFILL_CHUNK`] tokens, one chunk per step while other requests decode (chunked prefill,
+//! interleaved: a long prompt never stalls the batch for its whole prefill), and steps once it
+//! is in. Plain decoding is this very loop with a budget of 0, so the baseline
 //! and every method share one numeric path; with a batch-invariant model greedy speculative
 //! output equals greedy plain output token for token.
 //!
@@ -52,7 +55,7 @@ use specdec_algorithms::policy::{
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
-use specdec_models::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep};
+use specdec_models::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK};
 
 use crate::error::{HarnessError, Result};
 use crate::metrics::{PolicyDecision, StepRecord};
@@ -145,8 +148,17 @@ struct Active<'r> {
     step: u64,
     steps: Vec<StepRecord>,
     started: Instant,
+    /// Seconds the target spent prefilling the prompt (its chunks' forwards): the policy's
+    /// cost sample.
     prefill_s: f64,
+    /// Seconds from admission until the prompt was in (other requests' steps between its
+    /// chunks included): the request's time to its first step, as a client waits it.
+    prefill_wall_s: f64,
     prefill_tokens: usize,
+    /// Prompt tokens in the target's KV so far; the request steps once all but the last are.
+    prefilled: usize,
+    /// Width and rows of the features the prefilled chunks handed back.
+    prefill_features: Option<(usize, Vec<f32>)>,
     /// Blocks of the target's KV pool reserved for this request at admission (its prompt,
     /// `max_new_tokens` and [`KV_TREE_ROOM`]); 0 for a model without a bounded pool.
     kv_blocks: usize,
@@ -263,25 +275,41 @@ impl<'a> Engine<'a> {
         let mut decisions = Replay::production(self.options.seed);
         let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
         let mut waiting = requests.iter().enumerate().peekable();
+        // requests in flight: decoding, and still prefilling their prompts
         let mut active: Vec<Active<'_>> = Vec::new();
+        let mut prefilling: Vec<Active<'_>> = Vec::new();
         let outcome = (|| -> Result<()> {
             loop {
-                while active.len() < self.options.batch_size {
+                while active.len() + prefilling.len() < self.options.batch_size {
                     let Some(&(index, request)) = waiting.peek() else {
                         break;
                     };
                     // admitted only when its whole need fits beside the requests in flight;
                     // otherwise it waits for one of them to retire (it fits alone: checked)
                     if let Some(room) = self.target.kv_room() {
-                        let reserved: usize = active.iter().map(|a| a.kv_blocks).sum();
-                        if !active.is_empty()
+                        let in_flight = active.iter().chain(&prefilling);
+                        let reserved: usize = in_flight.map(|a| a.kv_blocks).sum();
+                        if !(active.is_empty() && prefilling.is_empty())
                             && reserved + kv_need(request, &room) > room.total_blocks
                         {
                             break;
                         }
                     }
                     waiting.next();
-                    active.push(self.admit(index, request)?);
+                    prefilling.push(self.admit(index, request)?);
+                }
+                // Chunked prefill, interleaved: one chunk of every prefilling prompt per step,
+                // so a long prompt delays the decoding requests by one chunk's forward per
+                // step, never by its whole prefill; chunk after chunk while nothing decodes.
+                loop {
+                    for position in (0..prefilling.len()).rev() {
+                        if self.prefill_chunk(&mut prefilling[position])? {
+                            active.push(prefilling.swap_remove(position));
+                        }
+                    }
+                    if !active.is_empty() || prefilling.is_empty() {
+                        break;
+                    }
                 }
                 if active.is_empty() {
                     return Ok(());
@@ -308,7 +336,7 @@ impl<'a> Engine<'a> {
             }
         })();
         if let Err(err) = outcome {
-            for in_flight in &active {
+            for in_flight in active.iter().chain(&prefilling) {
                 let _ = self.target.release(in_flight.seq);
                 let _ = self.release_drafts(in_flight.request.id);
             }
@@ -338,36 +366,12 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Creates the request's target sequence, prefills all prompt tokens but the last, and tells
-    /// the drafters.
+    /// Creates the request's target sequence; its prompt is prefilled by [`Engine::prefill_chunk`].
     fn admit<'r>(&mut self, index: usize, request: &'r Request) -> Result<Active<'r>> {
         let started = Instant::now();
         let prompt = &request.prompt;
         check_fits_context(request, self.target.max_context())?;
         let seq = self.target.new_sequence()?;
-        let prefix = &prompt[..prompt.len() - 1];
-        let mut features = None;
-        if !prefix.is_empty() {
-            match self.target.prefill(seq, prefix) {
-                Ok(prefilled) => features = prefilled,
-                Err(err) => {
-                    let _ = self.target.release(seq);
-                    return Err(err.into());
-                }
-            }
-        }
-        let feedback = DraftFeedback {
-            sequence: request.id,
-            context: prompt,
-            prompt_len: prompt.len(),
-            committed: prefix.len(),
-            accepted: 0,
-            features: features.as_ref(),
-        };
-        if let Err(err) = self.observe_drafts(&feedback) {
-            let _ = self.target.release(seq);
-            return Err(err);
-        }
         Ok(Active {
             kv_blocks: self
                 .target
@@ -382,8 +386,52 @@ impl<'a> Engine<'a> {
             steps: Vec::new(),
             started,
             prefill_s: started.elapsed().as_secs_f64(),
-            prefill_tokens: prefix.len(),
+            prefill_wall_s: 0.0,
+            prefill_tokens: prompt.len() - 1,
+            prefilled: 0,
+            prefill_features: None,
         })
+    }
+
+    /// Forwards the next chunk (at most [`PREFILL_CHUNK`] tokens) of `seq`'s prompt, all but its
+    /// last token, into the target's KV; once the prompt is in, tells the drafters (with the
+    /// prompt's features, for those that read them). Returns whether the prompt is in: the
+    /// request may step.
+    fn prefill_chunk(&mut self, seq: &mut Active<'_>) -> Result<bool> {
+        let t0 = Instant::now();
+        let prompt = &seq.request.prompt;
+        let prefix = &prompt[..prompt.len() - 1];
+        let end = (seq.prefilled + PREFILL_CHUNK).min(prefix.len());
+        if end > seq.prefilled {
+            let chunk = &prefix[seq.prefilled..end];
+            if let Some(features) = self.target.prefill(seq.seq, chunk)? {
+                let (_, rows) = seq
+                    .prefill_features
+                    .get_or_insert_with(|| (features.dim(), Vec::new()));
+                rows.extend_from_slice(features.as_slice());
+            }
+            seq.prefilled = end;
+        }
+        let done = seq.prefilled == prefix.len();
+        if done {
+            let features = match seq.prefill_features.take() {
+                Some((dim, rows)) => Some(Features::new(dim, rows)?),
+                None => None,
+            };
+            self.observe_drafts(&DraftFeedback {
+                sequence: seq.request.id,
+                context: prompt,
+                prompt_len: prompt.len(),
+                committed: prefix.len(),
+                accepted: 0,
+                features: features.as_ref(),
+            })?;
+        }
+        seq.prefill_s += t0.elapsed().as_secs_f64();
+        if done {
+            seq.prefill_wall_s = seq.started.elapsed().as_secs_f64();
+        }
+        Ok(done)
     }
 
     /// One engine step over all active requests; returns the finished ones (position, reason),
@@ -614,7 +662,7 @@ impl<'a> Engine<'a> {
                 verify_s,
                 commit_s,
                 overhead_s: 0.0,
-                prefill_s: if first { seq.prefill_s } else { 0.0 },
+                prefill_s: if first { seq.prefill_wall_s } else { 0.0 },
                 kv_blocks: kv_blocks_used,
                 batch,
                 drafter: std::mem::take(&mut drafters[position]),
