@@ -131,4 +131,57 @@ mod tests {
         .validate()
         .is_err());
     }
+
+    #[test]
+    fn off_means_every_penalty_at_its_neutral_value() {
+        assert!(Penalties::default().is_off());
+        for on in [
+            Penalties {
+                repetition: 1.5,
+                ..Penalties::default()
+            },
+            Penalties {
+                frequency: 0.1,
+                ..Penalties::default()
+            },
+            Penalties {
+                presence: -0.1,
+                ..Penalties::default()
+            },
+        ] {
+            assert!(!on.is_off(), "{on:?}");
+        }
+    }
+
+    #[test]
+    fn validate_accepts_finite_values_and_refuses_each_bad_one() {
+        assert!(Penalties::default().validate().is_ok());
+        assert!(Penalties {
+            repetition: 0.5,
+            frequency: -2.0,
+            presence: 3.0
+        }
+        .validate()
+        .is_ok());
+        for bad in [
+            Penalties {
+                repetition: f32::INFINITY,
+                ..Penalties::default()
+            },
+            Penalties {
+                frequency: f32::NAN,
+                ..Penalties::default()
+            },
+            Penalties {
+                presence: f32::NEG_INFINITY,
+                ..Penalties::default()
+            },
+            Penalties {
+                repetition: -1.0,
+                ..Penalties::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
 }

@@ -318,6 +318,25 @@ mod tests {
         ));
         let float = prepare_probs(&[0.5f64, 0.5], &SamplingParams::with_temperature(0.7)).unwrap();
         assert!(float.iter().all(|p| (p - 0.5).abs() < 1e-9), "{float:?}");
+        // a float type takes any temperature: p^(1/T), renormalised
+        let float =
+            prepare_probs(&[0.75f64, 0.25], &SamplingParams::with_temperature(0.7)).unwrap();
+        let (a, b) = (0.75f64.powf(1.0 / 0.7), 0.25f64.powf(1.0 / 0.7));
+        assert!((float[0] - a / (a + b)).abs() < 1e-6, "{float:?}");
+    }
+
+    #[test]
+    fn top_p_counts_the_mass_after_the_temperature() {
+        // T = 1/2: weights 16, 4, 1, 1 (/64), total 22/64; top-p 0.7 of that needs the first only
+        let params = SamplingParams {
+            top_p: Some(0.7),
+            ..SamplingParams::with_temperature(0.5)
+        };
+        let out = prepare_probs(&dist(), &params).unwrap();
+        assert_eq!(
+            out,
+            vec![ratio(1, 1), ratio(0, 1), ratio(0, 1), ratio(0, 1)]
+        );
     }
 
     #[test]
