@@ -917,3 +917,41 @@ fn bad_steps_are_refused_naming_the_fault_and_change_nothing() {
     );
     assert_refused(medusa.forward(&nan, 1), &["value 7 of row 0 is NaN"]);
 }
+
+/// A target that scales RoPE is refused by name: a head file carries the target's RoPE base and
+/// layout but no scaling, so the head's angles would not be the target's.
+#[test]
+fn an_eagle_head_refuses_a_target_that_scales_rope() {
+    use specdec_models::gguf::Value;
+    use specdec_models::llama::synthetic::{synthetic_custom, SyntheticOptions};
+    let options = SyntheticOptions {
+        metadata: vec![
+            ("llama.rope.scaling.type".to_string(), Value::from("linear")),
+            ("llama.rope.scaling.factor".to_string(), Value::from(4.0f32)),
+        ],
+        ..SyntheticOptions::default()
+    };
+    let file = synthetic_custom(Architecture::Llama, 7, &options);
+    let scaled = LlamaModel::from_gguf(&file, LlamaOptions::default()).unwrap();
+    let head = head_file(HeadKind::Eagle, &scaled, 1);
+    let err = EagleHead::new(&head, &scaled, options_default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("RoPE scaling") && err.contains("Linear"),
+        "{err}"
+    );
+    // the same head shape on an unscaled target loads
+    let plain = target(Architecture::Llama);
+    assert!(EagleHead::new(
+        &head_file(HeadKind::Eagle, &plain, 1),
+        &plain,
+        options_default()
+    )
+    .is_ok());
+}
+
+fn options_default() -> HeadOptions {
+    options(HeadPrecision::Bf16)
+}

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use specdec_models::heads::{default_head_path, HeadKind};
+use specdec_models::heads::{default_head_path, EagleShape, HeadKind};
 use specdec_models::registry;
 use specdec_models::tokenizer::Tokenizer;
 
@@ -394,6 +394,12 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
     let target = FrozenTarget::open(&options.target)?;
     let tc = target.config();
     check_draft_vocab(options.draft_vocab, tc.vocab_size)?;
+    if HeadKind::from(options.kind) == HeadKind::Eagle {
+        EagleShape::check_rope_scaling(tc).map_err(|e| TrainError::Option {
+            name: "kind",
+            reason: e.to_string(),
+        })?;
+    }
     if options.max_len > tc.context_length {
         return Err(TrainError::Option {
             name: "max-len",

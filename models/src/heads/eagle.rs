@@ -8,7 +8,8 @@ use specdec_kernels::ops::{embed_rows, rms_norm, RopeAngles};
 use specdec_kernels::TreeTopology;
 
 use super::{
-    head_matrix, head_vector, DraftHead, HeadBase, HeadFile, HeadKind, HeadMeta, HeadOptions,
+    head_matrix, head_vector, DraftHead, EagleShape, HeadBase, HeadFile, HeadKind, HeadMeta,
+    HeadOptions,
 };
 use crate::error::{ModelError, Result};
 use crate::llama::block::{
@@ -90,6 +91,7 @@ impl EagleHead {
     /// architecture, hidden size or vocabulary (naming both); KV layout errors.
     pub fn new(file: &HeadFile, target: &LlamaModel, options: HeadOptions) -> Result<Self> {
         let precision = options.precision;
+        EagleShape::check_rope_scaling(target.config())?;
         let base = HeadBase::new(file, HeadKind::Eagle, target, precision)?;
         let e =
             base.meta.eagle.clone().ok_or_else(|| {

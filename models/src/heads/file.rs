@@ -14,7 +14,7 @@ use safetensors::tensor::Dtype;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result};
-use crate::llama::{LlamaConfig, RopeLayout};
+use crate::llama::{LlamaConfig, RopeLayout, RopeScaling};
 use crate::safetensors_file::{encode_f32, write_safetensors, OwnedTensor, SafetensorsFile};
 
 /// The version of the layout [`HeadFile`] writes; a file of another version is refused.
@@ -96,6 +96,22 @@ impl EagleShape {
             rope_base: target.rope_base,
             rope_layout: rope_layout_name(target.rope_layout).to_string(),
         }
+    }
+
+    /// Refuses a target that scales RoPE (`{arch}.rope.scaling.*`): a head file stores the
+    /// target's RoPE base and layout but no scaling, so its angles would not be the target's.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming the target's scaling.
+    pub fn check_rope_scaling(target: &LlamaConfig) -> Result<()> {
+        if target.rope_scaling != RopeScaling::None {
+            return Err(ModelError::Config(format!(
+                "EAGLE heads do not carry RoPE scaling yet, and this target scales RoPE ({:?}); \
+                 use another drafter for it",
+                target.rope_scaling
+            )));
+        }
+        Ok(())
     }
 
     /// The RoPE layout `rope_layout` names.
