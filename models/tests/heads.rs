@@ -934,10 +934,10 @@ fn an_eagle_head_refuses_a_target_that_scales_rope() {
     let file = synthetic_custom(Architecture::Llama, 7, &options);
     let scaled = LlamaModel::from_gguf(&file, LlamaOptions::default()).unwrap();
     let head = head_file(HeadKind::Eagle, &scaled, 1);
-    let err = EagleHead::new(&head, &scaled, options_default())
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = match EagleHead::new(&head, &scaled, options_default()) {
+        Ok(_) => panic!("a head for a scaled target was built"),
+        Err(e) => e.to_string(),
+    };
     assert!(
         err.contains("RoPE scaling") && err.contains("Linear"),
         "{err}"
