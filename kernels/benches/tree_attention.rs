@@ -1,5 +1,7 @@
 //! Tree attention over the paged KV cache (CPU): prefixes 512 / 4k / 32k × trees of 1 / 8 / 64
-//! nodes (binary trees), GQA 12 query heads : 2 KV heads, head dim 128, block size 16.
+//! nodes (binary trees), GQA 12 query heads : 2 KV heads, head dim 128, block size 16; and the
+//! same over bf16 and f16 pools (`tree_attention_kv_dtype`: prefixes 4k / 32k, 1 and 8 nodes,
+//! the f32 pool measured in the same group as the baseline).
 //!
 //! Throughput is reported in bytes of K/V read per call: `(prefix + nodes) × 2 KV heads × 128 ×
 //! 4 bytes × 2 (K and V)`, each distinct row counted once. Tokens/s is `nodes / time`.
@@ -9,7 +11,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use specdec_kernels::attention::{tree_attention, AttentionParams, AttentionSeq};
-use specdec_kernels::kv::{KvLayout, KvPages};
+use specdec_kernels::kv::{KvData, KvDtype, KvLayout, KvPages};
+use specdec_kernels::quant::float16::{f32_to_bf16, f32_to_f16};
 use specdec_kernels::TreeTopology;
 
 const KV_HEADS: usize = 2;
@@ -73,5 +76,51 @@ fn bench_tree_attention(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_tree_attention);
+fn bench_kv_dtypes(c: &mut Criterion) {
+    let layout = KvLayout::new(1, KV_HEADS, HEAD_DIM, BLOCK).expect("valid layout");
+    let mut group = c.benchmark_group("tree_attention_kv_dtype");
+    group.sample_size(10);
+    for prefix in [4096usize, 32768] {
+        for nodes in [1usize, 8] {
+            let tokens = prefix + nodes;
+            let blocks = layout.blocks_for(tokens);
+            let pool = fill(blocks * layout.block_elems(), 1);
+            let bf16: Vec<u16> = pool.iter().map(|&v| f32_to_bf16(v)).collect();
+            let f16: Vec<u16> = pool.iter().map(|&v| f32_to_f16(v)).collect();
+            let table: Vec<u32> = (0..blocks as u32).rev().collect();
+            let tree = binary_tree(nodes);
+            let queries = fill(nodes * Q_HEADS * HEAD_DIM, 2);
+            let params = AttentionParams {
+                layer: 0,
+                num_q_heads: Q_HEADS,
+                scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+            };
+            let batch = [AttentionSeq {
+                queries: &queries,
+                block_table: &table,
+                prefix_len: prefix,
+                tree: &tree,
+            }];
+            for (dtype, data) in [
+                (KvDtype::F32, KvData::F32(&pool)),
+                (KvDtype::Bf16, KvData::Half(KvDtype::Bf16, &bf16)),
+                (KvDtype::F16, KvData::Half(KvDtype::F16, &f16)),
+            ] {
+                let pages = KvPages::of(layout, data).expect("whole blocks");
+                let kv_bytes = tokens * KV_HEADS * HEAD_DIM * dtype.bytes() * 2;
+                group.throughput(Throughput::Bytes(kv_bytes as u64));
+                group.bench_with_input(
+                    BenchmarkId::new(format!("{dtype}/prefix{prefix}"), format!("{nodes}nodes")),
+                    &batch,
+                    |b, batch| {
+                        b.iter(|| tree_attention(&pages, &params, batch).expect("valid batch"))
+                    },
+                );
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_tree_attention, bench_kv_dtypes);
 criterion_main!(benches);

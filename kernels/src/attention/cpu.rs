@@ -291,12 +291,23 @@ impl ChunkLoader<'_, '_> {
         }
         let data = self.pages.data();
         let (key_rows, value_rows) = self.scratch.split_at_mut(KEY_CHUNK * dim);
+        let mut chunk = [0usize; KEY_CHUNK];
         let mut n = 0;
         for pos in positions {
-            let rows = n * dim..(n + 1) * dim;
-            data.widen_into(offset(pos, KvPart::Key), &mut key_rows[rows.clone()]);
-            data.widen_into(offset(pos, KvPart::Value), &mut value_rows[rows]);
+            chunk[n] = pos;
             n += 1;
+        }
+        // consecutive positions in one block are consecutive rows of its tile: widened at once
+        let mut i = 0;
+        while i < n {
+            let mut run = 1;
+            while i + run < n && chunk[i + run] == chunk[i] + run && (chunk[i] + run) % bs != 0 {
+                run += 1;
+            }
+            let rows = i * dim..(i + run) * dim;
+            data.widen_into(offset(chunk[i], KvPart::Key), &mut key_rows[rows.clone()]);
+            data.widen_into(offset(chunk[i], KvPart::Value), &mut value_rows[rows]);
+            i += run;
         }
         let mut keys: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
         let mut values: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];

@@ -166,7 +166,7 @@ impl<'a> KvData<'a> {
     }
 
     /// Elements `start..start + out.len()` widened to f32 (exactly) into `out`.
-    #[inline]
+    #[inline(always)]
     pub fn widen_into(&self, start: usize, out: &mut [f32]) {
         let end = start + out.len();
         match self {
