@@ -6,6 +6,8 @@
 //! (continuous batching inside the run: the engine admits and retires them step by step). Jobs
 //! arriving meanwhile wait for the next run. A job whose client went away keeps its slot until
 //! its run ends (its tokens are dropped); stop strings cut the text sent, not the computation.
+//! A job whose prompt and `max_tokens` do not fit the model's context (or the KV pool) is
+//! refused alone, naming the numbers, before its batch runs.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -13,8 +15,9 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use specdec_harness::config::MethodConfig;
-use specdec_harness::engine::{FinishReason, Request};
+use specdec_harness::engine::{check_fits_context, check_fits_pool, FinishReason, Request};
 use specdec_harness::runner::EngineBackend;
+use specdec_harness::HarnessError;
 use specdec_kernels::sampling::SamplingParams;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -221,6 +224,21 @@ fn held_back(text: &str, stops: &[String]) -> usize {
         .unwrap_or(0)
 }
 
+/// Whether `request` fits the target's context and its KV pool alone: `Err` with the reason
+/// (prompt tokens, `max_tokens` and the limit) when it does not.
+fn fits(backend: &mut EngineBackend, request: &Request) -> Result<(), String> {
+    let target = backend.target_mut();
+    let checked = check_fits_context(request, target.max_context()).and_then(|()| {
+        target
+            .kv_room()
+            .map_or(Ok(()), |room| check_fits_pool(request, &room))
+    });
+    checked.map_err(|e| match e {
+        HarnessError::InvalidRequest { reason, .. } => reason,
+        other => other.to_string(),
+    })
+}
+
 fn run_batch(
     backend: &mut EngineBackend,
     settings: &EngineSettings,
@@ -238,17 +256,23 @@ fn run_batch(
         };
         match prompt {
             Ok(prompt) if !prompt.is_empty() => {
-                let _ = job.events.send(Event::Started {
-                    prompt_tokens: prompt.len(),
-                });
-                metrics
-                    .prompt_tokens
-                    .fetch_add(prompt.len() as u64, Ordering::Relaxed);
-                requests.push(Request {
+                let request = Request {
                     id: progress.len() as u64,
                     prompt,
                     stop: backend.stop_rule(job.max_tokens),
+                };
+                // refused alone, naming the limit, so that the rest of the batch runs
+                if let Err(reason) = fits(backend, &request) {
+                    let _ = job.events.send(Event::Failed(ApiError::BadRequest(reason)));
+                    continue;
+                }
+                let _ = job.events.send(Event::Started {
+                    prompt_tokens: request.prompt.len(),
                 });
+                metrics
+                    .prompt_tokens
+                    .fetch_add(request.prompt.len() as u64, Ordering::Relaxed);
+                requests.push(request);
                 progress.push(Progress {
                     job,
                     tokens: Vec::new(),

@@ -245,6 +245,11 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
             400,
             "limit",
         ),
+        (
+            r#"{"model":"smollm2-135m","prompt":"x","max_tokens":9000}"#,
+            400,
+            "context of 8192",
+        ),
         (r#"{"model":"smollm2-135m","prompt":"x","n":3}"#, 400, "`n`"),
         (r#"{"model":"gpt-4","prompt":"x"}"#, 404, "gpt-4"),
         (r#"{"model":"smollm2-135m","messages":[]}"#, 400, "empty"),
@@ -259,11 +264,23 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         assert_eq!(status, want_status, "{body}: {text}");
         assert!(text.contains(want), "{body}: {text}");
     }
+    // a request past the context, sent beside a good one, fails alone
+    let (good, too_long) = std::thread::scope(|scope| {
+        let good = scope.spawn(|| post(addr, "/v1/completions", &greedy("def add(a, b):", 8)));
+        let too_long = scope.spawn(|| {
+            let mut body = greedy("def add(a, b):", 8);
+            body["max_tokens"] = json!(9000);
+            post(addr, "/v1/completions", &body)
+        });
+        (good.join().unwrap(), too_long.join().unwrap())
+    });
+    assert_eq!(good.0, 200, "{}", good.1);
+    assert_eq!(too_long.0, 400, "{}", too_long.1);
     let (status, _) = http(addr, "GET", "/health", "");
     assert_eq!(status, 200, "healthy after bad requests");
     let (_, metrics) = http(addr, "GET", "/metrics", "");
     assert!(
-        metrics.contains("specdec_requests_total{outcome=\"refused\"} 6"),
+        metrics.contains("specdec_requests_total{outcome=\"refused\"} 8"),
         "{metrics}"
     );
     assert!(
