@@ -234,7 +234,8 @@ mod tests {
         );
         let err = TreeTopology::from_parents(&[Some(0)]).unwrap_err();
         assert!(
-            matches!(err, KernelError::InvalidTree { node: 0, .. }),
+            matches!(err, KernelError::InvalidTree { node: 0, .. })
+                && err.to_string().contains("the root must have no parent"),
             "{err}"
         );
         let err = TreeTopology::from_parents(&[None, Some(0), None]).unwrap_err();
