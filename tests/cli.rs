@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-fn specdec(args: &[&str]) -> std::process::Output {
+fn specdec<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_specdec"))
         .args(args)
         .env("RUST_BACKTRACE", "1")
@@ -148,8 +148,9 @@ fn generate_replay_repeats_a_sampled_auto_run_on_smollm2() {
     let dir = std::env::temp_dir().join(format!("specdec-cli-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
-    let run = |extra: &[&str]| {
-        let mut args = vec![
+    // one sampled auto run of SmolLM2 with `seed`, then `extra`
+    let args = |seed: &'static str, extra: &[&str]| -> Vec<String> {
+        let base = [
             "generate",
             "-m",
             "smollm2-135m",
@@ -158,17 +159,21 @@ fn generate_replay_repeats_a_sampled_auto_run_on_smollm2() {
             "--temperature",
             "1",
             "--seed",
-            "11",
+            seed,
             "-n",
             "32",
             "-t",
             "2",
-            "--json",
             "--no-chat",
             "-p",
             "def fibonacci(n):",
         ];
-        args.extend_from_slice(extra);
+        base.iter().chain(extra).map(|a| a.to_string()).collect()
+    };
+    let run = |extra: &[&str]| {
+        let mut extra = extra.to_vec();
+        extra.push("--json");
+        let args = args("11", &extra);
         let out = specdec(&args);
         assert!(out.status.success(), "{}", stderr(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -198,26 +203,7 @@ fn generate_replay_repeats_a_sampled_auto_run_on_smollm2() {
     );
     assert_eq!(a, b);
     // another seed does not replay: refused, naming the step where it diverged
-    let out = specdec(&[
-        "generate",
-        "-m",
-        "smollm2-135m",
-        "--method",
-        "auto",
-        "--temperature",
-        "1",
-        "--seed",
-        "12",
-        "-n",
-        "32",
-        "-t",
-        "2",
-        "--no-chat",
-        "-p",
-        "def fibonacci(n):",
-        "--replay",
-        first.to_str().unwrap(),
-    ]);
+    let out = specdec(&args("12", &["--replay", first.to_str().unwrap()]));
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("replay diverged at request 0 step"), "{err}");

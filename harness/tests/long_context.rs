@@ -94,8 +94,7 @@ fn run(
     batch_size: usize,
     requests: &[Request],
 ) -> Result<Vec<Generation>> {
-    let verifier: Arc<dyn Verifier<f32>> = Arc::new(VerifyMethod::Greedy);
-    let verifier = PairedVerifier::new(verifier, drafter.kind()).unwrap();
+    let verifier = greedy_verifier(drafter.kind());
     let policy = Box::new(FixedPolicy::chain(k));
     let mut engine = Engine::new(
         target,
@@ -105,6 +104,12 @@ fn run(
         engine_options(batch_size),
     )?;
     engine.run(requests, &mut |_| {})
+}
+
+/// Greedy verification, paired with drafts of `kind`.
+fn greedy_verifier(kind: specdec_kernels::verification::DraftKind) -> PairedVerifier<f32> {
+    let verifier: Arc<dyn Verifier<f32>> = Arc::new(VerifyMethod::Greedy);
+    PairedVerifier::new(verifier, kind).unwrap()
 }
 
 fn plain(target: &mut LlamaModel, batch_size: usize, requests: &[Request]) -> Vec<Generation> {
@@ -180,12 +185,7 @@ fn the_pool_refuses_what_cannot_fit_and_queues_what_fits_alone() {
     // a request that cannot fit even alone is refused before any request runs
     let huge = request(2, 1000, 24);
     let mut done = 0;
-    let verifier: Arc<dyn Verifier<f32>> = Arc::new(VerifyMethod::Greedy);
-    let verifier = PairedVerifier::new(
-        verifier,
-        specdec_kernels::verification::DraftKind::Deterministic,
-    )
-    .unwrap();
+    let verifier = greedy_verifier(specdec_kernels::verification::DraftKind::Deterministic);
     let mut no_drafter = NoDrafter;
     let mut engine = Engine::new(
         &mut model,
@@ -325,12 +325,7 @@ fn a_long_prompt_is_prefilled_a_chunk_per_step_while_the_others_decode() {
         })
         .collect();
     // both admitted at once: the short one decodes while the long one's chunks go in
-    let verifier: Arc<dyn Verifier<f32>> = Arc::new(VerifyMethod::Greedy);
-    let verifier = PairedVerifier::new(
-        verifier,
-        specdec_kernels::verification::DraftKind::Deterministic,
-    )
-    .unwrap();
+    let verifier = greedy_verifier(specdec_kernels::verification::DraftKind::Deterministic);
     let mut order: Vec<u64> = Vec::new();
     let mut on_tokens = |id: u64, _: &[u32]| order.push(id);
     let mut no_drafter = NoDrafter;

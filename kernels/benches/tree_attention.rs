@@ -39,12 +39,26 @@ fn binary_tree(n: usize) -> TreeTopology {
     TreeTopology::from_parents(&parents).expect("a valid binary tree")
 }
 
-fn bench_tree_attention(c: &mut Criterion) {
+/// One benchmark group: every prefix × node count, over a pool of each of `dtypes` holding the
+/// same values (rounded for 16-bit pools). With one dtype the ids are `prefixP/Nnodes`, else
+/// `DTYPE/prefixP/Nnodes`.
+fn bench_group(
+    c: &mut Criterion,
+    name: &str,
+    prefixes: &[usize],
+    node_counts: &[usize],
+    dtypes: &[KvDtype],
+) {
     let layout = KvLayout::new(1, KV_HEADS, HEAD_DIM, BLOCK).expect("valid layout");
-    let mut group = c.benchmark_group("tree_attention");
+    let mut group = c.benchmark_group(name);
     group.sample_size(10);
-    for prefix in [512usize, 4096, 32768] {
-        for nodes in [1usize, 8, 64] {
+    let params = AttentionParams {
+        layer: 0,
+        num_q_heads: Q_HEADS,
+        scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+    };
+    for &prefix in prefixes {
+        for &nodes in node_counts {
             let tokens = prefix + nodes;
             let blocks = layout.blocks_for(tokens);
             let pool = fill(blocks * layout.block_elems(), 1);
@@ -52,65 +66,31 @@ fn bench_tree_attention(c: &mut Criterion) {
             let table: Vec<u32> = (0..blocks as u32).rev().collect();
             let tree = binary_tree(nodes);
             let queries = fill(nodes * Q_HEADS * HEAD_DIM, 2);
-            let pages = KvPages::new(layout, &pool).expect("whole blocks");
-            let params = AttentionParams {
-                layer: 0,
-                num_q_heads: Q_HEADS,
-                scale: 1.0 / (HEAD_DIM as f32).sqrt(),
-            };
             let batch = [AttentionSeq {
                 queries: &queries,
                 block_table: &table,
                 prefix_len: prefix,
                 tree: &tree,
             }];
-            let kv_bytes = tokens * KV_HEADS * HEAD_DIM * 4 * 2;
-            group.throughput(Throughput::Bytes(kv_bytes as u64));
-            group.bench_with_input(
-                BenchmarkId::new(format!("prefix{prefix}"), format!("{nodes}nodes")),
-                &batch,
-                |b, batch| b.iter(|| tree_attention(&pages, &params, batch).expect("valid batch")),
-            );
-        }
-    }
-    group.finish();
-}
-
-fn bench_kv_dtypes(c: &mut Criterion) {
-    let layout = KvLayout::new(1, KV_HEADS, HEAD_DIM, BLOCK).expect("valid layout");
-    let mut group = c.benchmark_group("tree_attention_kv_dtype");
-    group.sample_size(10);
-    for prefix in [4096usize, 32768] {
-        for nodes in [1usize, 8] {
-            let tokens = prefix + nodes;
-            let blocks = layout.blocks_for(tokens);
-            let pool = fill(blocks * layout.block_elems(), 1);
-            let bf16: Vec<u16> = pool.iter().map(|&v| f32_to_bf16(v)).collect();
-            let f16: Vec<u16> = pool.iter().map(|&v| f32_to_f16(v)).collect();
-            let table: Vec<u32> = (0..blocks as u32).rev().collect();
-            let tree = binary_tree(nodes);
-            let queries = fill(nodes * Q_HEADS * HEAD_DIM, 2);
-            let params = AttentionParams {
-                layer: 0,
-                num_q_heads: Q_HEADS,
-                scale: 1.0 / (HEAD_DIM as f32).sqrt(),
-            };
-            let batch = [AttentionSeq {
-                queries: &queries,
-                block_table: &table,
-                prefix_len: prefix,
-                tree: &tree,
-            }];
-            for (dtype, data) in [
-                (KvDtype::F32, KvData::F32(&pool)),
-                (KvDtype::Bf16, KvData::Half(KvDtype::Bf16, &bf16)),
-                (KvDtype::F16, KvData::Half(KvDtype::F16, &f16)),
-            ] {
+            for &dtype in dtypes {
+                let bits: Vec<u16> = match dtype {
+                    KvDtype::F32 => Vec::new(),
+                    KvDtype::Bf16 => pool.iter().map(|&v| f32_to_bf16(v)).collect(),
+                    KvDtype::F16 => pool.iter().map(|&v| f32_to_f16(v)).collect(),
+                };
+                let data = match dtype {
+                    KvDtype::F32 => KvData::F32(&pool),
+                    half => KvData::Half(half, &bits),
+                };
                 let pages = KvPages::of(layout, data).expect("whole blocks");
                 let kv_bytes = tokens * KV_HEADS * HEAD_DIM * dtype.bytes() * 2;
                 group.throughput(Throughput::Bytes(kv_bytes as u64));
+                let id = match dtypes.len() {
+                    1 => format!("prefix{prefix}"),
+                    _ => format!("{dtype}/prefix{prefix}"),
+                };
                 group.bench_with_input(
-                    BenchmarkId::new(format!("{dtype}/prefix{prefix}"), format!("{nodes}nodes")),
+                    BenchmarkId::new(id, format!("{nodes}nodes")),
                     &batch,
                     |b, batch| {
                         b.iter(|| tree_attention(&pages, &params, batch).expect("valid batch"))
@@ -120,6 +100,21 @@ fn bench_kv_dtypes(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+fn bench_tree_attention(c: &mut Criterion) {
+    let (prefixes, nodes) = ([512, 4096, 32768], [1, 8, 64]);
+    bench_group(c, "tree_attention", &prefixes, &nodes, &[KvDtype::F32]);
+}
+
+fn bench_kv_dtypes(c: &mut Criterion) {
+    bench_group(
+        c,
+        "tree_attention_kv_dtype",
+        &[4096, 32768],
+        &[1, 8],
+        &KvDtype::ALL,
+    );
 }
 
 criterion_group!(benches, bench_tree_attention, bench_kv_dtypes);

@@ -385,7 +385,7 @@ impl<'a> Engine<'a> {
             step: 0,
             steps: Vec::new(),
             started,
-            prefill_s: started.elapsed().as_secs_f64(),
+            prefill_s: 0.0,
             prefill_wall_s: 0.0,
             prefill_tokens: prompt.len() - 1,
             prefilled: 0,
