@@ -86,6 +86,10 @@ pub struct Metrics {
     pub queue_depth: AtomicUsize,
     /// Requests in the engine's running batch.
     pub running: AtomicUsize,
+    /// Blocks of the target's KV pool in use (after the last step).
+    pub kv_blocks_used: AtomicUsize,
+    /// Blocks of the target's KV pool free (after the last step).
+    pub kv_blocks_free: AtomicUsize,
     /// Drafted tokens proposed to the target.
     pub drafts_proposed: AtomicU64,
     /// Drafted tokens the target accepted.
@@ -94,6 +98,8 @@ pub struct Metrics {
     pub steps_speculative: AtomicU64,
     /// Target passes without one.
     pub steps_plain: AtomicU64,
+    /// Engine steps (one target forward over the running batch each), counted as they end.
+    pub engine_steps: AtomicU64,
     /// Seconds from arrival to the first token sent.
     pub time_to_first_token: Histogram,
     /// Seconds per output token after the first.
@@ -126,7 +132,7 @@ impl Metrics {
                 count.load(Ordering::Relaxed)
             );
         }
-        let counters: [(&str, &str, u64); 6] = [
+        let counters: [(&str, &str, u64); 7] = [
             (
                 "specdec_prompt_tokens_total",
                 "Prompt tokens of admitted requests.",
@@ -157,9 +163,14 @@ impl Metrics {
                 "Target passes without a draft.",
                 self.steps_plain.load(Ordering::Relaxed),
             ),
+            (
+                "specdec_engine_steps_total",
+                "Engine steps: target forwards over the running batch, counted as they end.",
+                self.engine_steps.load(Ordering::Relaxed),
+            ),
         ];
         for (name, help, value) in counters {
-            let labels = if name.contains("drafts") || name.contains("steps") {
+            let labels = if name.contains("drafts") || name.starts_with("specdec_steps") {
                 format!("{{method=\"{method}\"}}")
             } else {
                 String::new()
@@ -179,6 +190,16 @@ impl Metrics {
                 "specdec_running_sequences",
                 "Requests in the running batch.",
                 self.running.load(Ordering::Relaxed),
+            ),
+            (
+                "specdec_kv_blocks_used",
+                "Blocks of the target's KV pool in use after the last step.",
+                self.kv_blocks_used.load(Ordering::Relaxed),
+            ),
+            (
+                "specdec_kv_blocks_free",
+                "Blocks of the target's KV pool free after the last step.",
+                self.kv_blocks_free.load(Ordering::Relaxed),
             ),
         ];
         for (name, help, value) in gauges {

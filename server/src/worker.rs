@@ -1,29 +1,37 @@
-//! The engine thread: it owns the models, takes jobs from a bounded queue and runs them through
-//! the speculative engine in batches, streaming text back to each job's channel.
+//! The engine thread: it owns the models, takes jobs from a bounded queue and serves them
+//! through the speculative engine, streaming text back to each job's channel.
 //!
-//! Batching: the thread waits for a job, then takes every queued job with the same sampling
-//! settings (temperature, top-k, top-p, seed), up to the batch size, and runs them together
-//! (continuous batching inside the run: the engine admits and retires them step by step). Jobs
-//! arriving meanwhile wait for the next run. A job whose client went away keeps its slot until
-//! its run ends (its tokens are dropped); stop strings cut the text sent, not the computation.
-//! A job whose prompt and `max_tokens` do not fit the model's context (or the KV pool) is
-//! refused alone, naming the numbers, before its batch runs.
+//! Batching is continuous: a serving run ([`specdec_harness::engine::Engine::serve`]) admits a
+//! queued job into the running batch between two steps, as soon as a slot and its KV blocks are
+//! free, and retires each job when it ends. A job whose client went away (its event channel
+//! closed: a cancelled stream, a dropped connection) is dropped before the next step and its KV
+//! blocks freed. Stop strings are the engine's own stop rule, so a stop inside an accepted
+//! draft ends the computation there and the KV past it is rewound. Jobs of one run share the
+//! sampling settings (temperature, top-k, top-p, seed); a job with other settings ends the
+//! admission of the current run (which then drains) and starts the next: arrival order is kept
+//! across settings. A job whose prompt and `max_tokens` do not fit the model's context (or the
+//! KV pool) is refused alone, naming the numbers, before it is admitted.
 
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use specdec_harness::config::MethodConfig;
-use specdec_harness::engine::{check_fits_context, check_fits_pool, FinishReason, Request};
+use specdec_harness::engine::{
+    check_fits_context, check_fits_pool, BatchStatus, FinishReason, Generation, Request,
+    RequestQueue, StopRule,
+};
 use specdec_harness::runner::EngineBackend;
 use specdec_harness::HarnessError;
 use specdec_kernels::sampling::SamplingParams;
+use specdec_models::tokenizer::Tokenizer;
+use specdec_models::KvRoom;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::api::Input;
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Outcome};
 
 /// What the engine thread tells a job's handler.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,40 +138,256 @@ pub fn run(
         }
     };
     state.phase.store(READY, Ordering::SeqCst);
-    let mut pending: VecDeque<Job> = VecDeque::new();
+    let limits = Limits {
+        context: backend.target_mut().max_context(),
+        pool: backend.target_mut().kv_room(),
+        stop: backend.stop_rule(0),
+        tokenizer: backend.tokenizer().clone(),
+    };
+    if let Some(pool) = limits.pool {
+        metrics
+            .kv_blocks_free
+            .store(pool.free_blocks, Ordering::Relaxed);
+    }
+    let mut pending: Option<Job> = None;
     loop {
-        let first = match pending.pop_front() {
+        let first = match pending.take() {
             Some(job) => job,
             None => match jobs.recv() {
                 Ok(job) => job,
                 Err(_) => return,
             },
         };
-        let key = (first.sampling, first.seed);
-        let mut batch = vec![first];
-        while batch.len() < settings.batch_size {
-            let next = match pending.iter().position(|j| (j.sampling, j.seed) == key) {
-                Some(i) => pending.remove(i),
-                None => match jobs.try_recv() {
-                    Ok(job) if (job.sampling, job.seed) == key => Some(job),
-                    Ok(job) => {
-                        pending.push_back(job);
-                        continue;
-                    }
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-                },
-            };
-            match next {
-                Some(job) => batch.push(job),
-                None => break,
+        let settings_key = first.settings_key();
+        backend.set_sampling(first.sampling);
+        backend.set_seed(first.seed.unwrap_or(settings.seed));
+        let mut queue = JobQueue {
+            jobs: &jobs,
+            pending: Some(first),
+            settings_key,
+            running: HashMap::new(),
+            next_id: 0,
+            limits: &limits,
+            metrics: &metrics,
+        };
+        let served = backend.serve_queue(&settings.method, &mut queue);
+        if let Err(e) = served {
+            for (_, p) in queue.running.drain() {
+                let _ = p.job.events.send(Event::Failed(ApiError::Internal(format!(
+                    "the engine failed: {e}"
+                ))));
             }
         }
-        metrics
-            .queue_depth
-            .fetch_sub(batch.len(), Ordering::Relaxed);
-        metrics.running.fetch_add(batch.len(), Ordering::Relaxed);
-        run_batch(&mut backend, &settings, batch, &metrics);
+        pending = queue.pending.take();
         metrics.running.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What every job of the server is checked and encoded against: fixed once the models load.
+struct Limits {
+    /// The target's context, tokens.
+    context: usize,
+    /// The target's KV pool (its size; `None`: unbounded).
+    pool: Option<KvRoom>,
+    /// The model's end-of-sequence rule (`max_new_tokens` set per job).
+    stop: StopRule,
+    tokenizer: Arc<Tokenizer>,
+}
+
+impl Job {
+    /// The settings a run's jobs share.
+    fn settings_key(&self) -> (SamplingParams, Option<u64>) {
+        (self.sampling, self.seed)
+    }
+}
+
+/// The queue one serving run reads: the server's jobs with one run's sampling settings.
+struct JobQueue<'q> {
+    jobs: &'q Receiver<Job>,
+    /// A job taken from the channel but not admitted: the first of the next run when its
+    /// settings differ from this one's.
+    pending: Option<Job>,
+    settings_key: (SamplingParams, Option<u64>),
+    /// Jobs admitted and not yet finished, by request id.
+    running: HashMap<u64, Progress>,
+    next_id: u64,
+    limits: &'q Limits,
+    metrics: &'q Metrics,
+}
+
+impl JobQueue<'_> {
+    /// The engine request of `job`, or `None` (the job told why) when it cannot run.
+    fn admit(&mut self, job: Job) -> Option<Request> {
+        let tokenizer = &self.limits.tokenizer;
+        let prompt = match &job.input {
+            Input::Text(text) => tokenizer.encode_prompt(text),
+            Input::Chat(messages) => tokenizer
+                .apply_chat_template(messages, true)
+                .and_then(|rendered| tokenizer.encode(&rendered)),
+        };
+        let refusal = match prompt {
+            Ok(prompt) if !prompt.is_empty() => {
+                let decoder = Arc::clone(tokenizer);
+                let request = Request {
+                    id: self.next_id,
+                    prompt,
+                    stop: StopRule {
+                        max_new_tokens: job.max_tokens,
+                        stop_strings: job.stop.clone(),
+                        detokenizer: (!job.stop.is_empty()).then(|| {
+                            Arc::new(move |tokens: &[u32]| {
+                                decoder.decode_skip_special(tokens).unwrap_or_default()
+                            }) as specdec_harness::engine::Detokenizer
+                        }),
+                        ..self.limits.stop.clone()
+                    },
+                };
+                // refused alone, naming the limit, so that the rest of the batch runs
+                match fits(self.limits, &request) {
+                    Ok(()) => {
+                        let _ = job.events.send(Event::Started {
+                            prompt_tokens: request.prompt.len(),
+                        });
+                        self.metrics
+                            .prompt_tokens
+                            .fetch_add(request.prompt.len() as u64, Ordering::Relaxed);
+                        self.next_id += 1;
+                        self.running.insert(
+                            request.id,
+                            Progress {
+                                job,
+                                tokens: Vec::new(),
+                                sent: 0,
+                                stopped_at: None,
+                            },
+                        );
+                        return Some(request);
+                    }
+                    Err(reason) => reason,
+                }
+            }
+            Ok(_) => "the prompt is empty (no tokens)".to_string(),
+            Err(e) => format!("the prompt: {e}"),
+        };
+        let _ = job
+            .events
+            .send(Event::Failed(ApiError::BadRequest(refusal)));
+        None
+    }
+}
+
+impl RequestQueue for JobQueue<'_> {
+    fn next(&mut self, wait: bool) -> Option<Request> {
+        loop {
+            let job = match self.pending.take() {
+                Some(job) => job,
+                None if wait => self.jobs.recv().ok()?,
+                None => match self.jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => return None,
+                },
+            };
+            if job.settings_key() != self.settings_key {
+                // other settings: this run admits no more (it drains), the next one starts here
+                self.pending = Some(job);
+                return None;
+            }
+            self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+            if job.events.is_closed() {
+                self.metrics.request(Outcome::Cancelled);
+                continue;
+            }
+            if let Some(request) = self.admit(job) {
+                return Some(request);
+            }
+        }
+    }
+
+    fn cancelled(&mut self, id: u64) -> bool {
+        self.running
+            .get(&id)
+            .is_some_and(|p| p.job.events.is_closed())
+    }
+
+    fn tokens(&mut self, id: u64, tokens: &[u32]) {
+        let Some(p) = self.running.get_mut(&id) else {
+            return;
+        };
+        p.tokens.extend_from_slice(tokens);
+        if let Ok(text) = self.limits.tokenizer.decode_skip_special(&p.tokens) {
+            p.advance(&text, false);
+        }
+    }
+
+    fn finished(&mut self, _index: usize, g: Generation) {
+        let Some(mut p) = self.running.remove(&g.id) else {
+            return;
+        };
+        let proposed = g.steps.iter().map(|s| s.proposed).sum();
+        let accepted = g.steps.iter().map(|s| s.accepted).sum();
+        let speculative = g.steps.iter().filter(|s| s.proposed > 0).count();
+        let metrics = self.metrics;
+        metrics
+            .drafts_proposed
+            .fetch_add(proposed as u64, Ordering::Relaxed);
+        metrics
+            .drafts_accepted
+            .fetch_add(accepted as u64, Ordering::Relaxed);
+        metrics
+            .steps_speculative
+            .fetch_add(speculative as u64, Ordering::Relaxed);
+        metrics
+            .steps_plain
+            .fetch_add((g.steps.len() - speculative) as u64, Ordering::Relaxed);
+        let finish_reason = match (p.stopped_at, &g.finish) {
+            (_, FinishReason::Cancelled) => {
+                metrics.request(Outcome::Cancelled);
+                return;
+            }
+            (Some(_), _) | (None, FinishReason::Eos | FinishReason::Stop) => "stop",
+            (None, FinishReason::MaxTokens | FinishReason::ContextFull) => "length",
+        };
+        if let Ok(text) = self.limits.tokenizer.decode_skip_special(&p.tokens) {
+            p.advance(&text, true);
+        }
+        let _ = p.job.events.send(Event::Done(Finished {
+            completion_tokens: p.stopped_at.unwrap_or(g.tokens.len()),
+            finish_reason,
+            proposed,
+            accepted,
+            target_passes: g.steps.len(),
+        }));
+    }
+
+    fn refused(&mut self, request: Request, error: HarnessError) {
+        if let Some(p) = self.running.remove(&request.id) {
+            let reason = match error {
+                HarnessError::InvalidRequest { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            let _ = p
+                .job
+                .events
+                .send(Event::Failed(ApiError::BadRequest(reason)));
+        }
+    }
+
+    fn stepped(&mut self, status: &BatchStatus) {
+        let metrics = self.metrics;
+        if status.cancelled == 0 {
+            metrics.engine_steps.fetch_add(1, Ordering::Relaxed);
+        }
+        metrics
+            .running
+            .store(status.decoding + status.prefilling, Ordering::Relaxed);
+        if let Some(kv) = status.kv {
+            metrics
+                .kv_blocks_used
+                .store(kv.total_blocks - kv.free_blocks, Ordering::Relaxed);
+            metrics
+                .kv_blocks_free
+                .store(kv.free_blocks, Ordering::Relaxed);
+        }
     }
 }
 
@@ -226,132 +450,16 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 
 /// Whether `request` fits the target's context and its KV pool alone: `Err` with the reason
 /// (prompt tokens, `max_tokens` and the limit) when it does not.
-fn fits(backend: &mut EngineBackend, request: &Request) -> Result<(), String> {
-    let target = backend.target_mut();
-    let checked = check_fits_context(request, target.max_context()).and_then(|()| {
-        target
-            .kv_room()
+fn fits(limits: &Limits, request: &Request) -> Result<(), String> {
+    let checked = check_fits_context(request, limits.context).and_then(|()| {
+        limits
+            .pool
             .map_or(Ok(()), |room| check_fits_pool(request, &room))
     });
     checked.map_err(|e| match e {
         HarnessError::InvalidRequest { reason, .. } => reason,
         other => other.to_string(),
     })
-}
-
-fn run_batch(
-    backend: &mut EngineBackend,
-    settings: &EngineSettings,
-    batch: Vec<Job>,
-    metrics: &Metrics,
-) {
-    backend.set_sampling(batch[0].sampling);
-    backend.set_seed(batch[0].seed.unwrap_or(settings.seed));
-    let mut progress = Vec::new();
-    let mut requests = Vec::new();
-    for job in batch {
-        let prompt = match &job.input {
-            Input::Text(text) => backend.encode(text, false),
-            Input::Chat(messages) => backend.encode_messages(messages),
-        };
-        match prompt {
-            Ok(prompt) if !prompt.is_empty() => {
-                let request = Request {
-                    id: progress.len() as u64,
-                    prompt,
-                    stop: backend.stop_rule(job.max_tokens),
-                };
-                // refused alone, naming the limit, so that the rest of the batch runs
-                if let Err(reason) = fits(backend, &request) {
-                    let _ = job.events.send(Event::Failed(ApiError::BadRequest(reason)));
-                    continue;
-                }
-                let _ = job.events.send(Event::Started {
-                    prompt_tokens: request.prompt.len(),
-                });
-                metrics
-                    .prompt_tokens
-                    .fetch_add(request.prompt.len() as u64, Ordering::Relaxed);
-                requests.push(request);
-                progress.push(Progress {
-                    job,
-                    tokens: Vec::new(),
-                    sent: 0,
-                    stopped_at: None,
-                });
-            }
-            Ok(_) => {
-                let _ = job.events.send(Event::Failed(ApiError::BadRequest(
-                    "the prompt is empty (no tokens)".into(),
-                )));
-            }
-            Err(e) => {
-                let _ = job.events.send(Event::Failed(ApiError::BadRequest(format!(
-                    "the prompt: {e}"
-                ))));
-            }
-        }
-    }
-    if requests.is_empty() {
-        return;
-    }
-    let tokenizer = backend.tokenizer().clone();
-    let result = backend.run_requests(
-        &settings.method,
-        &requests,
-        &mut |id, tokens| {
-            let Some(p) = progress.get_mut(id as usize) else {
-                return;
-            };
-            p.tokens.extend_from_slice(tokens);
-            if let Ok(text) = tokenizer.decode_skip_special(&p.tokens) {
-                p.advance(&text, false);
-            }
-        },
-        &mut |_| {},
-    );
-    match result {
-        Ok(generations) => {
-            for (p, g) in progress.iter_mut().zip(&generations) {
-                if let Ok(text) = tokenizer.decode_skip_special(&p.tokens) {
-                    p.advance(&text, true);
-                }
-                let proposed = g.steps.iter().map(|s| s.proposed).sum();
-                let accepted = g.steps.iter().map(|s| s.accepted).sum();
-                let speculative = g.steps.iter().filter(|s| s.proposed > 0).count();
-                metrics
-                    .drafts_proposed
-                    .fetch_add(proposed as u64, Ordering::Relaxed);
-                metrics
-                    .drafts_accepted
-                    .fetch_add(accepted as u64, Ordering::Relaxed);
-                metrics
-                    .steps_speculative
-                    .fetch_add(speculative as u64, Ordering::Relaxed);
-                metrics
-                    .steps_plain
-                    .fetch_add((g.steps.len() - speculative) as u64, Ordering::Relaxed);
-                let finish_reason = match (p.stopped_at, &g.finish) {
-                    (Some(_), _) | (None, FinishReason::Eos | FinishReason::Stop) => "stop",
-                    (None, FinishReason::MaxTokens | FinishReason::ContextFull) => "length",
-                };
-                let _ = p.job.events.send(Event::Done(Finished {
-                    completion_tokens: p.stopped_at.unwrap_or(g.tokens.len()),
-                    finish_reason,
-                    proposed,
-                    accepted,
-                    target_passes: g.steps.len(),
-                }));
-            }
-        }
-        Err(e) => {
-            for p in &progress {
-                let _ = p.job.events.send(Event::Failed(ApiError::Internal(format!(
-                    "the engine failed: {e}"
-                ))));
-            }
-        }
-    }
 }
 
 #[cfg(test)]

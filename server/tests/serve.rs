@@ -201,6 +201,13 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
     let cut = body["choices"][0]["text"].as_str().unwrap();
     assert_eq!(cut, &full[..full.find(&stop).unwrap()]);
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    // the engine stopped there: no target pass past the stop (each pass emits a token at least)
+    let usage = &body["usage"];
+    assert!(
+        usage["speculative"]["target_passes"].as_u64() <= usage["completion_tokens"].as_u64()
+            && usage["completion_tokens"].as_u64() < Some(40),
+        "{usage}"
+    );
 
     // chat completions, streamed and not
     let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "What is 2 + 2?"}],
@@ -292,6 +299,96 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         TcpStream::connect(addr).is_err(),
         "nothing listens after stop"
     );
+}
+
+/// The value of the unlabelled metric `name` in a `/metrics` text.
+fn metric(addr: SocketAddr, name: &str) -> f64 {
+    let (_, text) = http(addr, "GET", "/metrics", "");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Polls until `done()` or `seconds` pass; whether it became true.
+fn eventually(seconds: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn requests_join_a_running_batch_and_a_cancelled_stream_frees_its_kv() {
+    if !have_model() {
+        return;
+    }
+    let server = ready_server("ngram");
+    let addr = server.addr;
+    assert_eq!(metric(addr, "specdec_kv_blocks_used"), 0.0);
+    // a short request sent while a long one decodes joins its batch and ends first
+    std::thread::scope(|scope| {
+        let long = scope.spawn(|| post(addr, "/v1/completions", &greedy("1, 2, 3,", 240)));
+        assert!(
+            eventually(60, || metric(addr, "specdec_running_sequences") >= 1.0),
+            "the long request never ran"
+        );
+        let (status, short) = post(addr, "/v1/completions", &greedy("The capital of", 4));
+        assert_eq!(status, 200, "{short}");
+        assert!(
+            !long.is_finished(),
+            "the short request waited for the long one's batch to end"
+        );
+        let (status, long) = long.join().unwrap();
+        assert_eq!(status, 200, "{long}");
+    });
+    assert!(eventually(5, || metric(addr, "specdec_kv_blocks_used") == 0.0));
+
+    // a stream whose client goes away: dropped at the next step, its KV blocks freed
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let mut body = greedy("1, 2, 3,", 2000);
+    body["stream"] = json!(true);
+    let body = body.to_string();
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while seen.windows(5).filter(|w| w == b"data:").count() < 3 {
+        let n = stream.read(&mut buffer).expect("the stream sends");
+        assert!(n > 0, "the stream ended early");
+        seen.extend_from_slice(&buffer[..n]);
+    }
+    assert!(metric(addr, "specdec_kv_blocks_used") > 0.0);
+    let steps_at_cancel = metric(addr, "specdec_engine_steps_total");
+    drop(stream);
+    assert!(
+        eventually(20, || metric(addr, "specdec_kv_blocks_used") == 0.0),
+        "the cancelled stream's KV blocks were not freed"
+    );
+    let steps_after = metric(addr, "specdec_engine_steps_total");
+    let (_, text) = http(addr, "GET", "/metrics", "");
+    assert!(
+        text.contains("specdec_requests_total{outcome=\"cancelled\"} 1"),
+        "{text}"
+    );
+    // it stopped long before its 2000 tokens (the server notices a closed socket when a
+    // write to it fails, a few steps later at most)
+    assert!(
+        steps_after - steps_at_cancel < 64.0,
+        "{steps_at_cancel} steps when the client left, {steps_after} when its blocks came back"
+    );
+    assert_eq!(metric(addr, "specdec_running_sequences"), 0.0);
+    server.stop().unwrap();
 }
 
 #[test]

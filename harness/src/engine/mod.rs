@@ -138,9 +138,9 @@ pub struct Generation {
 }
 
 /// A request in flight.
-struct Active<'r> {
+struct Active {
     index: usize,
-    request: &'r Request,
+    request: Request,
     seq: SeqId,
     /// Prompt + output; the target's KV holds all but the last token.
     context: Vec<u32>,
@@ -162,16 +162,108 @@ struct Active<'r> {
     /// Blocks of the target's KV pool reserved for this request at admission (its prompt,
     /// `max_new_tokens` and [`KV_TREE_ROOM`]); 0 for a model without a bounded pool.
     kv_blocks: usize,
+    /// Tokens the last step added to the output (after a cut at a stop).
+    last_emitted: usize,
+    /// Drafts the last step proposed.
+    last_proposed: usize,
 }
 
-impl Active<'_> {
+impl Active {
     fn output(&self) -> &[u32] {
         &self.context[self.request.prompt.len()..]
     }
+
+    /// What the request produced so far, as it retires for `finish`.
+    fn into_generation(self, finish: FinishReason) -> Generation {
+        Generation {
+            id: self.request.id,
+            tokens: self.output().to_vec(),
+            finish,
+            prompt_tokens: self.request.prompt.len(),
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            steps: self.steps,
+        }
+    }
+}
+
+/// Where a serving run ([`Engine::serve`]) takes its requests from and hands its results to,
+/// between steps: requests join the running batch as they arrive and leave it as they finish
+/// or are cancelled.
+pub trait RequestQueue {
+    /// The next request to admit, if one is waiting. With `wait` (nothing is in flight) it may
+    /// block until one arrives; `None` then ends the run. Without `wait` it must not block.
+    fn next(&mut self, wait: bool) -> Option<Request>;
+    /// Whether request `id` (in flight) was cancelled: it is dropped before the next step, its
+    /// KV blocks freed, and handed to [`RequestQueue::finished`] with
+    /// [`FinishReason::Cancelled`].
+    fn cancelled(&mut self, id: u64) -> bool {
+        let _ = id;
+        false
+    }
+    /// Tokens the last step added to request `id`'s output (cut at a stop), in order.
+    fn tokens(&mut self, id: u64, tokens: &[u32]) {
+        let _ = (id, tokens);
+    }
+    /// Request number `index` (in order of arrival) finished.
+    fn finished(&mut self, index: usize, generation: Generation);
+    /// A request that can never run (an empty prompt, or one past the context or the KV pool
+    /// even alone), refused without stopping the others.
+    fn refused(&mut self, request: Request, error: HarnessError);
+    /// After every step and every cancellation: the batch as it stands.
+    fn stepped(&mut self, status: &BatchStatus) {
+        let _ = status;
+    }
+}
+
+/// The batch of a serving run between two steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchStatus {
+    /// Requests decoding.
+    pub decoding: usize,
+    /// Requests still prefilling their prompts.
+    pub prefilling: usize,
+    /// Drafts proposed in the last step, all its requests together (0 after a cancellation).
+    pub proposed: usize,
+    /// Requests cancelled and dropped just now (0 after a step).
+    pub cancelled: usize,
+    /// The target's KV pool now (`None`: an unbounded cache).
+    pub kv: Option<KvRoom>,
 }
 
 /// Streaming callback: `(request id, tokens this step added to its output)`.
 pub type TokenCallback<'c> = dyn FnMut(u64, &[u32]) + 'c;
+
+/// The queue of [`Engine::run`]: a slice of requests, all known up front, in order.
+struct SliceQueue<'q, 'a> {
+    waiting: std::slice::Iter<'q, Request>,
+    /// By position in the slice (= order of arrival).
+    results: Vec<Option<Generation>>,
+    on_tokens: Option<&'a mut TokenCallback<'a>>,
+    on_done: &'q mut dyn FnMut(usize),
+    /// The first request refused (none are: [`Engine::run`] checks them all first).
+    refused: Option<HarnessError>,
+}
+
+impl RequestQueue for SliceQueue<'_, '_> {
+    fn next(&mut self, _wait: bool) -> Option<Request> {
+        self.waiting.next().cloned()
+    }
+
+    fn tokens(&mut self, id: u64, tokens: &[u32]) {
+        if let Some(callback) = self.on_tokens.as_mut() {
+            callback(id, tokens);
+        }
+    }
+
+    fn finished(&mut self, index: usize, generation: Generation) {
+        self.results[index] = Some(generation);
+        (self.on_done)(index);
+    }
+
+    fn refused(&mut self, _request: Request, error: HarnessError) {
+        self.refused.get_or_insert(error);
+    }
+}
 
 /// The engine (see the module docs): a target model, a drafter, a paired verifier and a policy
 /// prototype (forked per request), optionally a fallback drafter with its own verifier and policy.
@@ -272,31 +364,75 @@ impl<'a> Engine<'a> {
                 check_fits_pool(request, &room)?;
             }
         }
+        let mut queue = SliceQueue {
+            waiting: requests.iter(),
+            results: vec![None; requests.len()],
+            on_tokens: self.on_tokens.take(),
+            on_done,
+            refused: None,
+        };
+        let served = self.serve(&mut queue);
+        self.on_tokens = queue.on_tokens.take();
+        served?;
+        if let Some(error) = queue.refused {
+            return Err(error);
+        }
+        Ok(queue
+            .results
+            .into_iter()
+            .map(|g| g.expect("every request retired"))
+            .collect())
+    }
+
+    /// Serves requests from `queue` until it has none left: each request joins the running batch
+    /// (at most `batch_size` at once) when it arrives and its KV need fits beside the requests in
+    /// flight (otherwise it waits, and the ones behind it too: arrival order is kept), is
+    /// prefilled in chunks interleaved with the others' steps, and leaves when it finishes or is
+    /// cancelled ([`RequestQueue::cancelled`], checked before every step), its KV blocks freed
+    /// for the next step. A request that cannot run even alone is [`RequestQueue::refused`].
+    ///
+    /// # Errors
+    /// Any model, drafter or verifier error (NaN logits included): the run stops, and the
+    /// requests in flight are released from the target's KV cache before the error returns.
+    pub fn serve(&mut self, queue: &mut dyn RequestQueue) -> Result<()> {
         let mut decisions = Replay::production(self.options.seed);
-        let mut results: Vec<Option<Generation>> = vec![None; requests.len()];
-        let mut waiting = requests.iter().enumerate().peekable();
         // requests in flight: decoding, and still prefilling their prompts
-        let mut active: Vec<Active<'_>> = Vec::new();
-        let mut prefilling: Vec<Active<'_>> = Vec::new();
+        let mut active: Vec<Active> = Vec::new();
+        let mut prefilling: Vec<Active> = Vec::new();
+        // the request at the head of the line, waiting for KV room
+        let mut held: Option<Request> = None;
+        let mut arrived = 0;
         let outcome = (|| -> Result<()> {
             loop {
+                let cancelled = self.drop_cancelled(&mut active, queue)?
+                    + self.drop_cancelled(&mut prefilling, queue)?;
+                if cancelled > 0 {
+                    queue.stepped(&BatchStatus {
+                        cancelled,
+                        ..self.status(&active, &prefilling)
+                    });
+                }
                 while active.len() + prefilling.len() < self.options.batch_size {
-                    let Some(&(index, request)) = waiting.peek() else {
+                    let idle = active.is_empty() && prefilling.is_empty();
+                    let Some(request) = held.take().or_else(|| queue.next(idle)) else {
                         break;
                     };
+                    if let Err(error) = self.check_fits(&request) {
+                        queue.refused(request, error);
+                        continue;
+                    }
                     // admitted only when its whole need fits beside the requests in flight;
                     // otherwise it waits for one of them to retire (it fits alone: checked)
                     if let Some(room) = self.target.kv_room() {
                         let in_flight = active.iter().chain(&prefilling);
                         let reserved: usize = in_flight.map(|a| a.kv_blocks).sum();
-                        if !(active.is_empty() && prefilling.is_empty())
-                            && reserved + kv_need(request, &room) > room.total_blocks
-                        {
+                        if !idle && reserved + kv_need(&request, &room) > room.total_blocks {
+                            held = Some(request);
                             break;
                         }
                     }
-                    waiting.next();
-                    prefilling.push(self.admit(index, request)?);
+                    prefilling.push(self.admit(arrived, request)?);
+                    arrived += 1;
                 }
                 // Chunked prefill, interleaved: one chunk of every prefilling prompt per step,
                 // so a long prompt delays the decoding requests by one chunk's forward per
@@ -312,40 +448,85 @@ impl<'a> Engine<'a> {
                     }
                 }
                 if active.is_empty() {
+                    // nothing in flight after asking with `wait`: the queue has ended
                     return Ok(());
                 }
                 let finished = self.step(&mut active, &mut decisions)?;
+                let proposed = active.iter().map(|a| a.last_proposed).sum();
+                for seq in &active {
+                    if seq.last_emitted > 0 {
+                        let len = seq.context.len();
+                        queue.tokens(seq.request.id, &seq.context[len - seq.last_emitted..]);
+                    }
+                }
                 for (position, finish) in finished.into_iter().rev() {
                     let done = active.swap_remove(position);
                     if let Some(recorded) = &self.options.replay {
                         recorded.check_finished(done.request.id, done.step)?;
                     }
-                    self.target.release(done.seq)?;
-                    self.release_drafts(done.request.id)?;
-                    let index = done.index;
-                    results[index] = Some(Generation {
-                        id: done.request.id,
-                        tokens: done.output().to_vec(),
-                        finish,
-                        prompt_tokens: done.request.prompt.len(),
-                        elapsed_s: done.started.elapsed().as_secs_f64(),
-                        steps: done.steps,
-                    });
-                    on_done(index);
+                    self.retire(&done)?;
+                    queue.finished(done.index, done.into_generation(finish));
                 }
+                queue.stepped(&BatchStatus {
+                    proposed,
+                    ..self.status(&active, &prefilling)
+                });
             }
         })();
         if let Err(err) = outcome {
             for in_flight in active.iter().chain(&prefilling) {
-                let _ = self.target.release(in_flight.seq);
-                let _ = self.release_drafts(in_flight.request.id);
+                let _ = self.retire(in_flight);
             }
             return Err(err);
         }
-        Ok(results
-            .into_iter()
-            .map(|g| g.expect("every request retired"))
-            .collect())
+        Ok(())
+    }
+
+    /// Whether `request` can run alone: a non-empty prompt that fits the context, with
+    /// `max_new_tokens`, and the KV pool.
+    fn check_fits(&self, request: &Request) -> Result<()> {
+        check_fits_context(request, self.target.max_context())?;
+        match self.target.kv_room() {
+            Some(room) => check_fits_pool(request, &room),
+            None => Ok(()),
+        }
+    }
+
+    /// Drops the requests of `in_flight` that `queue` says were cancelled: their target
+    /// sequences and drafter state are released, and they are handed back as finished with
+    /// [`FinishReason::Cancelled`].
+    /// Returns how many were.
+    fn drop_cancelled(
+        &mut self,
+        in_flight: &mut Vec<Active>,
+        queue: &mut dyn RequestQueue,
+    ) -> Result<usize> {
+        let before = in_flight.len();
+        for position in (0..in_flight.len()).rev() {
+            if queue.cancelled(in_flight[position].request.id) {
+                let gone = in_flight.swap_remove(position);
+                self.retire(&gone)?;
+                queue.finished(gone.index, gone.into_generation(FinishReason::Cancelled));
+            }
+        }
+        Ok(before - in_flight.len())
+    }
+
+    /// The batch as it stands, for [`RequestQueue::stepped`] (no step's drafts, none cancelled).
+    fn status(&self, active: &[Active], prefilling: &[Active]) -> BatchStatus {
+        BatchStatus {
+            decoding: active.len(),
+            prefilling: prefilling.len(),
+            proposed: 0,
+            cancelled: 0,
+            kv: self.target.kv_room(),
+        }
+    }
+
+    /// Releases a request's target sequence and its drafters' state.
+    fn retire(&mut self, seq: &Active) -> Result<()> {
+        self.target.release(seq.seq)?;
+        self.release_drafts(seq.request.id)
     }
 
     /// Tells every drafter (the main one and the fallback) a sequence's verdict.
@@ -367,29 +548,30 @@ impl<'a> Engine<'a> {
     }
 
     /// Creates the request's target sequence; its prompt is prefilled by [`Engine::prefill_chunk`].
-    fn admit<'r>(&mut self, index: usize, request: &'r Request) -> Result<Active<'r>> {
+    fn admit(&mut self, index: usize, request: Request) -> Result<Active> {
         let started = Instant::now();
-        let prompt = &request.prompt;
-        check_fits_context(request, self.target.max_context())?;
+        check_fits_context(&request, self.target.max_context())?;
         let seq = self.target.new_sequence()?;
         Ok(Active {
             kv_blocks: self
                 .target
                 .kv_room()
-                .map_or(0, |room| kv_need(request, &room)),
+                .map_or(0, |room| kv_need(&request, &room)),
             index,
+            context: request.prompt.clone(),
+            prefill_tokens: request.prompt.len() - 1,
             request,
             seq,
-            context: prompt.clone(),
             policy: self.policy.fork(),
             step: 0,
             steps: Vec::new(),
             started,
             prefill_s: 0.0,
             prefill_wall_s: 0.0,
-            prefill_tokens: prompt.len() - 1,
             prefilled: 0,
             prefill_features: None,
+            last_emitted: 0,
+            last_proposed: 0,
         })
     }
 
@@ -397,7 +579,7 @@ impl<'a> Engine<'a> {
     /// last token, into the target's KV; once the prompt is in, tells the drafters (with the
     /// prompt's features, for those that read them). Returns whether the prompt is in: the
     /// request may step.
-    fn prefill_chunk(&mut self, seq: &mut Active<'_>) -> Result<bool> {
+    fn prefill_chunk(&mut self, seq: &mut Active) -> Result<bool> {
         let t0 = Instant::now();
         let prompt = &seq.request.prompt;
         let prefix = &prompt[..prompt.len() - 1];
@@ -438,7 +620,7 @@ impl<'a> Engine<'a> {
     /// positions ascending.
     fn step(
         &mut self,
-        active: &mut [Active<'_>],
+        active: &mut [Active],
         decisions: &mut Production,
     ) -> Result<Vec<(usize, FinishReason)>> {
         let max_context = self.target.max_context();
@@ -591,10 +773,7 @@ impl<'a> Engine<'a> {
             }
             // KV now holds the old context + accepted drafts; it must hold all but the last
             // kept token.
-            if let Some(callback) = self.on_tokens.as_mut() {
-                let len = seq.context.len();
-                callback(seq.request.id, &seq.context[len - kept..]);
-            }
+            seq.last_emitted = kept;
             let accepted = verdict.accepted_len;
             let surplus = (accepted + 1).saturating_sub(kept);
             if surplus > 0 {
@@ -635,6 +814,7 @@ impl<'a> Engine<'a> {
                 ),
             };
             let proposed = tree.len() - 1;
+            seq.last_proposed = proposed;
             match &self.options.replay {
                 Some(recorded) => recorded.check(
                     seq.request.id,

@@ -22,6 +22,8 @@ pub enum FinishReason {
     MaxTokens,
     /// The model's context is full.
     ContextFull,
+    /// The client cancelled the request (a serving run, [`super::RequestQueue::cancelled`]).
+    Cancelled,
 }
 
 /// The stop conditions of one request.

@@ -25,7 +25,7 @@ use super::models::{check_same_tokenizer, time_forward, LoadedModel, Target};
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
 use crate::config::{ExperimentConfig, MethodConfig, Prompt};
 use crate::engine::{EngineOptions, Generation, Penalties, RecordedDecisions};
-use crate::engine::{Request, StopRule};
+use crate::engine::{Request, RequestQueue, StopRule};
 use crate::error::Result;
 use crate::methods::{build_method, BuiltMethod};
 
@@ -307,6 +307,21 @@ impl EngineBackend {
             .engine(self.target.model(), options)?
             .on_tokens(on_tokens)
             .run(requests, on_done)
+    }
+
+    /// Serves `method` to the requests of `queue` until it has none left ([`Engine::serve`]:
+    /// requests join and leave the running batch between steps).
+    ///
+    /// # Errors
+    /// As [`build_method`] and [`Engine::serve`].
+    pub fn serve_queue(
+        &mut self,
+        method: &MethodConfig,
+        queue: &mut dyn RequestQueue,
+    ) -> Result<()> {
+        let mut built = self.build(method)?;
+        let options = self.engine_options(method);
+        built.engine(self.target.model(), options)?.serve(queue)
     }
 
     fn engine_options(&self, method: &MethodConfig) -> EngineOptions {
