@@ -127,23 +127,34 @@ enum Command {
     /// Serve the target over an OpenAI-compatible HTTP API (completions and chat completions,
     /// streamed or not; /v1/models, /health, /metrics), speculating with --method.
     ///
-    /// Requests wait in a bounded queue (full: 503 with Retry-After) and run in batches of
-    /// requests with the same sampling settings. /health answers 200 once the models are
-    /// loaded. SIGINT / SIGTERM stop admitting and let running requests finish.
+    /// Requests wait in a bounded queue (full: 503 with Retry-After) and join the running batch
+    /// between steps (requests with other sampling settings wait for the batch to drain); a
+    /// client that goes away is dropped at the next step, its KV blocks freed. /health answers
+    /// 200 once the models are loaded. SIGINT / SIGTERM stop admitting and let running requests
+    /// finish.
+    ///
+    /// CONFIG (optional): a TOML file with an experiment config's [models] and [[methods]]
+    /// tables only; --method then names one of its methods (default: its only one), and
+    /// --target / --draft override its models.
     Serve {
+        /// A serve config: [models] and [[methods]] tables.
+        config: Option<PathBuf>,
         /// Target model: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or a .gguf path;
-        /// also the model id clients ask for (the file stem for a path).
+        /// also the model id clients ask for (the file stem for a path). Required without
+        /// CONFIG.
         #[arg(long)]
-        target: String,
+        target: Option<String>,
         /// Draft model (same tokenizer as the target), as for --target.
         #[arg(long)]
         draft: Option<String>,
-        /// A drafter or auto, as for `specdec generate --method`.
-        #[arg(long, default_value = "plain", long_help = generate_method_help())]
-        method: String,
-        /// Drafts per step of the fixed-budget methods.
-        #[arg(long, default_value_t = 4)]
-        k: usize,
+        /// A drafter or auto, as for `specdec generate --method` [default: plain]; with CONFIG,
+        /// the name of one of its methods.
+        #[arg(long, long_help = generate_method_help())]
+        method: Option<String>,
+        /// Drafts per step of the fixed-budget methods [default: 4]; not with CONFIG (its
+        /// methods set their own policies).
+        #[arg(long)]
+        k: Option<usize>,
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
@@ -360,6 +371,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Serve {
+            config,
             target,
             draft,
             method,
@@ -371,17 +383,32 @@ fn run(args: Cli) -> anyhow::Result<()> {
             batch_size,
             seed,
         } => {
-            let options = specdec::server::ServeOptions {
-                draft,
-                method,
-                k,
+            use specdec::server::{ServeConfig, ServeOptions};
+            let base = match (&config, &target) {
+                (Some(_), _) if k.is_some() => anyhow::bail!(
+                    "specdec serve: --k is for the --method names of specdec generate; a CONFIG \
+                     method sets its budget in its policy table"
+                ),
+                (Some(path), _) => {
+                    ServeOptions::from_config(&ServeConfig::load(path)?, method.as_deref())?
+                }
+                (None, Some(target)) => ServeOptions {
+                    method: method.unwrap_or_else(|| "plain".into()),
+                    ..ServeOptions::new(target)
+                },
+                (None, None) => anyhow::bail!("specdec serve: give a CONFIG file or --target"),
+            };
+            let options = ServeOptions {
+                target: target.unwrap_or(base.target.clone()),
+                draft: draft.or(base.draft.clone()),
+                k: k.unwrap_or(base.k),
                 host,
                 port,
                 api_key,
                 queue,
                 batch_size,
                 seed,
-                ..specdec::server::ServeOptions::new(&target)
+                ..base
             };
             specdec::server::serve(&options)?;
         }

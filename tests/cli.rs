@@ -43,6 +43,40 @@ fn version_names_the_built_in_commit_and_crates() {
 }
 
 #[test]
+fn serve_checks_its_config_and_flags_before_loading() {
+    let dir = std::env::temp_dir().join(format!("specdec-serve-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("serve.toml");
+    std::fs::write(
+        &config,
+        "[models]\ntarget = \"smollm2-135m\"\n[[methods]]\nname = \"ngram-k3\"\n\
+         drafter = { kind = \"ngram\", n = 3 }\npolicy = { kind = \"fixed\", k = 3 }\n\
+         [sampling]\ntemperature = 1.0\n",
+    )
+    .unwrap();
+    let path = config.display().to_string();
+    let cases: [(&[&str], &str); 4] = [
+        (&["serve"], "CONFIG file or --target"),
+        (&["serve", &path], "`sampling`"),
+        (&["serve", &path, "--k", "3"], "--k"),
+        (
+            &["serve", "/nonexistent/serve.toml"],
+            "/nonexistent/serve.toml",
+        ),
+    ];
+    for (args, want) in cases {
+        let out = specdec(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(want),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn generate_checks_its_flags_before_loading() {
     // max tokens 0: nothing at all on stdout, no model needed
     let out = specdec(&["generate", "-m", "no-such-model", "-p", "hi", "-n", "0"]);

@@ -14,6 +14,7 @@
 //! behind any HTTP load balancer, which can route on `/health` and scrape `/metrics`.
 
 pub mod api;
+pub mod config;
 pub mod error;
 pub mod http;
 pub mod metrics;
@@ -26,7 +27,10 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use specdec_harness::generate::method_for;
+use specdec_harness::runner::KvMemory;
+use specdec_models::llama::parse_device;
 
+pub use config::ServeConfig;
 pub use error::{ApiError, Result, ServerError};
 
 /// How `specdec serve` runs.
@@ -40,6 +44,15 @@ pub struct ServeOptions {
     pub method: String,
     /// Drafts per step of the fixed-budget methods.
     pub k: usize,
+    /// A method of a config file ([`ServeConfig::method`]), served instead of `method` / `k`.
+    pub method_config: Option<specdec_harness::config::MethodConfig>,
+    /// The KV budget of the target's and a drafter's pools, e.g. `"4GiB"` (`models.kv_memory`;
+    /// `None`: a quarter of the machine's memory).
+    pub kv_memory: Option<String>,
+    /// The KV element type, `"f32"`, `"bf16"` or `"f16"` (`models.kv_dtype`; `None`: f32).
+    pub kv_dtype: Option<String>,
+    /// `cpu`, `cuda` or `cuda:N` (`models.device`).
+    pub device: String,
     /// Address to listen on.
     pub host: String,
     /// Port (0: any free one).
@@ -55,6 +68,24 @@ pub struct ServeOptions {
 }
 
 impl ServeOptions {
+    /// The options of a config file: its models, and its method `method` (or its only one).
+    ///
+    /// # Errors
+    /// As [`ServeConfig::method`].
+    pub fn from_config(config: &ServeConfig, method: Option<&str>) -> Result<Self> {
+        let chosen = config.method(method)?;
+        let models = &config.models;
+        Ok(Self {
+            draft: models.draft.clone(),
+            method: chosen.name.clone(),
+            method_config: Some(chosen),
+            kv_memory: models.kv_memory.clone(),
+            kv_dtype: models.kv_dtype.clone(),
+            device: models.device.clone(),
+            ..Self::new(&models.target)
+        })
+    }
+
     /// The defaults for `target`: plain decoding, 127.0.0.1:8000, a queue of 64, batches of 8.
     pub fn new(target: &str) -> Self {
         Self {
@@ -62,6 +93,10 @@ impl ServeOptions {
             draft: None,
             method: "plain".into(),
             k: 4,
+            method_config: None,
+            kv_memory: None,
+            kv_dtype: None,
+            device: "cpu".into(),
             host: "127.0.0.1".into(),
             port: 8000,
             api_key: None,
@@ -152,7 +187,17 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
             options.queue, options.batch_size
         )));
     }
-    let method = method_for(&options.method, options.k, options.draft.as_deref())?;
+    let method = match &options.method_config {
+        Some(method) => method.clone(),
+        None => method_for(&options.method, options.k, options.draft.as_deref())?,
+    };
+    // the KV budget and the device are checked before anything loads
+    KvMemory::configured(
+        options.kv_memory.as_deref(),
+        options.kv_dtype.as_deref(),
+        &options.device,
+    )?;
+    parse_device(&options.device).map_err(specdec_harness::HarnessError::from)?;
     let listener =
         std::net::TcpListener::bind((options.host.as_str(), options.port)).map_err(|source| {
             ServerError::Io {
@@ -176,6 +221,9 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
     let settings = worker::EngineSettings {
         target: options.target.clone(),
         draft: options.draft.clone(),
+        kv_memory: options.kv_memory.clone(),
+        kv_dtype: options.kv_dtype.clone(),
+        device: options.device.clone(),
         method: method.clone(),
         batch_size: options.batch_size,
         seed: options.seed,

@@ -22,9 +22,10 @@ use specdec_harness::engine::{
     check_fits_context, check_fits_pool, BatchStatus, FinishReason, Generation, Request,
     RequestQueue, StopRule,
 };
-use specdec_harness::runner::EngineBackend;
+use specdec_harness::runner::{EngineBackend, KvMemory};
 use specdec_harness::HarnessError;
 use specdec_kernels::sampling::SamplingParams;
+use specdec_models::llama::parse_device;
 use specdec_models::tokenizer::Tokenizer;
 use specdec_models::KvRoom;
 use tokio::sync::mpsc::UnboundedSender;
@@ -104,6 +105,12 @@ pub struct EngineSettings {
     pub target: String,
     /// Draft model, if the method uses one.
     pub draft: Option<String>,
+    /// The KV budget (`models.kv_memory`; `None`: the machine's default).
+    pub kv_memory: Option<String>,
+    /// The KV element type (`models.kv_dtype`; `None`: f32).
+    pub kv_dtype: Option<String>,
+    /// Where the models run (`models.device`).
+    pub device: String,
     /// The method.
     pub method: MethodConfig,
     /// Most jobs per run.
@@ -120,14 +127,23 @@ pub fn run(
     state: Arc<EngineState>,
     metrics: Arc<Metrics>,
 ) {
-    let backend = EngineBackend::open(
-        &settings.target,
-        settings.draft.as_deref(),
-        SamplingParams::greedy(),
-        settings.seed,
-        crate::api::DEFAULT_MAX_TOKENS,
-        settings.batch_size,
+    let backend = KvMemory::configured(
+        settings.kv_memory.as_deref(),
+        settings.kv_dtype.as_deref(),
+        &settings.device,
     )
+    .and_then(|kv_memory| {
+        EngineBackend::open_with(
+            kv_memory,
+            &settings.target,
+            settings.draft.as_deref(),
+            SamplingParams::greedy(),
+            settings.seed,
+            crate::api::DEFAULT_MAX_TOKENS,
+            settings.batch_size,
+        )
+    })
+    .and_then(|backend| backend.on_device(parse_device(&settings.device)?))
     .and_then(|mut backend| backend.build(&settings.method).map(|_| backend));
     let mut backend = match backend {
         Ok(b) => b,
