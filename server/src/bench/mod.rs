@@ -172,6 +172,14 @@ impl ServeBenchArgs {
                 "--rates: {r} is not a multiplier in (0, {MAX_RATE_MULTIPLIER}]"
             )));
         }
+        if let Some((_, r)) = self
+            .rates
+            .iter()
+            .enumerate()
+            .find(|(i, r)| self.rates[..*i].contains(r))
+        {
+            return Err(invalid(format!("--rates: {r} is given twice")));
+        }
         if self.clients.is_empty() {
             return Err(invalid(
                 "--clients is empty: give at least one client count",
@@ -185,6 +193,14 @@ impl ServeBenchArgs {
             return Err(invalid(format!(
                 "--clients: {n} is not a client count in 1..={MAX_BATCH_SIZE}"
             )));
+        }
+        if let Some((_, n)) = self
+            .clients
+            .iter()
+            .enumerate()
+            .find(|(i, n)| self.clients[..*i].contains(n))
+        {
+            return Err(invalid(format!("--clients: {n} is given twice")));
         }
         if !(1..=MAX_REPEATS).contains(&self.repeats) {
             return Err(invalid(format!(
@@ -710,122 +726,42 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused_naming_the_option() {
-        let base = ServeBenchArgs::new("no-such-model");
-        let cases: Vec<(ServeBenchArgs, &str)> = vec![
+        type Change = fn(&mut ServeBenchArgs);
+        let cases: [(Change, &str); 18] = [
+            (|a| a.requests = 0, "--requests"),
+            (|a| a.requests = MAX_REQUESTS + 1, "--requests"),
+            (|a| a.rates = vec![], "--rates is empty"),
+            (|a| a.rates = vec![0.5, -1.0], "--rates: -1"),
+            (|a| a.rates = vec![f64::NAN], "--rates: NaN"),
             (
-                ServeBenchArgs {
-                    requests: 0,
-                    ..base.clone()
-                },
-                "--requests",
+                |a| a.rates = vec![1.0, 0.5, 1.0],
+                "--rates: 1 is given twice",
             ),
-            (
-                ServeBenchArgs {
-                    rates: vec![],
-                    ..base.clone()
-                },
-                "--rates is empty",
-            ),
-            (
-                ServeBenchArgs {
-                    rates: vec![0.5, -1.0],
-                    ..base.clone()
-                },
-                "--rates: -1",
-            ),
-            (
-                ServeBenchArgs {
-                    rates: vec![f64::NAN],
-                    ..base.clone()
-                },
-                "--rates: NaN",
-            ),
-            (
-                ServeBenchArgs {
-                    clients: vec![],
-                    ..base.clone()
-                },
-                "--clients is empty",
-            ),
-            (
-                ServeBenchArgs {
-                    clients: vec![0],
-                    ..base.clone()
-                },
-                "--clients: 0",
-            ),
-            (
-                ServeBenchArgs {
-                    repeats: 0,
-                    ..base.clone()
-                },
-                "--repeats",
-            ),
-            (
-                ServeBenchArgs {
-                    max_tokens: 0,
-                    ..base.clone()
-                },
-                "--max-tokens",
-            ),
-            (
-                ServeBenchArgs {
-                    temperature: -0.5,
-                    ..base.clone()
-                },
-                "--temperature",
-            ),
-            (
-                ServeBenchArgs {
-                    batch_size: 0,
-                    ..base.clone()
-                },
-                "--batch-size",
-            ),
-            (
-                ServeBenchArgs {
-                    timeout: 0,
-                    ..base.clone()
-                },
-                "--timeout",
-            ),
-            (
-                ServeBenchArgs {
-                    prompts: "sharegpt".into(),
-                    ..base.clone()
-                },
-                "--prompts sharegpt",
-            ),
-            (
-                ServeBenchArgs {
-                    method: "plain".into(),
-                    ..base.clone()
-                },
-                "--method plain",
-            ),
-            (
-                ServeBenchArgs {
-                    method: "nonesuch".into(),
-                    ..base.clone()
-                },
-                "unknown method",
-            ),
+            (|a| a.clients = vec![], "--clients is empty"),
+            (|a| a.clients = vec![0], "--clients: 0"),
+            (|a| a.clients = vec![2, 2], "--clients: 2 is given twice"),
+            (|a| a.repeats = 0, "--repeats"),
+            (|a| a.max_tokens = 0, "--max-tokens"),
+            (|a| a.temperature = -0.5, "--temperature"),
+            (|a| a.batch_size = 0, "--batch-size"),
+            (|a| a.timeout = 0, "--timeout"),
+            (|a| a.prompts = "sharegpt".into(), "--prompts sharegpt"),
+            (|a| a.method = "plain".into(), "--method plain"),
+            (|a| a.method = "nonesuch".into(), "unknown method"),
             // every option valid but the model: the model is checked last, without loading
-            (base.clone(), "no-such-model"),
+            (|_| {}, "no-such-model"),
         ];
-        for (args, expected) in cases {
+        for (i, (change, expected)) in cases.into_iter().enumerate() {
+            let out = std::env::temp_dir()
+                .join(format!("specdec-bench-refused-{}-{i}", std::process::id()));
+            let mut args = ServeBenchArgs {
+                out: Some(out.clone()),
+                ..ServeBenchArgs::new("no-such-model")
+            };
+            change(&mut args);
             let error = args.validate().expect_err(expected).to_string();
             assert!(error.contains(expected), "{expected}: {error}");
             // `run` refuses the same way, before writing anything
-            let out = std::env::temp_dir().join(format!(
-                "specdec-bench-refused-{}-{}",
-                std::process::id(),
-                expected.len()
-            ));
-            let args = ServeBenchArgs {
-                out: Some(out.clone()),
-                ..args
-            };
             assert!(run(&args).is_err());
             assert!(!out.exists(), "{expected}: {} was created", out.display());
         }

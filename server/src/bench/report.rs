@@ -373,7 +373,8 @@ pub fn summary_markdown(rows: &[SummaryRow], info: &RunInfo) -> String {
          repeat. Throughput: completion tokens of the completed requests / the phases' wall \
          time. Acceptance: accepted / (accepted + rejected) prediction tokens of the usage \
          chunks. Spec share: target passes with a draft / all passes (the server's \
-         `/metrics`). Same text: speculative answers equal to plain's for the same request.\n\n",
+         `/metrics`). Same text: speculative answers equal to plain's for the same request \
+         (at T = 0 greedy speculation must give plain's text).\n\n",
     );
     for line in targets(rows) {
         let _ = writeln!(md, "- {line}");
