@@ -275,8 +275,31 @@ enum Command {
         dtype: String,
     },
     /// Benchmark a GGUF model end to end (tokens/s, verify-cost curve, memory) or split its
-    /// forward into kernels; see scripts/bench-vs-llamacpp.sh for the llama.cpp baseline.
-    Bench(specdec::harness::bench::cli::BenchArgs),
+    /// forward into kernels (see scripts/bench-vs-llamacpp.sh for the llama.cpp baseline), or
+    /// load-test `specdec serve` with speculation on and off.
+    Bench(BenchCommand),
+}
+
+/// `specdec bench`: the harness's model benchmarks, and `serve`.
+#[derive(Debug, clap::Args)]
+struct BenchCommand {
+    /// What to benchmark.
+    #[command(subcommand)]
+    what: BenchKind,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchKind {
+    /// Load-test `specdec serve` on 127.0.0.1: start a plain and a speculative server, measure
+    /// plain decoding's capacity, then offer open-loop Poisson arrivals at multiples of it and
+    /// closed-loop saturation (N clients) to both, interleaved; write requests.jsonl,
+    /// summary.csv, summary.md and SVG plots (TTFT, TPOT p50 / p99, throughput, acceptance,
+    /// the share of speculative steps, and the speculative / plain ratios).
+    ///
+    /// Example: specdec bench serve --target smollm2-135m --method ngram --requests 50
+    Serve(specdec::server::bench::ServeBenchArgs),
+    #[command(flatten)]
+    Harness(specdec::harness::bench::cli::BenchWhat),
 }
 
 /// Runs the command; an error is printed as a message with its causes (never a backtrace,
@@ -435,7 +458,12 @@ fn run(args: Cli) -> anyhow::Result<()> {
             cli::repro(&name, quick, out.as_deref())?;
         }
         Command::Prove => prove()?,
-        Command::Bench(args) => args.run()?,
+        Command::Bench(BenchCommand { what }) => match what {
+            BenchKind::Serve(args) => {
+                specdec::server::bench::run(&args)?;
+            }
+            BenchKind::Harness(what) => specdec::harness::bench::cli::BenchArgs { what }.run()?,
+        },
         Command::ExportHf { model, dir, dtype } => cli::export_hf(&model, &dir, &dtype)?,
         Command::TrainHead(options) => {
             println!("{}", specdec::train::train_head(&options)?.summary());

@@ -6,7 +6,9 @@
 //! - [`http`]: the routes (`POST /v1/completions`, `POST /v1/chat/completions`, `GET
 //!   /v1/models`, `/health`, `/metrics`) and the response bodies, streamed as server-sent events
 //!   or not;
-//! - [`metrics`]: the Prometheus counters.
+//! - [`metrics`]: the Prometheus counters;
+//! - [`bench`]: `specdec bench serve`, a load generator against two servers it starts (plain
+//!   and speculative), open-loop and closed-loop.
 //!
 //! The async stack (tokio, axum) lives in this crate only. Requests wait in a bounded queue (a
 //! full queue is a 503 with `Retry-After`); `/health` answers 200 once the models are loaded;
@@ -14,6 +16,7 @@
 //! behind any HTTP load balancer, which can route on `/health` and scrape `/metrics`.
 
 pub mod api;
+pub mod bench;
 pub mod config;
 pub mod error;
 pub mod http;

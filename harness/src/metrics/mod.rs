@@ -37,6 +37,6 @@ pub use aggregate::{
 };
 pub use records::{BudgetRecord, MethodRun, PolicyDecision, RequestRecord, StepRecord};
 pub use stats::{
-    bootstrap, geometric_mean_interval, mean, mean_interval, ratio_interval, Interval,
+    bootstrap, geometric_mean_interval, mean, mean_interval, quantile, ratio_interval, Interval,
     BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_PROMPTS,
 };

@@ -49,9 +49,10 @@ pub fn mean(xs: &[f64]) -> Option<f64> {
 }
 
 /// The `q` quantile (0..=1) of sorted values, linearly interpolated between order statistics
-/// (Hyndman–Fan type 7, numpy's default). `sorted` must be non-empty.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let h = (sorted.len() - 1) as f64 * q;
+/// (Hyndman–Fan type 7, numpy's default). `sorted` must be non-empty and ascending; `q` is
+/// clamped to 0..=1.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let h = (sorted.len() - 1) as f64 * q.clamp(0.0, 1.0);
     let (i, frac) = (h.floor() as usize, h - h.floor());
     match sorted.get(i + 1) {
         Some(next) => sorted[i] + frac * (next - sorted[i]),
