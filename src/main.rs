@@ -167,9 +167,13 @@ enum Command {
         /// Requests that may wait for the engine; beyond them the server answers 503.
         #[arg(long, default_value_t = 64)]
         queue: usize,
-        /// Requests per engine run (continuous batching within a run).
+        /// Requests in the running batch at most (continuous batching).
         #[arg(long, default_value_t = 8)]
         batch_size: usize,
+        /// Acceptance below which a request stops speculating and probes again later
+        /// (0: never).
+        #[arg(long, default_value_t = 0.3)]
+        min_acceptance: f64,
         /// Seed of the requests that give none.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -404,6 +408,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
             api_key,
             queue,
             batch_size,
+            min_acceptance,
             seed,
         } => {
             use specdec::server::{ServeConfig, ServeOptions};
@@ -430,6 +435,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
                 api_key,
                 queue,
                 batch_size,
+                min_acceptance,
                 seed,
                 ..base
             };

@@ -64,8 +64,11 @@ pub struct ServeOptions {
     pub api_key: Option<String>,
     /// Requests that may wait for the engine (beyond them: 503).
     pub queue: usize,
-    /// Requests per engine run.
+    /// Requests in the running batch at most.
     pub batch_size: usize,
+    /// Acceptance below which a request stops speculating and probes again later (the
+    /// algorithms crate's `DisableGate` around its policy), in [0, 1]; 0: never.
+    pub min_acceptance: f64,
     /// Seed of requests that give none.
     pub seed: u64,
 }
@@ -105,6 +108,7 @@ impl ServeOptions {
             api_key: None,
             queue: 64,
             batch_size: 8,
+            min_acceptance: 0.3,
             seed: 0,
         }
     }
@@ -190,6 +194,12 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
             options.queue, options.batch_size
         )));
     }
+    if !(0.0..=1.0).contains(&options.min_acceptance) {
+        return Err(ServerError::InvalidOption(format!(
+            "min acceptance {} is not in [0, 1]",
+            options.min_acceptance
+        )));
+    }
     let method = match &options.method_config {
         Some(method) => method.clone(),
         None => method_for(&options.method, options.k, options.draft.as_deref())?,
@@ -229,6 +239,7 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
         device: options.device.clone(),
         method: method.clone(),
         batch_size: options.batch_size,
+        min_acceptance: options.min_acceptance,
         seed: options.seed,
     };
     let (engine_state, engine_metrics) = (engine.clone(), metrics.clone());

@@ -115,6 +115,8 @@ pub struct EngineSettings {
     pub method: MethodConfig,
     /// Most jobs per run.
     pub batch_size: usize,
+    /// Acceptance below which a request stops speculating (and probes again later); 0: never.
+    pub min_acceptance: f64,
     /// Seed when a request gives none.
     pub seed: u64,
 }
@@ -186,7 +188,8 @@ pub fn run(
             limits: &limits,
             metrics: &metrics,
         };
-        let served = backend.serve_queue(&settings.method, &mut queue);
+        let gate = (settings.min_acceptance > 0.0).then_some(settings.min_acceptance);
+        let served = backend.serve_queue(&settings.method, gate, &mut queue);
         if let Err(e) = served {
             for (_, p) in queue.running.drain() {
                 let _ = p.job.events.send(Event::Failed(ApiError::Internal(format!(

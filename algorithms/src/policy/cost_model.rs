@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{ensure_param, Result};
 use crate::policy::{
-    expected_tokens, AcceptanceStats, Budget, CostCurve, CostModel, LiveCosts, Prober,
-    SpeculationPolicy, StepOutcome, StepTiming,
+    expected_tokens, AcceptanceStats, Budget, CostCurve, CostModel, ForwardCurve, LiveCosts,
+    Prober, SpeculationPolicy, StepOutcome, StepTiming,
 };
 use crate::trees::SequoiaPlanner;
 
@@ -105,6 +105,8 @@ pub struct CostModelPolicy {
     counted: bool,
     /// This sequence's number among the forks (0 for the template itself).
     fork_id: u64,
+    /// Sequences sharing the next step's forward ([`SpeculationPolicy::observe_load`]).
+    load: usize,
 }
 
 /// Draft-position tries the recent forks must have made together before their pooled α̂
@@ -138,6 +140,9 @@ struct Learned {
     /// latest measurement of each size): a new fork's verify-cost prior, so that it does not
     /// judge small budgets by the prefill chord alone.
     verify_ratios: Vec<Option<f64>>,
+    /// What the target's shared forwards cost by their tokens, as every fork timed them: the
+    /// price of a step under load ([`LiveCosts::cost_model_under_load`]).
+    forward: ForwardCurve,
 }
 
 impl Learned {
@@ -219,6 +224,7 @@ impl CostModelPolicy {
             explorer: true,
             counted: false,
             fork_id: 0,
+            load: 1,
         })
     }
 
@@ -410,6 +416,14 @@ impl CostModelPolicy {
 }
 
 impl CostModelPolicy {
+    /// Tokens of the largest tree the search considers (root included).
+    fn max_tree_tokens(&self) -> usize {
+        match self.search {
+            TreeSearch::Chain { max_k } => max_k + 1,
+            TreeSearch::Tree { max_nodes, .. } => max_nodes + 1,
+        }
+    }
+
     /// The state shared by the forks (a poisoned lock still holds valid numbers).
     fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
         self.learned
@@ -429,7 +443,20 @@ impl CostModelPolicy {
             self.explorer = (sequence - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
         }
         let live = self.live.as_ref().expect("measured mode");
-        let Some(model) = live.costs.cost_model() else {
+        // under load, a step is priced by the batch's shared forward; alone (or before the
+        // forward curve can say), by this sequence's own timings
+        let under_load = match self.load {
+            1 => None,
+            sequences => {
+                let learned = self.learned();
+                live.costs.cost_model_under_load(
+                    sequences,
+                    &learned.forward,
+                    self.max_tree_tokens(),
+                )
+            }
+        };
+        let Some(model) = under_load.or_else(|| live.costs.cost_model()) else {
             // Nothing timed yet (or the draft cost is unknown): decode plainly, which measures.
             self.predicted_rate = 1.0;
             return Budget::Plain;
@@ -544,6 +571,11 @@ impl SpeculationPolicy for CostModelPolicy {
             return;
         };
         live.costs.record(outcome, timing);
+        self.learned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .forward
+            .record_step(timing);
         live.generated += outcome.accepted + 1;
         let measured = live.costs.measured_draft_pass_s();
         let ratios = live.costs.relative_target_costs();
@@ -558,6 +590,14 @@ impl SpeculationPolicy for CostModelPolicy {
             if ratio.is_some() {
                 *shared = ratio;
             }
+        }
+    }
+
+    fn observe_load(&mut self, sequences: usize) {
+        let sequences = sequences.max(1);
+        if sequences != self.load {
+            self.load = sequences;
+            self.plan = None;
         }
     }
 
@@ -612,6 +652,64 @@ mod tests {
     use super::*;
     use crate::policy::test_rng::SplitMix;
     use crate::policy::{expected_tokens_constant, CostCurve};
+
+    /// The mean drafts per step a measured chain policy (free drafts, α = 0.7) takes over the
+    /// last 150 of 300 steps when `sequences(step)` share each forward of a CPU-like target:
+    /// flat up to 4 tokens, then 2.5 ms a token (the engine's timings: the shared forward, each
+    /// sequence's share, one prefill).
+    fn mean_k_under_load(sequences: impl Fn(usize) -> usize) -> f64 {
+        let forward = |tokens: usize| 0.010 + 0.0025 * tokens.saturating_sub(4) as f64;
+        let mut policy =
+            CostModelPolicy::measured(TreeSearch::Chain { max_k: 6 }, Some(0.0)).unwrap();
+        let mut rng = SplitMix::new(5);
+        let mut drafts = Vec::new();
+        for step in 0..300 {
+            let batch = sequences(step);
+            policy.observe_load(batch);
+            let k = policy.next_budget().max_drafts();
+            let tokens = batch * (k + 1);
+            let outcome = match k {
+                0 => StepOutcome::plain(),
+                k => StepOutcome::chain(k, rng.chain_accepted(k, 0.7)).unwrap(),
+            };
+            let mut timing = StepTiming {
+                draft_passes: k,
+                target_s: forward(tokens) / batch as f64,
+                forward_tokens: tokens,
+                forward_s: forward(tokens),
+                remaining_tokens: Some(10_000),
+                ..StepTiming::default()
+            };
+            if step == 0 {
+                timing.prefill_tokens = 99;
+                timing.prefill_s = forward(99);
+                timing.prefill_forwards = 1;
+            }
+            policy.observe_measured(&outcome, &timing);
+            drafts.push(k);
+        }
+        drafts[150..].iter().sum::<usize>() as f64 / 150.0
+    }
+
+    #[test]
+    fn under_load_the_budget_shrinks_and_switches_off_where_the_forward_stops_being_flat() {
+        let alone = mean_k_under_load(|_| 1);
+        let pair = mean_k_under_load(|_| 2);
+        // alone K = 3 is free (4 tokens); two sequences pay for a fifth token on
+        assert!(alone >= 2.5, "alone: K = {alone}");
+        assert!(
+            pair < alone - 0.5 && pair >= 0.5,
+            "two: K = {pair}, alone {alone}"
+        );
+        // a sequence that started alone and is joined by 15 others: sixteen pay ≈ 2× a plain
+        // step for a single draft, which α = 0.7 does not repay. Its own timings still say
+        // K = 3 is free (its plain step was timed alone); the batch's forward curve says not.
+        let joined = mean_k_under_load(|step| if step < 150 { 1 } else { 16 });
+        assert!(joined <= 0.1, "joined by 15: K = {joined}");
+        // and back alone, it speculates again
+        let left = mean_k_under_load(|step| if step < 100 { 16 } else { 1 });
+        assert!(left >= 2.5, "left alone: K = {left}");
+    }
 
     fn warm(alpha: f64, k: usize, steps: usize) -> AcceptanceStats {
         let mut rng = SplitMix::new(9);

@@ -109,6 +109,15 @@ impl<P: SpeculationPolicy, F: SpeculationPolicy> FallbackPolicy<P, F> {
         }
     }
 
+    /// Tells both policies how many sequences share this step's forward (before
+    /// [`FallbackPolicy::next_budget`]; see [`SpeculationPolicy::observe_load`]).
+    pub fn observe_load(&mut self, sequences: usize) {
+        self.primary.observe_load(sequences);
+        if let Some(fallback) = &mut self.fallback {
+            fallback.observe_load(sequences);
+        }
+    }
+
     /// The primary drafter's policy.
     pub fn primary(&self) -> &P {
         &self.primary

@@ -207,6 +207,10 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
         self.inner.observe_skipped(emitted, remaining_tokens);
     }
 
+    fn observe_load(&mut self, sequences: usize) {
+        self.inner.observe_load(sequences);
+    }
+
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         Box::new(DisableGate {
             inner: self.inner.fork(),

@@ -52,6 +52,89 @@ pub struct StepTiming {
     pub prefill_s: f64,
     /// Tokens the sequence may still generate after this step, when the engine knows.
     pub remaining_tokens: Option<usize>,
+    /// Tokens in the whole shared target forward (every sequence of the batch; this
+    /// sequence's tree alone at batch size 1); 0 when not reported.
+    pub forward_tokens: usize,
+    /// Seconds of that whole forward (`target_s` is this sequence's share of it).
+    pub forward_s: f64,
+    /// Forwards the prompt prefill took (chunks of at most a fixed size); 0 when
+    /// `prefill_tokens` is 0.
+    pub prefill_forwards: usize,
+}
+
+/// What a target forward costs by the tokens in it, all sequences of a batch together: the
+/// median of recent samples per size, linear between measured sizes and, beyond the largest,
+/// along the last segment. Shared by every sequence of a method (one machine, one model), it is
+/// what prices speculation under load: at batch size `B`, a sequence drafting `K` shares a
+/// forward of about `B·(K + 1)` tokens instead of `B`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ForwardCurve {
+    sizes: std::collections::BTreeMap<usize, Window>,
+}
+
+/// Samples kept per forward size.
+const FORWARD_WINDOW: usize = 9;
+
+impl ForwardCurve {
+    /// Records one forward of `tokens` tokens that took `seconds` (ignored when `tokens` is 0 or
+    /// `seconds` is not a positive finite number).
+    pub fn record(&mut self, tokens: usize, seconds: f64) {
+        if tokens == 0 || !(seconds.is_finite() && seconds > 0.0) {
+            return;
+        }
+        self.sizes
+            .entry(tokens)
+            .or_default()
+            .push(seconds, FORWARD_WINDOW);
+    }
+
+    /// Records what one step's timing says about the forwards: the shared forward, and the
+    /// prefill's forwards (their mean size and time).
+    pub fn record_step(&mut self, timing: &StepTiming) {
+        self.record(timing.forward_tokens, timing.forward_s);
+        if timing.prefill_forwards > 0 && timing.prefill_tokens > 0 {
+            let forwards = timing.prefill_forwards;
+            self.record(
+                timing.prefill_tokens.div_ceil(forwards),
+                timing.prefill_s / forwards as f64,
+            );
+        }
+    }
+
+    /// Sizes measured.
+    pub fn sizes(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// Seconds of a forward of `tokens` tokens: the median where measured, linear between
+    /// measured sizes, along the last segment beyond the largest (never below the largest
+    /// size's time), the smallest size's time below it; `None` with fewer than two sizes
+    /// measured (no slope) unless `tokens` itself was.
+    pub fn seconds(&self, tokens: usize) -> Option<f64> {
+        let points: Vec<(usize, f64)> = self
+            .sizes
+            .iter()
+            .filter_map(|(&n, w)| Some((n, w.median()?)))
+            .collect();
+        if let Some(&(_, t)) = points.iter().find(|(n, _)| *n == tokens) {
+            return Some(t);
+        }
+        if points.len() < 2 {
+            return None;
+        }
+        let (first, last) = (points[0], points[points.len() - 1]);
+        if tokens < first.0 {
+            return Some(first.1);
+        }
+        let segment = match points.windows(2).find(|w| tokens < w[1].0) {
+            Some(w) => (w[0], w[1]),
+            None => (points[points.len() - 2], last),
+        };
+        let ((n0, t0), (n1, t1)) = segment;
+        let slope = ((t1 - t0) / (n1 - n0) as f64).max(0.0);
+        let at = t0 + slope * (tokens as f64 - n0 as f64);
+        Some(if tokens > last.0 { at.max(last.1) } else { at })
+    }
 }
 
 /// A short window of recent samples with a median.
@@ -267,6 +350,40 @@ impl LiveCosts {
         }
     }
 
+    /// The relative cost model of this sequence under a batch of `sequences` (≥ 2) from the
+    /// shared `forward` curve, for trees of up to `max_tokens` tokens (root included): a
+    /// sequence's plain step costs its share `c(B) / B` of a forward of `B` tokens, a step
+    /// with an `n`-token tree `c(B·n) / B` (every sequence assumed to draft alike), and a draft
+    /// pass its own measured time, so the budget shrinks as the batch grows and the forward
+    /// stops being flat. `None` when the curve cannot price `c(B)` and `c(B·n)` yet or the draft
+    /// cost is unknown: then [`Self::cost_model`] decides.
+    pub fn cost_model_under_load(
+        &self,
+        sequences: usize,
+        forward: &ForwardCurve,
+        max_tokens: usize,
+    ) -> Option<CostModel> {
+        if sequences < 2 || forward.sizes() < 2 {
+            return None;
+        }
+        let share = |n: usize| forward.seconds(sequences * n).map(|t| t / sequences as f64);
+        let t1 = share(1).filter(|t| *t > 0.0)?;
+        let mut points = vec![(1, t1)];
+        let mut last = t1;
+        for n in 2..=max_tokens.max(2) {
+            // a curve is never cheaper for more tokens (noise in the medians aside)
+            last = share(n)?.max(last);
+            points.push((n, last));
+        }
+        let verify = CostCurve::from_measurements(&points).ok()?;
+        let draft = self.draft_pass_s()? / t1;
+        if self.per_node {
+            CostModel::new(verify, 0.0, draft).ok()
+        } else {
+            CostModel::new(verify, draft, 0.0).ok()
+        }
+    }
+
     /// The relative cost model of the measurements (costs over one plain target forward), or
     /// `None` until a plain step and the draft pass cost are known.
     pub fn cost_model(&self) -> Option<CostModel> {
@@ -324,6 +441,54 @@ mod tests {
                 ..StepTiming::default()
             },
         )
+    }
+
+    #[test]
+    fn the_forward_curve_interpolates_extrapolates_and_takes_prefill_forwards() {
+        let mut curve = ForwardCurve::default();
+        assert_eq!(curve.seconds(4), None);
+        curve.record(4, 0.010);
+        assert_eq!(curve.seconds(4), Some(0.010));
+        assert_eq!(curve.seconds(8), None, "one size: no slope");
+        curve.record_step(&StepTiming {
+            prefill_tokens: 1000,
+            prefill_s: 0.5,
+            prefill_forwards: 2,
+            ..StepTiming::default()
+        });
+        // the prefill's two forwards of 500 tokens, 0.25 s each
+        assert_eq!(curve.seconds(500), Some(0.25));
+        let at_252 = curve.seconds(252).unwrap();
+        assert!(
+            (at_252 - (0.010 + 248.0 * 0.24 / 496.0)).abs() < 1e-12,
+            "{at_252}"
+        );
+        // beyond the largest size along the last segment; below the smallest, flat
+        assert!((curve.seconds(996).unwrap() - (0.25 + 496.0 * 0.24 / 496.0)).abs() < 1e-12);
+        assert_eq!(curve.seconds(1), Some(0.010));
+        // medians per size; nonsense ignored
+        for s in [0.012, 0.5, f64::NAN, -1.0] {
+            curve.record(4, s);
+        }
+        curve.record(0, 1.0);
+        assert_eq!(curve.seconds(4), Some(0.012), "median of 0.010, 0.012, 0.5");
+        assert_eq!(curve.sizes(), 2);
+        // a sequence of a batch of 4 is priced from the shared curve: its plain share is
+        // c(4) / 4, a 2-token tree c(8) / 4
+        let mut live = LiveCosts::new(Some(0.0));
+        let model = live.cost_model_under_load(4, &curve, 3).unwrap();
+        let (c4, c8) = (curve.seconds(4).unwrap(), curve.seconds(8).unwrap());
+        assert!((model.verify.cost(2) - c8 / c4).abs() < 1e-12);
+        assert_eq!(model.draft_per_pass, 0.0);
+        assert!(
+            live.cost_model_under_load(1, &curve, 3).is_none(),
+            "alone: own timings"
+        );
+        live = LiveCosts::new(None);
+        assert!(
+            live.cost_model_under_load(4, &curve, 3).is_none(),
+            "draft cost unknown"
+        );
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub use cost_model::{CostModelPolicy, TreeSearch};
 pub use fallback::{DrafterChoice, FallbackPolicy};
 pub use fixed::FixedPolicy;
 pub use gate::{DisableGate, Prober};
-pub use measured::{LiveCosts, StepTiming};
+pub use measured::{ForwardCurve, LiveCosts, StepTiming};
 pub use outcome::{Budget, DepthTrial, StepOutcome};
 pub use pid::PidPolicy;
 pub use stats::AcceptanceStats;
@@ -101,6 +101,12 @@ pub trait SpeculationPolicy: Send {
     fn observe_skipped(&mut self, emitted: usize, remaining_tokens: Option<usize>) {
         let _ = (emitted, remaining_tokens);
     }
+    /// Tells the policy, before [`SpeculationPolicy::next_budget`], how many sequences share
+    /// this step's target forward (≥ 1): policies that price a step under load override it
+    /// (the budget per sequence should shrink as the batch grows), the default ignores it.
+    fn observe_load(&mut self, sequences: usize) {
+        let _ = sequences;
+    }
     /// A fresh instance with the same configuration and no statistics, for a new sequence.
     fn fork(&self) -> Box<dyn SpeculationPolicy>;
 }
@@ -120,6 +126,9 @@ impl SpeculationPolicy for Box<dyn SpeculationPolicy> {
     }
     fn observe_skipped(&mut self, emitted: usize, remaining_tokens: Option<usize>) {
         (**self).observe_skipped(emitted, remaining_tokens)
+    }
+    fn observe_load(&mut self, sequences: usize) {
+        (**self).observe_load(sequences)
     }
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         (**self).fork()

@@ -157,6 +157,8 @@ struct Active {
     prefill_tokens: usize,
     /// Prompt tokens in the target's KV so far; the request steps once all but the last are.
     prefilled: usize,
+    /// Forwards the prefill took so far (one per chunk).
+    prefill_forwards: usize,
     /// Width and rows of the features the prefilled chunks handed back.
     prefill_features: Option<(usize, Vec<f32>)>,
     /// Blocks of the target's KV pool reserved for this request at admission (its prompt,
@@ -569,6 +571,7 @@ impl<'a> Engine<'a> {
             prefill_s: 0.0,
             prefill_wall_s: 0.0,
             prefilled: 0,
+            prefill_forwards: 0,
             prefill_features: None,
             last_emitted: 0,
             last_proposed: 0,
@@ -593,6 +596,7 @@ impl<'a> Engine<'a> {
                 rows.extend_from_slice(features.as_slice());
             }
             seq.prefilled = end;
+            seq.prefill_forwards += 1;
         }
         let done = seq.prefilled == prefix.len();
         if done {
@@ -642,13 +646,17 @@ impl<'a> Engine<'a> {
         let mut draft_s = Vec::with_capacity(active.len());
         let mut choices = Vec::with_capacity(active.len());
         let mut drafters = Vec::with_capacity(active.len());
+        let sequences = active.len();
         for seq in active.iter_mut() {
             let t0 = Instant::now();
             let (choice, mut budget) = match &self.options.replay {
                 Some(recorded) => {
                     recorded.decision(seq.request.id, seq.step, self.fallback.is_some())?
                 }
-                None => seq.policy.next_budget(),
+                None => {
+                    seq.policy.observe_load(sequences);
+                    seq.policy.next_budget()
+                }
             };
             let decision = PolicyDecision::new(choice == DrafterChoice::Fallback, &budget);
             let drafter: &mut dyn Drafter<f32> = match (choice, self.fallback.as_mut()) {
@@ -806,6 +814,9 @@ impl<'a> Engine<'a> {
                 other_s: verify_s + commit_s,
                 prefill_tokens: if first { seq.prefill_tokens } else { 0 },
                 prefill_s: if first { seq.prefill_s } else { 0.0 },
+                prefill_forwards: if first { seq.prefill_forwards } else { 0 },
+                forward_tokens: batch_tokens,
+                forward_s: target_s,
                 remaining_tokens: Some(
                     seq.request
                         .stop

@@ -387,6 +387,8 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
 #[derive(Clone, Default)]
 struct Recorder {
     seen: Arc<std::sync::Mutex<Vec<(usize, StepTiming)>>>,
+    /// What each `observe_load` said, in order.
+    loads: Arc<std::sync::Mutex<Vec<usize>>>,
 }
 
 impl SpeculationPolicy for Recorder {
@@ -402,6 +404,9 @@ impl SpeculationPolicy for Recorder {
     fn observe_measured(&mut self, outcome: &StepOutcome, timing: &StepTiming) {
         self.seen.lock().unwrap().push((outcome.proposed, *timing));
     }
+    fn observe_load(&mut self, sequences: usize) {
+        self.loads.lock().unwrap().push(sequences);
+    }
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         Box::new(self.clone())
     }
@@ -414,6 +419,16 @@ fn run_recorded(
     reqs: &[Request],
     batch_size: usize,
 ) -> (Vec<Generation>, Vec<(usize, StepTiming)>) {
+    let (generations, seen, _) = run_recorded_with_loads(seed, reqs, batch_size);
+    (generations, seen)
+}
+
+/// [`run_recorded`], with what the policy was told of the load before each budget.
+fn run_recorded_with_loads(
+    seed: u64,
+    reqs: &[Request],
+    batch_size: usize,
+) -> (Vec<Generation>, Vec<(usize, StepTiming)>, Vec<usize>) {
     let greedy = SamplingParams::greedy();
     let pair = pair(seed);
     let recorder = Recorder::default();
@@ -428,7 +443,8 @@ fn run_recorded(
         reqs,
     );
     let seen = recorder.seen.lock().unwrap().clone();
-    (generations, seen)
+    let loads = recorder.loads.lock().unwrap().clone();
+    (generations, seen, loads)
 }
 
 #[test]
@@ -645,7 +661,7 @@ fn sampled_speculation_with_a_fallback_matches_the_target_distribution() {
 #[test]
 fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
     let reqs = requests(3, 12);
-    let (generations, seen) = run_recorded(2, &reqs, 3);
+    let (generations, seen, loads) = run_recorded_with_loads(2, &reqs, 3);
     let records: Vec<&StepRecord> = generations.iter().flat_map(|g| &g.steps).collect();
     assert!(
         records.iter().any(|r| r.batch > 1),
@@ -664,6 +680,28 @@ fn sequences_sharing_a_forward_each_see_their_share_of_its_time() {
         shares_s < whole_s,
         "a shared forward must not be charged to every sequence"
     );
+    // Before each budget the policy heard how many sequences share the step, and each timing
+    // carries the whole forward (its seconds, and its tokens: at least the sequence's tree,
+    // at least one per sequence).
+    let sorted = |mut v: Vec<usize>| {
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        sorted(loads),
+        sorted(records.iter().map(|r| r.batch).collect())
+    );
+    let mut forwards: Vec<f64> = seen.iter().map(|(_, t)| t.forward_s).collect();
+    let mut whole: Vec<f64> = records.iter().map(|r| r.target_s).collect();
+    forwards.sort_by(f64::total_cmp);
+    whole.sort_by(f64::total_cmp);
+    assert_eq!(forwards, whole);
+    assert!(seen
+        .iter()
+        .all(|(proposed, t)| t.forward_tokens > *proposed && t.forward_tokens >= 1));
+    assert!(seen
+        .iter()
+        .any(|(proposed, t)| t.forward_tokens > proposed + 1));
 }
 
 /// Distributions as their bit patterns, for exact comparison.

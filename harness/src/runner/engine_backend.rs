@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use specdec_algorithms::policy::{DisableGate, FixedPolicy};
 use specdec_kernels::cuda::Device;
 use specdec_kernels::sampling::SamplingParams;
 use specdec_models::llama::parse_device;
@@ -310,16 +311,27 @@ impl EngineBackend {
     }
 
     /// Serves `method` to the requests of `queue` until it has none left ([`Engine::serve`]:
-    /// requests join and leave the running batch between steps).
+    /// requests join and leave the running batch between steps). With `min_acceptance`, each
+    /// request's policies (the method's and its fallback's) are wrapped in a [`DisableGate`]:
+    /// a request whose acceptance falls below it decodes plainly and probes again later.
     ///
     /// # Errors
-    /// As [`build_method`] and [`Engine::serve`].
+    /// As [`build_method`] and [`Engine::serve`]; a `min_acceptance` outside [0, 1].
     pub fn serve_queue(
         &mut self,
         method: &MethodConfig,
+        min_acceptance: Option<f64>,
         queue: &mut dyn RequestQueue,
     ) -> Result<()> {
         let mut built = self.build(method)?;
+        if let Some(threshold) = min_acceptance {
+            let mut level = Some(&mut built);
+            while let Some(method) = level {
+                let policy = std::mem::replace(&mut method.policy, Box::new(FixedPolicy::chain(0)));
+                method.policy = Box::new(DisableGate::new(policy).with_threshold(threshold)?);
+                level = method.fallback.as_deref_mut();
+            }
+        }
         let options = self.engine_options(method);
         built.engine(self.target.model(), options)?.serve(queue)
     }

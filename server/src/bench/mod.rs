@@ -67,6 +67,10 @@ pub struct ServeBenchArgs {
     /// this many closed-loop clients.
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
+    /// The speculative server's `--min-acceptance` (a request below it stops speculating and
+    /// probes again later; 0: never).
+    #[arg(long, default_value_t = 0.3)]
+    pub min_acceptance: f64,
     /// Prompt set: MT-Bench's first turns (chat completions), HumanEval (completions), or both
     /// alternating.
     #[arg(long, default_value = "both", value_parser = ["mtbench", "humaneval", "both"])]
@@ -132,6 +136,7 @@ impl ServeBenchArgs {
             method: "ngram".into(),
             k: 4,
             batch_size: 8,
+            min_acceptance: 0.3,
             prompts: "both".into(),
             max_tokens: 64,
             temperature: 0.0,
@@ -226,6 +231,12 @@ impl ServeBenchArgs {
                 self.batch_size
             )));
         }
+        if !(0.0..=1.0).contains(&self.min_acceptance) {
+            return Err(invalid(format!(
+                "--min-acceptance must be in [0, 1], not {}",
+                self.min_acceptance
+            )));
+        }
         if self.timeout == 0 {
             return Err(invalid("--timeout must be at least 1 second"));
         }
@@ -253,6 +264,7 @@ impl ServeBenchArgs {
             port: 0,
             queue,
             batch_size: self.batch_size,
+            min_acceptance: self.min_acceptance,
             seed: self.seed,
             ..ServeOptions::new(&self.target)
         }
@@ -545,6 +557,7 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
             ),
             ("method".into(), format!("{} (k = {})", args.method, args.k)),
             ("batch size".into(), args.batch_size.to_string()),
+            ("min acceptance".into(), args.min_acceptance.to_string()),
             (
                 "prompts".into(),
                 format!("{} ({} prompts)", args.prompts, prompts.len()),
