@@ -375,8 +375,14 @@ impl LiveCosts {
             last = share(n)?.max(last);
             points.push((n, last));
         }
-        let verify = CostCurve::from_measurements(&points).ok()?;
-        let draft = self.draft_pass_s()? / t1;
+        self.model_from(&points)
+    }
+
+    /// The cost model of target-forward `points` (seconds by tree tokens, the first for one
+    /// token: the plain step) and this sequence's draft cost, relative to the plain step.
+    fn model_from(&self, points: &[(usize, f64)]) -> Option<CostModel> {
+        let verify = CostCurve::from_measurements(points).ok()?;
+        let draft = self.draft_pass_s()? / points.first()?.1;
         if self.per_node {
             CostModel::new(verify, 0.0, draft).ok()
         } else {
@@ -407,13 +413,7 @@ impl LiveCosts {
                 points.push((tokens, seconds));
             }
         }
-        let verify = CostCurve::from_measurements(&points).ok()?;
-        let draft = self.draft_pass_s()? / t1;
-        if self.per_node {
-            CostModel::new(verify, 0.0, draft).ok()
-        } else {
-            CostModel::new(verify, draft, 0.0).ok()
-        }
+        self.model_from(&points)
     }
 }
 
