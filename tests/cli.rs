@@ -290,3 +290,93 @@ fn export_hf_writes_a_folder_generate_runs() {
     assert_eq!(out.status.code(), Some(2), "clap refuses the value");
     assert!(stderr(&out).contains("q4"), "{}", stderr(&out));
 }
+
+/// With SmolLM2 in the cache: `specdec serve` as a process, stopped by SIGTERM while a request
+/// runs: the request is answered in full, and the process exits 0 with the port closed.
+#[test]
+fn serve_drains_on_sigterm() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none() {
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_specdec"))
+        .args([
+            "serve",
+            "--target",
+            "smollm2-135m",
+            "--method",
+            "ngram",
+            "--port",
+            "0",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("specdec serve starts");
+    // the first line names the address; the second says the models are loaded
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().expect("a first line").unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {first}"))
+        .to_string();
+    let ready = lines.next().expect("a ready line").unwrap();
+    assert!(ready.contains("ready"), "{ready}");
+    let request = std::thread::spawn({
+        let addr = addr.clone();
+        move || {
+            let mut stream = TcpStream::connect(&addr).unwrap();
+            let body =
+                r#"{"model":"smollm2-135m","prompt":"1, 2, 3,","max_tokens":96,"temperature":0}"#;
+            write!(
+                stream,
+                "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).unwrap();
+            response
+        }
+    });
+    // SIGTERM once the request runs (its prompt is in: the metrics count it)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never ran"
+        );
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        write!(stream, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut metrics = String::new();
+        stream.read_to_string(&mut metrics).unwrap();
+        if metrics.contains("specdec_running_sequences 1") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let response = request.join().unwrap();
+    assert!(
+        response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+        "{response}"
+    );
+    // answered in full: the whole body with its usage, not a cut connection
+    assert!(
+        response.contains("\"finish_reason\"") && response.contains("\"completion_tokens\""),
+        "{response}"
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        TcpStream::connect(&addr).is_err(),
+        "nothing listens after the drain"
+    );
+}
