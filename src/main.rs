@@ -113,6 +113,10 @@ enum Command {
         /// the tokens in --kv-memory; values rounded when stored, attention in f32; CPU only).
         #[arg(long, default_value = "f32")]
         kv_dtype: String,
+        /// Split the target among N tensor-parallel CPU ranks (threads of this process, one
+        /// all-reduce after each block's attention and MLP); the draft stays whole.
+        #[arg(long = "tp", value_name = "N", default_value_t = 1)]
+        tensor_parallel: usize,
         /// Write one JSON line per target pass here (drafts proposed and accepted, timings, the
         /// policy's decision): the record --replay reads.
         #[arg(long, value_name = "FILE")]
@@ -170,6 +174,10 @@ enum Command {
         /// Requests in the running batch at most (continuous batching).
         #[arg(long, default_value_t = 8)]
         batch_size: usize,
+        /// Split the target among N tensor-parallel CPU ranks (as `specdec generate --tp`);
+        /// with CONFIG, its models.tensor_parallel unless given.
+        #[arg(long = "tp", value_name = "N")]
+        tensor_parallel: Option<usize>,
         /// Acceptance below which a request stops speculating and probes again later
         /// (0: never).
         #[arg(long, default_value_t = 0.3)]
@@ -353,6 +361,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
             head,
             kv_memory,
             kv_dtype,
+            tensor_parallel,
             steps,
             replay,
         } => {
@@ -385,6 +394,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
                 head,
                 kv_memory,
                 kv_dtype: Some(kv_dtype),
+                tensor_parallel,
                 steps_out: steps,
                 replay,
             };
@@ -408,6 +418,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
             api_key,
             queue,
             batch_size,
+            tensor_parallel,
             min_acceptance,
             seed,
         } => {
@@ -437,6 +448,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
                 batch_size,
                 min_acceptance,
                 seed,
+                tensor_parallel: tensor_parallel.unwrap_or(base.tensor_parallel),
                 ..base
             };
             specdec::server::serve(&options)?;

@@ -99,6 +99,9 @@ pub struct GenerateOptions {
     /// The KV element type, `f32`, `bf16` or `f16` ([`crate::runner::parse_kv_dtype`])
     /// [default: f32].
     pub kv_dtype: Option<String>,
+    /// Tensor-parallel CPU ranks of the target (1: one runner;
+    /// [`EngineBackend::tensor_parallel`]).
+    pub tensor_parallel: usize,
     /// Write the step records (with each step's policy decision) here as JSON Lines.
     pub steps_out: Option<PathBuf>,
     /// Take the speculation decisions from a `steps_out` file of an earlier run instead of the
@@ -367,6 +370,7 @@ pub fn generate(
         1,
     )?
     .with_penalties(options.penalties)?
+    .tensor_parallel(options.tensor_parallel)?
     .on_device(device)?;
     if let Some(recorded) = replay {
         backend = backend.with_replay(recorded);

@@ -109,6 +109,22 @@ impl Checkpoint {
         LlamaModel::from_weights(config, weights, self.special_tokens(), options)
     }
 
+    /// A tensor-parallel group of `world` CPU ranks on threads of this process
+    /// ([`crate::shard::ShardedModel`]; `world` = 1 is one rank behind the same interface).
+    ///
+    /// # Errors
+    /// As [`Checkpoint::load`]; a `world` the KV heads or the quantisation blocks cannot be
+    /// split into ([`crate::shard::ShardPlan::new`]).
+    pub fn load_sharded(
+        &self,
+        options: LlamaOptions,
+        world: usize,
+    ) -> Result<crate::shard::ShardedModel> {
+        let config = self.config()?;
+        let weights = self.weights(&config)?;
+        crate::shard::ShardedModel::new(&config, &weights, &self.special_tokens(), options, world)
+    }
+
     /// The decoder on `options.device`: the CPU runner or the CUDA runner.
     ///
     /// # Errors

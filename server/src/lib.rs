@@ -56,6 +56,8 @@ pub struct ServeOptions {
     pub kv_dtype: Option<String>,
     /// `cpu`, `cuda` or `cuda:N` (`models.device`).
     pub device: String,
+    /// Tensor-parallel CPU ranks of the target (`models.tensor_parallel`; 1: one runner).
+    pub tensor_parallel: usize,
     /// Address to listen on.
     pub host: String,
     /// Port (0: any free one).
@@ -88,6 +90,7 @@ impl ServeOptions {
             kv_memory: models.kv_memory.clone(),
             kv_dtype: models.kv_dtype.clone(),
             device: models.device.clone(),
+            tensor_parallel: models.tensor_parallel.unwrap_or(1),
             ..Self::new(&models.target)
         })
     }
@@ -103,6 +106,7 @@ impl ServeOptions {
             kv_memory: None,
             kv_dtype: None,
             device: "cpu".into(),
+            tensor_parallel: 1,
             host: "127.0.0.1".into(),
             port: 8000,
             api_key: None,
@@ -237,6 +241,7 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
         kv_memory: options.kv_memory.clone(),
         kv_dtype: options.kv_dtype.clone(),
         device: options.device.clone(),
+        tensor_parallel: options.tensor_parallel,
         method: method.clone(),
         batch_size: options.batch_size,
         min_acceptance: options.min_acceptance,

@@ -111,6 +111,8 @@ pub struct EngineSettings {
     pub kv_dtype: Option<String>,
     /// Where the models run (`models.device`).
     pub device: String,
+    /// Tensor-parallel CPU ranks of the target (`models.tensor_parallel`).
+    pub tensor_parallel: usize,
     /// The method.
     pub method: MethodConfig,
     /// Most jobs per run.
@@ -145,6 +147,7 @@ pub fn run(
             settings.batch_size,
         )
     })
+    .and_then(|backend| backend.tensor_parallel(settings.tensor_parallel))
     .and_then(|backend| backend.on_device(parse_device(&settings.device)?))
     .and_then(|mut backend| backend.build(&settings.method).map(|_| backend));
     let mut backend = match backend {

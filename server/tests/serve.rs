@@ -126,6 +126,7 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
         head: None,
         kv_memory: None,
         kv_dtype: None,
+        tensor_parallel: 1,
         steps_out: None,
         replay: None,
     };

@@ -263,6 +263,9 @@ impl LoadedConfig {
     }
 }
 
+/// Most tensor-parallel ranks a config may ask for.
+pub const MAX_TENSOR_PARALLEL: usize = 64;
+
 impl ExperimentConfig {
     /// Reads, parses and validates a config file (see [`ExperimentConfig::from_toml`]).
     pub fn load(path: &Path) -> Result<LoadedConfig> {
@@ -372,6 +375,34 @@ impl ExperimentConfig {
                     "models.kv_dtype",
                     "only real models (run by the engine) have a KV cache to store".into(),
                 ));
+            }
+        }
+        if let Some(ranks) = self.models.tensor_parallel {
+            if !(1..=MAX_TENSOR_PARALLEL).contains(&ranks) {
+                return Err(invalid(
+                    "models.tensor_parallel",
+                    format!("{ranks} is not in 1..={MAX_TENSOR_PARALLEL}"),
+                ));
+            }
+            if ranks > 1 {
+                if matches!(target, ModelSource::Simulated | ModelSource::Toy)
+                    || self.simulation.is_some()
+                {
+                    return Err(invalid(
+                        "models.tensor_parallel",
+                        "only real models (run by the engine) are split into ranks".into(),
+                    ));
+                }
+                if self.models.device != "cpu" {
+                    return Err(invalid(
+                        "models.tensor_parallel",
+                        format!(
+                            "{ranks} ranks on `{}`: tensor parallelism runs CPU ranks only (GPU \
+                             ranks over NCCL are not wired into the engine yet)",
+                            self.models.device
+                        ),
+                    ));
+                }
             }
         }
         if target == ModelSource::Simulated && self.simulation.is_none() {

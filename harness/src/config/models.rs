@@ -33,6 +33,13 @@ pub struct ModelsConfig {
     /// in f32). CPU only: the CUDA runner reads f32 pools.
     #[serde(default)]
     pub kv_dtype: Option<String>,
+    /// Tensor-parallel ranks of the target (≥ 1, [default: 1]): the target's weights and KV
+    /// heads split among that many CPU ranks on threads of one process, joined by an
+    /// all-reduce after each block's attention and MLP; the draft stays whole on rank 0's
+    /// thread. CPU only (GPU ranks over NCCL are not wired into the engine); the ranks must
+    /// divide the KV heads' and quantisation blocks' split (a clear error otherwise).
+    #[serde(default)]
+    pub tensor_parallel: Option<usize>,
 }
 
 fn cpu() -> String {
@@ -51,6 +58,7 @@ impl Default for ModelsConfig {
             device: cpu(),
             kv_memory: None,
             kv_dtype: None,
+            tensor_parallel: None,
         }
     }
 }

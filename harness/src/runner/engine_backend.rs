@@ -80,6 +80,7 @@ impl EngineBackend {
             config.batch_size,
         )?
         .with_penalties(config.sampling.penalties())?
+        .tensor_parallel(config.models.tensor_parallel.unwrap_or(1))?
         .on_device(device)
     }
 
@@ -165,6 +166,41 @@ impl EngineBackend {
         })
     }
 
+    /// Splits the target among `world` tensor-parallel CPU ranks on threads of this process
+    /// (each holding its share of the weights and of the KV heads, joined by the thread
+    /// communicator); `world` = 1 keeps the single runner. Drafts stay whole, on the caller's
+    /// thread (rank 0's). Call before [`EngineBackend::on_device`].
+    ///
+    /// # Errors
+    /// [`HarnessError::InvalidEngine`] for 0, or on a GPU (NCCL ranks, one per GPU, are not
+    /// wired into the engine); as [`LoadedModel::instantiate_sharded`] (a `world` the KV heads
+    /// or quantisation blocks cannot be split into).
+    pub fn tensor_parallel(mut self, world: usize) -> Result<Self> {
+        if world == 0 {
+            return Err(crate::HarnessError::InvalidEngine(
+                "tensor_parallel must be at least 1".into(),
+            ));
+        }
+        if world == 1 {
+            return Ok(self);
+        }
+        if self.device != Device::Cpu {
+            return Err(crate::HarnessError::InvalidEngine(format!(
+                "tensor_parallel = {world} runs CPU ranks only: GPU ranks (NCCL, one per GPU) \
+                 are not wired into the engine yet"
+            )));
+        }
+        let sharded = self.target_file.instantiate_sharded(
+            self.kv.target_tokens,
+            self.kv.memory.dtype(),
+            world,
+        )?;
+        self.target = Target::Sharded(Box::new(sharded));
+        self.built.clear();
+        time_forward(self.target.model(), 1)?;
+        Ok(self)
+    }
+
     /// Moves the target (and the draft models built from now on) to `device`: the CUDA runner
     /// is loaded from the same file in its batch-invariant mode. The CPU is a no-op.
     ///
@@ -173,6 +209,11 @@ impl EngineBackend {
     pub fn on_device(mut self, device: Device) -> Result<Self> {
         if device == Device::Cpu || device == self.device {
             return Ok(self);
+        }
+        if matches!(self.target, Target::Sharded(_)) {
+            return Err(crate::HarnessError::InvalidEngine(
+                "a tensor-parallel target runs on CPU ranks only".into(),
+            ));
         }
         let mut target = self.target_file.instantiate_on(
             device,

@@ -10,6 +10,7 @@ use specdec_kernels::kv::KvDtype;
 use specdec_kernels::TreeTopology;
 use specdec_models::llama::cuda::GpuMatmul;
 use specdec_models::llama::{DeviceModelOptions, LlamaModel, LlamaOptions};
+use specdec_models::shard::ShardedModel;
 use specdec_models::tokenizer::Tokenizer;
 use specdec_models::{registry, Checkpoint, LanguageModel, SequenceStep};
 
@@ -54,6 +55,22 @@ impl LoadedModel {
     /// As [`Checkpoint::load`].
     pub fn instantiate(&self, kv_tokens: usize, dtype: KvDtype) -> Result<LlamaModel> {
         Ok(self.checkpoint.load(kv_options(kv_tokens, dtype))?)
+    }
+
+    /// [`LoadedModel::instantiate`] split among `world` tensor-parallel CPU ranks, each with a
+    /// pool of `kv_tokens` slots of its share of the KV heads.
+    ///
+    /// # Errors
+    /// As [`Checkpoint::load_sharded`].
+    pub fn instantiate_sharded(
+        &self,
+        kv_tokens: usize,
+        dtype: KvDtype,
+        world: usize,
+    ) -> Result<ShardedModel> {
+        Ok(self
+            .checkpoint
+            .load_sharded(kv_options(kv_tokens, dtype), world)?)
     }
 
     /// [`LoadedModel::instantiate`] with a pool for one sequence of the model's whole context
@@ -111,6 +128,8 @@ pub enum Target {
     Cpu(Box<LlamaModel>),
     /// A runner on another device.
     Device(DeviceModel),
+    /// Tensor-parallel CPU ranks on threads of this process (`tensor_parallel` ≥ 2).
+    Sharded(Box<ShardedModel>),
 }
 
 impl Target {
@@ -119,6 +138,7 @@ impl Target {
         match self {
             Target::Cpu(m) => m.as_mut(),
             Target::Device(m) => m.as_mut(),
+            Target::Sharded(m) => m.as_mut(),
         }
     }
 
@@ -127,6 +147,7 @@ impl Target {
         match self {
             Target::Cpu(m) => m.as_ref(),
             Target::Device(m) => m.as_ref(),
+            Target::Sharded(m) => m.as_ref(),
         }
     }
 
@@ -140,6 +161,10 @@ impl Target {
             Target::Device(_) => Err(HarnessError::InvalidEngine(format!(
                 "{what} needs the CPU runner (models.device = \"cpu\"): the GPU runner has no \
                  layer subsets"
+            ))),
+            Target::Sharded(_) => Err(HarnessError::InvalidEngine(format!(
+                "{what} needs the unsharded CPU runner (models.tensor_parallel = 1): the \
+                 tensor-parallel ranks have no layer subsets or feature taps"
             ))),
         }
     }
