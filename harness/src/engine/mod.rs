@@ -26,7 +26,9 @@
 //!
 //! Invariant between steps: the target's KV holds the request's context except its last token.
 //! Requests are admitted when a batch slot is free (and their KV need fits) and retired
-//! independently (continuous batching). An admitted request's prompt is prefilled in chunks of
+//! independently (continuous batching): [`Engine::run`] takes them from a slice known up front,
+//! [`Engine::serve`] from a [`RequestQueue`] between steps (a server's arrivals, cancellations
+//! and streamed tokens), one loop for both. An admitted request's prompt is prefilled in chunks of
 //! [`PREFILL_CHUNK`] tokens, one chunk per step while other requests decode (chunked prefill,
 //! interleaved: a long prompt never stalls the batch for its whole prefill), and steps once it
 //! is in. Plain decoding is this very loop with a budget of 0, so the baseline
@@ -346,7 +348,8 @@ impl<'a> Engine<'a> {
     }
 
     /// Runs every request to completion, at most `batch_size` at once, calling `on_done(index)`
-    /// as each retires. Returns one [`Generation`] per request, in input order.
+    /// as each retires ([`Engine::serve`] over the slice). Returns one [`Generation`] per
+    /// request, in input order.
     ///
     /// # Errors
     /// An empty prompt, or a prompt and `max_new_tokens` that do not fit the model's context
