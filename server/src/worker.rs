@@ -19,8 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use specdec_harness::config::MethodConfig;
 use specdec_harness::engine::{
-    check_fits_context, check_fits_pool, BatchStatus, FinishReason, Generation, Request,
-    RequestQueue, StopRule,
+    check_fits, BatchStatus, FinishReason, Generation, Request, RequestQueue, StopRule,
 };
 use specdec_harness::runner::{EngineBackend, KvMemory};
 use specdec_harness::HarnessError;
@@ -473,12 +472,7 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 /// Whether `request` fits the target's context and its KV pool alone: `Err` with the reason
 /// (prompt tokens, `max_tokens` and the limit) when it does not.
 fn fits(limits: &Limits, request: &Request) -> Result<(), String> {
-    let checked = check_fits_context(request, limits.context).and_then(|()| {
-        limits
-            .pool
-            .map_or(Ok(()), |room| check_fits_pool(request, &room))
-    });
-    checked.map_err(|e| match e {
+    check_fits(request, limits.context, limits.pool.as_ref()).map_err(|e| match e {
         HarnessError::InvalidRequest { reason, .. } => reason,
         other => other.to_string(),
     })

@@ -111,30 +111,37 @@ impl ForwardCurve {
     /// size's time), the smallest size's time below it; `None` with fewer than two sizes
     /// measured (no slope) unless `tokens` itself was.
     pub fn seconds(&self, tokens: usize) -> Option<f64> {
-        let points: Vec<(usize, f64)> = self
-            .sizes
+        interpolate(&self.medians(), tokens)
+    }
+
+    /// `(size, median seconds)` of every measured size, sizes ascending.
+    fn medians(&self) -> Vec<(usize, f64)> {
+        self.sizes
             .iter()
             .filter_map(|(&n, w)| Some((n, w.median()?)))
-            .collect();
-        if let Some(&(_, t)) = points.iter().find(|(n, _)| *n == tokens) {
-            return Some(t);
-        }
-        if points.len() < 2 {
-            return None;
-        }
-        let (first, last) = (points[0], points[points.len() - 1]);
-        if tokens < first.0 {
-            return Some(first.1);
-        }
-        let segment = match points.windows(2).find(|w| tokens < w[1].0) {
-            Some(w) => (w[0], w[1]),
-            None => (points[points.len() - 2], last),
-        };
-        let ((n0, t0), (n1, t1)) = segment;
-        let slope = ((t1 - t0) / (n1 - n0) as f64).max(0.0);
-        let at = t0 + slope * (tokens as f64 - n0 as f64);
-        Some(if tokens > last.0 { at.max(last.1) } else { at })
+            .collect()
     }
+}
+
+/// [`ForwardCurve::seconds`] over its medians `points` (sizes ascending).
+fn interpolate(points: &[(usize, f64)], tokens: usize) -> Option<f64> {
+    if let Some(&(_, t)) = points.iter().find(|(n, _)| *n == tokens) {
+        return Some(t);
+    }
+    if points.len() < 2 {
+        return None;
+    }
+    let (first, last) = (points[0], points[points.len() - 1]);
+    if tokens < first.0 {
+        return Some(first.1);
+    }
+    let ((n0, t0), (n1, t1)) = match points.windows(2).find(|w| tokens < w[1].0) {
+        Some(w) => (w[0], w[1]),
+        None => (points[points.len() - 2], last),
+    };
+    let slope = ((t1 - t0) / (n1 - n0) as f64).max(0.0);
+    let at = t0 + slope * (tokens as f64 - n0 as f64);
+    Some(if tokens > last.0 { at.max(last.1) } else { at })
 }
 
 /// A short window of recent samples with a median.
@@ -366,7 +373,9 @@ impl LiveCosts {
         if sequences < 2 || forward.sizes() < 2 {
             return None;
         }
-        let share = |n: usize| forward.seconds(sequences * n).map(|t| t / sequences as f64);
+        // the medians once, not once per size asked for
+        let medians = forward.medians();
+        let share = |n: usize| interpolate(&medians, sequences * n).map(|t| t / sequences as f64);
         let t1 = share(1).filter(|t| *t > 0.0)?;
         let mut points = vec![(1, t1)];
         let mut last = t1;

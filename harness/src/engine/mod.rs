@@ -361,13 +361,9 @@ impl<'a> Engine<'a> {
         requests: &[Request],
         on_done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Generation>> {
-        let context = self.target.max_context();
-        let room = self.target.kv_room();
+        let (context, room) = (self.target.max_context(), self.target.kv_room());
         for request in requests {
-            check_fits_context(request, context)?;
-            if let Some(room) = room {
-                check_fits_pool(request, &room)?;
-            }
+            check_fits(request, context, room.as_ref())?;
         }
         let mut queue = SliceQueue {
             waiting: requests.iter(),
@@ -422,7 +418,8 @@ impl<'a> Engine<'a> {
                     let Some(request) = held.take().or_else(|| queue.next(idle)) else {
                         break;
                     };
-                    if let Err(error) = self.check_fits(&request) {
+                    let (context, room) = (self.target.max_context(), self.target.kv_room());
+                    if let Err(error) = check_fits(&request, context, room.as_ref()) {
                         queue.refused(request, error);
                         continue;
                     }
@@ -487,16 +484,6 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Whether `request` can run alone: a non-empty prompt that fits the context, with
-    /// `max_new_tokens`, and the KV pool.
-    fn check_fits(&self, request: &Request) -> Result<()> {
-        check_fits_context(request, self.target.max_context())?;
-        match self.target.kv_room() {
-            Some(room) => check_fits_pool(request, &room),
-            None => Ok(()),
-        }
-    }
-
     /// Drops the requests of `in_flight` that `queue` says were cancelled: their target
     /// sequences and drafter state are released, and they are handed back as finished with
     /// [`FinishReason::Cancelled`].
@@ -555,7 +542,6 @@ impl<'a> Engine<'a> {
     /// Creates the request's target sequence; its prompt is prefilled by [`Engine::prefill_chunk`].
     fn admit(&mut self, index: usize, request: Request) -> Result<Active> {
         let started = Instant::now();
-        check_fits_context(&request, self.target.max_context())?;
         let seq = self.target.new_sequence()?;
         Ok(Active {
             kv_blocks: self
@@ -905,6 +891,16 @@ pub fn check_fits_context(request: &Request, context: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Checks that `request` can run alone: [`check_fits_context`] against a context of `context`
+/// tokens, and [`check_fits_pool`] against the target's KV pool `room` when it has one.
+///
+/// # Errors
+/// As those two.
+pub fn check_fits(request: &Request, context: usize, room: Option<&KvRoom>) -> Result<()> {
+    check_fits_context(request, context)?;
+    room.map_or(Ok(()), |room| check_fits_pool(request, room))
 }
 
 /// Blocks of a pool of `room` that `request` may need at most: its prompt, `max_new_tokens` and

@@ -127,6 +127,14 @@ fn invalid(message: impl Into<String>) -> ServerError {
     ServerError::InvalidOption(message.into())
 }
 
+/// The first value of `values` that an earlier one equals, if any.
+fn first_repeated<T: PartialEq>(values: &[T]) -> Option<&T> {
+    values
+        .iter()
+        .enumerate()
+        .find_map(|(i, v)| values[..i].contains(v).then_some(v))
+}
+
 impl ServeBenchArgs {
     /// The defaults for `target` (as the command line gives them).
     pub fn new(target: &str) -> Self {
@@ -177,12 +185,7 @@ impl ServeBenchArgs {
                 "--rates: {r} is not a multiplier in (0, {MAX_RATE_MULTIPLIER}]"
             )));
         }
-        if let Some((_, r)) = self
-            .rates
-            .iter()
-            .enumerate()
-            .find(|(i, r)| self.rates[..*i].contains(r))
-        {
+        if let Some(r) = first_repeated(&self.rates) {
             return Err(invalid(format!("--rates: {r} is given twice")));
         }
         if self.clients.is_empty() {
@@ -199,12 +202,7 @@ impl ServeBenchArgs {
                 "--clients: {n} is not a client count in 1..={MAX_BATCH_SIZE}"
             )));
         }
-        if let Some((_, n)) = self
-            .clients
-            .iter()
-            .enumerate()
-            .find(|(i, n)| self.clients[..*i].contains(n))
-        {
+        if let Some(n) = first_repeated(&self.clients) {
             return Err(invalid(format!("--clients: {n} is given twice")));
         }
         if !(1..=MAX_REPEATS).contains(&self.repeats) {
