@@ -55,8 +55,24 @@ fn serve_checks_its_config_and_flags_before_loading() {
     )
     .unwrap();
     let path = config.display().to_string();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["serve"], "CONFIG file or --target"),
+        (
+            &["serve", "--target", "smollm2-135m", "--tp", "0"],
+            "tensor_parallel = 0",
+        ),
+        (
+            &[
+                "generate",
+                "-m",
+                "no-such-model",
+                "-p",
+                "hi",
+                "--tp",
+                "1000000",
+            ],
+            "tensor_parallel = 1000000 is not in 1..=64",
+        ),
         (&["serve", &path], "`sampling`"),
         (&["serve", &path, "--k", "3"], "--k"),
         (

@@ -348,6 +348,7 @@ pub fn generate(
         .draft
         .as_deref()
         .filter(|d| !method.drafter.is::<Staged>() || Staged::level_is_model(d));
+    crate::runner::check_tensor_parallel(options.tensor_parallel)?;
     let kv_memory = KvMemory::configured(
         options.kv_memory.as_deref(),
         options.kv_dtype.as_deref(),

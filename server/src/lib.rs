@@ -215,6 +215,7 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
         &options.device,
     )?;
     parse_device(&options.device).map_err(specdec_harness::HarnessError::from)?;
+    specdec_harness::runner::check_tensor_parallel(options.tensor_parallel)?;
     let listener =
         std::net::TcpListener::bind((options.host.as_str(), options.port)).map_err(|source| {
             ServerError::Io {

@@ -34,7 +34,8 @@ mod prompts;
 
 pub use experiment::{
     check_experiment_name, check_max_tokens, BaselineRule, ExperimentConfig, LoadedConfig,
-    SamplingConfig, Schedule, ToyConfig, MAX_BATCH_SIZE, MAX_SYNTHETIC_PROMPTS, MAX_TOKENS_LIMIT,
+    SamplingConfig, Schedule, ToyConfig, MAX_BATCH_SIZE, MAX_SYNTHETIC_PROMPTS,
+    MAX_TENSOR_PARALLEL, MAX_TOKENS_LIMIT,
 };
 pub use method::{DrafterConfig, FallbackConfig, MethodConfig, PolicyConfig, VerifierConfig};
 pub use models::{KnownModel, ModelSource, ModelsConfig};

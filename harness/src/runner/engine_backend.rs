@@ -24,7 +24,7 @@ use super::engine_context::ModelSet;
 use super::kv_memory::{KvMemory, KvPlan};
 use super::models::{check_same_tokenizer, time_forward, LoadedModel, Target};
 use super::{Backend, MethodOutcome, RequestOutcome, RequestSpec};
-use crate::config::{ExperimentConfig, MethodConfig, Prompt};
+use crate::config::{ExperimentConfig, MethodConfig, Prompt, MAX_TENSOR_PARALLEL};
 use crate::engine::{EngineOptions, Generation, Penalties, RecordedDecisions};
 use crate::engine::{Request, RequestQueue, StopRule};
 use crate::error::Result;
@@ -172,15 +172,11 @@ impl EngineBackend {
     /// thread (rank 0's). Call before [`EngineBackend::on_device`].
     ///
     /// # Errors
-    /// [`HarnessError::InvalidEngine`] for 0, or on a GPU (NCCL ranks, one per GPU, are not
+    /// As [`check_tensor_parallel`]; [`HarnessError::InvalidEngine`] on a GPU (NCCL ranks, one per GPU, are not
     /// wired into the engine); as [`LoadedModel::instantiate_sharded`] (a `world` the KV heads
     /// or quantisation blocks cannot be split into).
     pub fn tensor_parallel(mut self, world: usize) -> Result<Self> {
-        if world == 0 {
-            return Err(crate::HarnessError::InvalidEngine(
-                "tensor_parallel must be at least 1".into(),
-            ));
-        }
+        check_tensor_parallel(world)?;
         if world == 1 {
             return Ok(self);
         }
@@ -490,4 +486,17 @@ impl Backend for EngineBackend {
             requests: outcomes,
         })
     }
+}
+
+/// Checks a tensor-parallel rank count before anything loads: 1..=[`MAX_TENSOR_PARALLEL`].
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] naming the count and the range.
+pub fn check_tensor_parallel(world: usize) -> Result<()> {
+    if !(1..=MAX_TENSOR_PARALLEL).contains(&world) {
+        return Err(crate::HarnessError::InvalidEngine(format!(
+            "tensor_parallel = {world} is not in 1..={MAX_TENSOR_PARALLEL}"
+        )));
+    }
+    Ok(())
 }
