@@ -3,7 +3,7 @@
 use specdec_kernels::sampling::{argmax, Decisions, DrawKey, Prob, Purpose};
 use specdec_kernels::verification::{DraftKind, DraftTree};
 
-use crate::drafters::{DraftModel, DraftRequest, Drafter, TreeBuilder};
+use crate::drafters::{check_distinct, DraftModel, DraftRequest, Drafter, TreeBuilder};
 use crate::error::Result;
 
 /// How a chain drafter picks each token.
@@ -57,26 +57,79 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
         request: &DraftRequest<'_>,
         decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>> {
-        let mut tree = TreeBuilder::new(request.root()?);
-        let mut tokens = request.context.to_vec();
-        let mut node = 0;
-        for _ in 0..request.budget.max_drafts() {
-            let q = self.model.next_probs(request.sequence, &tokens)?;
-            let token = match self.mode {
-                ChainMode::Argmax => argmax(&q),
-                ChainMode::Sample => {
-                    let key =
-                        DrawKey::new(request.sequence, request.step, tree.len(), Purpose::Draft);
-                    match decisions.categorical(key, &q) {
-                        Some(t) => t,
-                        None => break,
-                    }
-                }
-            } as u32;
-            tree.set_draft_probs(node, q);
-            node = tree.push(node, token);
-            tokens.push(token);
-        }
-        tree.finish(self.kind())
+        let mut trees = self.propose_batch(std::slice::from_ref(request), decisions)?;
+        Ok(trees.pop().expect("one tree per request"))
     }
+
+    /// Depth by depth for the whole batch: one [`DraftModel::next_probs_batch`] per depth over
+    /// the chains still growing (a chain stops at its budget or where `q` has no mass).
+    fn propose_batch(
+        &mut self,
+        requests: &[DraftRequest<'_>],
+        decisions: &mut dyn Decisions<N>,
+    ) -> Result<Vec<DraftTree<N>>> {
+        check_distinct(requests.iter().map(|r| r.sequence))?;
+        let mut chains = requests
+            .iter()
+            .map(|request| {
+                Ok(Growing {
+                    tree: TreeBuilder::new(request.root()?),
+                    tokens: request.context.to_vec(),
+                    node: 0,
+                    open: request.budget.max_drafts() > 0,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for depth in 0.. {
+            let growing: Vec<usize> = (0..chains.len())
+                .filter(|&i| chains[i].open && depth < requests[i].budget.max_drafts())
+                .collect();
+            if growing.is_empty() {
+                break;
+            }
+            let queries: Vec<(u64, &[u32])> = growing
+                .iter()
+                .map(|&i| (requests[i].sequence, chains[i].tokens.as_slice()))
+                .collect();
+            let rows = self.model.next_probs_batch(&queries)?;
+            for (&i, q) in growing.iter().zip(rows) {
+                let chain = &mut chains[i];
+                let token = match self.mode {
+                    ChainMode::Argmax => Some(argmax(&q)),
+                    ChainMode::Sample => {
+                        let request = &requests[i];
+                        let key = DrawKey::new(
+                            request.sequence,
+                            request.step,
+                            chain.tree.len(),
+                            Purpose::Draft,
+                        );
+                        decisions.categorical(key, &q)
+                    }
+                };
+                let Some(token) = token else {
+                    chain.open = false;
+                    continue;
+                };
+                let token = token as u32;
+                chain.tree.set_draft_probs(chain.node, q);
+                chain.node = chain.tree.push(chain.node, token);
+                chain.tokens.push(token);
+            }
+        }
+        let kind = Drafter::<N>::kind(self);
+        chains
+            .into_iter()
+            .map(|chain| chain.tree.finish(kind))
+            .collect()
+    }
+}
+
+/// One request's chain while the batch drafts: the tree so far, its context and drafts, the
+/// node the next draft hangs from, whether it still grows.
+struct Growing<N> {
+    tree: TreeBuilder<N>,
+    tokens: Vec<u32>,
+    node: usize,
+    open: bool,
 }

@@ -94,7 +94,7 @@ pub use chain::{ChainDrafter, ChainMode};
 pub use dynamic::DynamicTreeDrafter;
 pub use feature::{FeatureDraftModel, FeatureHead, FeatureOutput};
 pub use heads::{EagleFeatureHead, MedusaDraftModel};
-pub use model::{check_along, ranked_tokens, DraftModel, FnModel, Namespaced};
+pub use model::{check_along, check_distinct, ranked_tokens, DraftModel, FnModel, Namespaced};
 pub use ngram::{
     find_matches, ngram_chain, ngram_tree, NgramConfig, NgramDrafter, NgramMatch, TokenTree,
 };
@@ -187,6 +187,26 @@ pub trait Drafter<N> {
         request: &DraftRequest<'_>,
         decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>>;
+
+    /// Proposes the draft trees of several sequences at once (a batch's step): tree `i` is the
+    /// one `propose(&requests[i], ..)` gives, so batching never changes a draft. Drafters over a
+    /// model that forwards many sequences in one pass override it to draft depth by depth for
+    /// the whole batch ([`DraftModel::next_probs_batch`]); the default proposes one request
+    /// after another.
+    ///
+    /// # Errors
+    /// As [`Drafter::propose`]; a sequence appearing twice ([`check_distinct`]).
+    fn propose_batch(
+        &mut self,
+        requests: &[DraftRequest<'_>],
+        decisions: &mut dyn Decisions<N>,
+    ) -> Result<Vec<DraftTree<N>>> {
+        check_distinct(requests.iter().map(|r| r.sequence))?;
+        requests
+            .iter()
+            .map(|request| self.propose(request, decisions))
+            .collect()
+    }
 
     /// Whether this drafter reads the target's hidden features ([`DraftFeedback::features`]);
     /// the engine then hands them over (the target must tap them).

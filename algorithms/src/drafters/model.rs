@@ -69,6 +69,24 @@ pub trait DraftModel<N> {
             .collect()
     }
 
+    /// The next-token distributions of several sequences at once: row `i` is
+    /// `next_probs(queries[i].0, queries[i].1)`. The sequences must differ. A drafter drafting
+    /// for a whole batch asks for one depth of every sequence's draft at once, and a model that
+    /// forwards several sequences in one pass answers with one pass instead of one per sequence
+    /// (the rows must be the ones `next_probs` gives, which batch-invariant models guarantee).
+    /// The default calls [`DraftModel::next_probs`] per query.
+    ///
+    /// # Errors
+    /// [`AlgorithmError::InvalidParameter`](crate::AlgorithmError::InvalidParameter) when a
+    /// sequence appears twice ([`check_distinct`]); whatever the model reports.
+    fn next_probs_batch(&mut self, queries: &[(u64, &[u32])]) -> Result<Vec<Vec<N>>> {
+        check_distinct(queries.iter().map(|(sequence, _)| *sequence))?;
+        queries
+            .iter()
+            .map(|(sequence, tokens)| self.next_probs(*sequence, tokens))
+            .collect()
+    }
+
     /// The next-token distributions after `context` followed by each of `paths`: row `i` is
     /// `next_probs(sequence, context ++ paths[i])` (an empty path: after the context itself). A drafter
     /// growing a tree asks for a whole depth of it at once, and a model that forwards a token
@@ -93,6 +111,26 @@ pub trait DraftModel<N> {
             })
             .collect()
     }
+}
+
+/// The precondition of a batched query ([`DraftModel::next_probs_batch`],
+/// [`Drafter::propose_batch`](crate::drafters::Drafter::propose_batch)): every sequence at most
+/// once, since one pass holds one path per sequence.
+///
+/// # Errors
+/// [`AlgorithmError::InvalidParameter`](crate::AlgorithmError::InvalidParameter) naming the
+/// repeated sequence.
+pub fn check_distinct(sequences: impl IntoIterator<Item = u64>) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    for sequence in sequences {
+        if !seen.insert(sequence) {
+            return Err(crate::AlgorithmError::InvalidParameter {
+                name: "sequence",
+                reason: format!("sequence {sequence} appears twice in one batched draft"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The preconditions of [`DraftModel::next_probs_along`]: `1 ≤ count ≤ tokens.len()`.
@@ -161,6 +199,10 @@ impl<N, M: DraftModel<N> + ?Sized> DraftModel<N> for &mut M {
         paths: &[Vec<u32>],
     ) -> Result<Vec<Vec<N>>> {
         (**self).next_probs_paths(sequence, context, paths)
+    }
+
+    fn next_probs_batch(&mut self, queries: &[(u64, &[u32])]) -> Result<Vec<Vec<N>>> {
+        (**self).next_probs_batch(queries)
     }
 
     fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {

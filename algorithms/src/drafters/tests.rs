@@ -321,3 +321,88 @@ fn tree_drafters_ask_for_one_depth_per_call() {
         .unwrap();
     assert_eq!((dynamic.model().single, dynamic.model().levels), (0, 3));
 }
+
+/// Counts the batched queries a drafter makes (and how many sequences each holds).
+struct BatchCounting<M> {
+    inner: M,
+    batches: Vec<usize>,
+}
+
+impl<M: DraftModel<f64>> DraftModel<f64> for BatchCounting<M> {
+    fn vocab(&self) -> usize {
+        self.inner.vocab()
+    }
+
+    fn next_probs(&mut self, sequence: u64, tokens: &[u32]) -> Result<Vec<f64>> {
+        self.inner.next_probs(sequence, tokens)
+    }
+
+    fn next_probs_batch(&mut self, queries: &[(u64, &[u32])]) -> Result<Vec<Vec<f64>>> {
+        self.batches.push(queries.len());
+        self.inner.next_probs_batch(queries)
+    }
+}
+
+#[test]
+fn a_batched_chain_draft_equals_each_request_drafted_alone() {
+    let contexts: [&[u32]; 5] = [&[0], &[1], &[2, 2], &[3], &[1, 0, 1]];
+    // a plain budget, short and long chains; context [3] drafts token 3 forever
+    let budgets = [
+        Budget::Chain(3),
+        Budget::Plain,
+        Budget::Chain(5),
+        Budget::Chain(1),
+        Budget::Chain(4),
+    ];
+    for mode in [ChainMode::Sample, ChainMode::Argmax] {
+        for seed in 0..20 {
+            let requests: Vec<DraftRequest<'_>> = contexts
+                .iter()
+                .zip(&budgets)
+                .enumerate()
+                .map(|(i, (context, budget))| DraftRequest {
+                    sequence: 10 + i as u64,
+                    step: 7,
+                    context,
+                    budget,
+                })
+                .collect();
+            let mut alone = ChainDrafter::new(table_model(), mode);
+            let want: Vec<DraftTree<f64>> = requests
+                .iter()
+                .map(|r| alone.propose(r, &mut Replay::production(seed)).unwrap())
+                .collect();
+            let counting = BatchCounting {
+                inner: table_model(),
+                batches: Vec::new(),
+            };
+            let mut batched = ChainDrafter::new(counting, mode);
+            let got = batched
+                .propose_batch(&requests, &mut Replay::production(seed))
+                .unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.tokens(), w.tokens(), "{mode:?} seed {seed}");
+                assert_eq!(g.kind(), w.kind());
+                for node in 0..g.len() {
+                    assert_eq!(g.draft_probs(node), w.draft_probs(node));
+                }
+            }
+            // one query per depth, holding the chains still growing at that depth
+            assert_eq!(batched.model_mut().batches, vec![4, 3, 3, 2, 1]);
+        }
+    }
+    let twice = [
+        request(&[0], &Budget::Chain(2)),
+        request(&[1], &Budget::Chain(2)),
+    ];
+    let mut d = ChainDrafter::new(table_model(), ChainMode::Argmax);
+    let err = d
+        .propose_batch(&twice, &mut production())
+        .map(|_: Vec<DraftTree<f64>>| ())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("sequence 3 appears twice"),
+        "{err}"
+    );
+}

@@ -27,13 +27,18 @@
 
 use std::collections::HashMap;
 
-use specdec_algorithms::drafters::{check_along, DraftFeedback, DraftModel};
+use specdec_algorithms::drafters::{check_along, check_distinct, DraftFeedback, DraftModel};
 use specdec_algorithms::AlgorithmError;
 use specdec_kernels::sampling::{prepare_logits, SamplingParams};
 use specdec_kernels::TreeTopology;
 use specdec_models::{LanguageModel, SeqId, SequenceStep};
 
 use super::Penalties;
+
+/// The most uncached tokens of one sequence a batched query forwards with the batch (a catch-up
+/// of a full acceptance is two); more go through [`LanguageModel::prefill`] first, which skips
+/// the LM head.
+const BATCH_CATCH_UP: usize = 4;
 
 /// The KV sequence kept for one drafted-for sequence: the tokens whose K/V it holds, and the
 /// logits after the last one.
@@ -208,6 +213,60 @@ impl<M: LanguageModel> LmDraftModel<M> {
         Ok(along)
     }
 
+    /// Logits after each of `queries` (distinct sequences, non-empty tokens) from one forward:
+    /// each sequence's KV is made to hold all but the last [`BATCH_CATCH_UP`] uncached tokens
+    /// of its query ([`LmDraftModel::hold_prefix`]; usually nothing to do), and the rest of every
+    /// query goes through the model as one batch of chains, of which each chain's last row is
+    /// the answer (the same row as from a pass of its own, by batch invariance). A query whose
+    /// logits are cached is answered from the cache.
+    fn logits_batch(&mut self, queries: &[(u64, &[u32])]) -> specdec_models::Result<Vec<Vec<f32>>> {
+        let mut answers: Vec<Option<Vec<f32>>> = vec![None; queries.len()];
+        // (query, first token forwarded now)
+        let mut forwarded: Vec<(usize, usize)> = Vec::new();
+        for (i, &(sequence, tokens)) in queries.iter().enumerate() {
+            self.entry_for(sequence)?;
+            let entry = &self.entries[&sequence];
+            if entry.tokens == tokens {
+                if let Some(logits) = &entry.last_logits {
+                    answers[i] = Some(logits.clone());
+                    continue;
+                }
+            }
+            let shared = common_prefix(&entry.tokens, tokens).min(tokens.len() - 1);
+            let start = shared.max(tokens.len().saturating_sub(BATCH_CATCH_UP));
+            self.hold_prefix(sequence, tokens, start)?;
+            forwarded.push((i, start));
+        }
+        if forwarded.is_empty() {
+            return Ok(answers.into_iter().flatten().collect());
+        }
+        let chains: Vec<TreeTopology> = forwarded
+            .iter()
+            .map(|&(i, start)| TreeTopology::chain(queries[i].1.len() - start))
+            .collect();
+        let steps: Vec<SequenceStep<'_>> = forwarded
+            .iter()
+            .zip(&chains)
+            .map(|(&(i, start), chain)| {
+                let (sequence, tokens) = queries[i];
+                SequenceStep::chain(self.entries[&sequence].seq, &tokens[start..], chain)
+            })
+            .collect();
+        let logits = self.model.forward(&steps)?;
+        for ((&(i, start), chain), rows) in forwarded.iter().zip(&chains).zip(&logits) {
+            let (sequence, tokens) = queries[i];
+            let entry = self.entries.get_mut(&sequence).expect("opened above");
+            let path: Vec<usize> = (0..chain.len()).collect();
+            self.model.commit(entry.seq, &path)?;
+            self.forwarded_tokens += chain.len() as u64;
+            entry.tokens.extend_from_slice(&tokens[start..]);
+            let last = rows.row(chain.len() - 1).to_vec();
+            entry.last_logits = Some(last.clone());
+            answers[i] = Some(last);
+        }
+        Ok(answers.into_iter().flatten().collect())
+    }
+
     /// Logits after `context ++ path` for each of `paths` (`context` non-empty) for
     /// `sequence`, from one forward of the token tree whose root is the context's last token and
     /// whose other nodes are the trie of the paths (shared prefixes forwarded once). The KV
@@ -320,6 +379,30 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
             .iter()
             .enumerate()
             .map(|(row, logits)| self.probs(sequence, &tokens[..first + row], &[], logits))
+            .collect()
+    }
+
+    /// One forward for the whole batch (see [`LmDraftModel::logits_batch`]); a single query is
+    /// served like [`DraftModel::next_probs`].
+    fn next_probs_batch(
+        &mut self,
+        queries: &[(u64, &[u32])],
+    ) -> specdec_algorithms::Result<Vec<Vec<f32>>> {
+        check_distinct(queries.iter().map(|(sequence, _)| *sequence))?;
+        if queries.iter().any(|(_, tokens)| tokens.is_empty()) {
+            return Err(empty_context());
+        }
+        // every sequence of the batch must stay open while it drafts
+        if queries.len() <= 1 || queries.len() > self.max_sequences {
+            return queries
+                .iter()
+                .map(|(sequence, tokens)| self.next_probs(*sequence, tokens))
+                .collect();
+        }
+        self.logits_batch(queries)?
+            .iter()
+            .zip(queries)
+            .map(|(logits, &(sequence, tokens))| self.probs(sequence, tokens, &[], logits))
             .collect()
     }
 

@@ -630,14 +630,12 @@ impl<'a> Engine<'a> {
                 .sum();
             room.free_blocks.saturating_sub(outstanding)
         });
-        // 1–2: budgets and drafts.
-        let mut trees = Vec::with_capacity(active.len());
-        let mut draft_s = Vec::with_capacity(active.len());
-        let mut choices = Vec::with_capacity(active.len());
-        let mut drafters = Vec::with_capacity(active.len());
+        // 1: budgets, held to the context and to the KV pool (a tree may take up to its
+        // budget's nodes: those blocks beyond the request's reservation come from the spare).
         let sequences = active.len();
+        let mut budgets = Vec::with_capacity(sequences);
+        let mut choices = Vec::with_capacity(sequences);
         for seq in active.iter_mut() {
-            let t0 = Instant::now();
             let (choice, mut budget) = match &self.options.replay {
                 Some(recorded) => {
                     recorded.decision(seq.request.id, seq.step, self.fallback.is_some())?
@@ -648,10 +646,6 @@ impl<'a> Engine<'a> {
                 }
             };
             let decision = PolicyDecision::new(choice == DrafterChoice::Fallback, &budget);
-            let drafter: &mut dyn Drafter<f32> = match (choice, self.fallback.as_mut()) {
-                (DrafterChoice::Fallback, Some((fallback, _))) => &mut **fallback,
-                _ => &mut *self.drafter,
-            };
             // Room left in the context for this step's tree depth (root included).
             let context_room = max_context.saturating_sub(seq.context.len());
             if budget.max_drafts() + 1 > context_room {
@@ -667,33 +661,69 @@ impl<'a> Engine<'a> {
                     let k = slots.min(context_room).saturating_sub(1);
                     budget = Budget::chain(k);
                 }
-            }
-            let request = DraftRequest {
-                sequence: seq.request.id,
-                step: seq.step,
-                context: &seq.context,
-                budget: &budget,
-            };
-            let tree = drafter.propose(&request, decisions)?;
-            if seq.context.len() + tree.topology().max_depth() > max_context {
-                return Err(HarnessError::InvalidEngine(format!(
-                    "drafter {} proposed a tree of depth {} beyond the budget {budget:?}",
-                    drafter.name(),
-                    tree.topology().max_depth()
-                )));
-            }
-            if let Some(room) = room {
-                // the blocks this tree takes beyond the request's reservation come from the spare
                 let beyond = room
-                    .blocks_for(held + tree.len())
+                    .blocks_for(held + budget.max_drafts() + 1)
                     .saturating_sub(seq.kv_blocks.max(room.blocks_for(held)));
                 spare_blocks = spare_blocks.saturating_sub(beyond);
             }
-            trees.push(tree);
+            budgets.push(budget);
             choices.push((choice, decision));
-            drafters.push(drafter.name());
-            draft_s.push(t0.elapsed().as_secs_f64());
         }
+        // 2: drafts, each drafter proposing for all of its requests at once (a model drafter
+        // forwards the batch's sequences together); a request's draft time is its share of its
+        // drafter's, in proportion to the drafts it got.
+        let mut trees: Vec<Option<DraftTree<f32>>> = (0..sequences).map(|_| None).collect();
+        let mut draft_s = vec![0.0; sequences];
+        let mut drafters = vec![String::new(); sequences];
+        for group in [DrafterChoice::Primary, DrafterChoice::Fallback] {
+            let members: Vec<usize> = (0..sequences)
+                .filter(|&i| {
+                    (choices[i].0 == DrafterChoice::Fallback) == (group == DrafterChoice::Fallback)
+                })
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let drafter: &mut dyn Drafter<f32> = match (group, self.fallback.as_mut()) {
+                (DrafterChoice::Fallback, Some((fallback, _))) => &mut **fallback,
+                _ => &mut *self.drafter,
+            };
+            let requests: Vec<DraftRequest<'_>> = members
+                .iter()
+                .map(|&i| DraftRequest {
+                    sequence: active[i].request.id,
+                    step: active[i].step,
+                    context: &active[i].context,
+                    budget: &budgets[i],
+                })
+                .collect();
+            let t0 = Instant::now();
+            let proposed = drafter.propose_batch(&requests, decisions)?;
+            let group_s = t0.elapsed().as_secs_f64();
+            let name = drafter.name();
+            let drafted: usize = proposed.iter().map(|t| t.len() - 1).sum();
+            for (&i, tree) in members.iter().zip(proposed) {
+                let seq = &active[i];
+                if seq.context.len() + tree.topology().max_depth() > max_context
+                    || tree.len() > budgets[i].max_drafts() + 1
+                {
+                    return Err(HarnessError::InvalidEngine(format!(
+                        "drafter {name} proposed a tree of {} nodes and depth {} beyond the \
+                         budget {:?}",
+                        tree.len(),
+                        tree.topology().max_depth(),
+                        budgets[i]
+                    )));
+                }
+                draft_s[i] = match drafted {
+                    0 => group_s / members.len() as f64,
+                    _ => group_s * (tree.len() - 1) as f64 / drafted as f64,
+                };
+                drafters[i] = name.clone();
+                trees[i] = Some(tree);
+            }
+        }
+        let trees: Vec<DraftTree<f32>> = trees.into_iter().flatten().collect();
         // 3: one target pass over every tree.
         let t0 = Instant::now();
         let steps: Vec<SequenceStep<'_>> = active

@@ -1136,3 +1136,65 @@ fn every_budget_survives_its_record_in_json() {
     .unwrap();
     assert!(bad.budget().is_err());
 }
+
+#[test]
+fn a_batched_query_comes_from_one_pass_and_equals_each_sequence_asked_alone() {
+    let pair = pair(5);
+    let params = SamplingParams {
+        temperature: 0.8,
+        ..SamplingParams::greedy()
+    };
+    // sequence 0: nothing kept; 1: its query exactly kept (served from the cache); 2: a kept
+    // prefix that diverges; 3: a long uncached tail (a catch-up past what rides with the batch)
+    let queries: Vec<(u64, Vec<u32>)> = vec![
+        (0, vec![3, 1, 4]),
+        (1, vec![2, 2, 5]),
+        (2, vec![3, 1, 5, 0]),
+        (3, vec![1, 2, 3, 4, 5, 0, 1, 2, 3, 4]),
+    ];
+    let prepare = |model: &mut LmDraftModel<ToyLanguageModel>| {
+        model.next_probs(1, &[2, 2, 5]).unwrap();
+        model.next_probs(2, &[3, 1, 4, 4, 4]).unwrap();
+        model.next_probs(3, &[1, 2]).unwrap();
+    };
+    let mut alone = draft_lm(&pair, params);
+    prepare(&mut alone);
+    let want: Vec<Vec<f32>> = queries
+        .iter()
+        .map(|(sequence, tokens)| alone.next_probs(*sequence, tokens).unwrap())
+        .collect();
+    let mut batched = draft_lm(&pair, params);
+    prepare(&mut batched);
+    let calls = batched.model().forward_calls();
+    let asked: Vec<(u64, &[u32])> = queries.iter().map(|(s, t)| (*s, t.as_slice())).collect();
+    let got = batched.next_probs_batch(&asked).unwrap();
+    assert_eq!(bits(&got), bits(&want));
+    // the toy model prefills through forward: sequence 3's tail beyond the catch-up is one
+    // call, the batch the other
+    assert_eq!(
+        batched.model().forward_calls(),
+        calls + 2,
+        "one pass for the batch"
+    );
+    // the kept state is the same as after asking one by one: the next depth agrees too
+    let next: Vec<(u64, Vec<u32>)> = queries
+        .iter()
+        .map(|(s, t)| (*s, t.iter().copied().chain([1]).collect()))
+        .collect();
+    let asked: Vec<(u64, &[u32])> = next.iter().map(|(s, t)| (*s, t.as_slice())).collect();
+    let forwarded = batched.forwarded_tokens();
+    let got = batched.next_probs_batch(&asked).unwrap();
+    let want: Vec<Vec<f32>> = next
+        .iter()
+        .map(|(sequence, tokens)| alone.next_probs(*sequence, tokens).unwrap())
+        .collect();
+    assert_eq!(bits(&got), bits(&want));
+    assert_eq!(
+        batched.forwarded_tokens() - forwarded,
+        4,
+        "one token per sequence"
+    );
+    // bad batches are refused
+    assert!(batched.next_probs_batch(&[(0, &[1]), (0, &[2])]).is_err());
+    assert!(batched.next_probs_batch(&[(0, &[1]), (1, &[])]).is_err());
+}

@@ -32,6 +32,7 @@ pub struct ToyLanguageModel {
     sequences: BTreeMap<SeqId, ToySequence>,
     next_id: u64,
     forwarded_tokens: u64,
+    forward_calls: u64,
     /// Logits computed per row ([`LanguageModel::limit_logits`]); the rest are `-inf`.
     logit_rows: Option<usize>,
 }
@@ -47,6 +48,7 @@ impl ToyLanguageModel {
             sequences: BTreeMap::new(),
             next_id: 0,
             forwarded_tokens: 0,
+            forward_calls: 0,
             logit_rows: None,
         }
     }
@@ -59,6 +61,11 @@ impl ToyLanguageModel {
     /// Tokens forwarded over the model's life (one per tree node).
     pub fn forwarded_tokens(&self) -> u64 {
         self.forwarded_tokens
+    }
+
+    /// Calls of [`LanguageModel::forward`] so far (a batch of sequences is one call).
+    pub fn forward_calls(&self) -> u64 {
+        self.forward_calls
     }
 
     /// Committed tokens of `seq`.
@@ -157,6 +164,7 @@ impl LanguageModel for ToyLanguageModel {
     }
 
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        self.forward_calls += 1;
         let vocab = self.table.vocab();
         let mut out = Vec::with_capacity(steps.len());
         for step in steps {
