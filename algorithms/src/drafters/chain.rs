@@ -76,7 +76,7 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
                     tree: TreeBuilder::new(request.root()?),
                     tokens: request.context.to_vec(),
                     node: 0,
-                    open: request.budget.max_drafts() > 0,
+                    open: true,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

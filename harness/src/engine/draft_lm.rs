@@ -178,6 +178,44 @@ impl<M: LanguageModel> LmDraftModel<M> {
         Ok(())
     }
 
+    /// The cached logits after `tokens` for `sequence`, if its KV holds exactly `tokens`.
+    fn cached_logits(&self, sequence: u64, tokens: &[u32]) -> Option<Vec<f32>> {
+        let entry = self.entries.get(&sequence)?;
+        (entry.tokens == tokens)
+            .then(|| entry.last_logits.clone())
+            .flatten()
+    }
+
+    /// Forwards each `(sequence, tokens)` as a chain appended to what the sequence's KV holds,
+    /// all in one pass, and commits them; each sequence's cached logits become its chain's last
+    /// row. Returns the logits of every chain's tokens.
+    fn forward_chains(
+        &mut self,
+        chains: &[(u64, &[u32])],
+    ) -> specdec_models::Result<Vec<specdec_models::Logits>> {
+        let topologies: Vec<TreeTopology> = chains
+            .iter()
+            .map(|(_, tokens)| TreeTopology::chain(tokens.len()))
+            .collect();
+        let steps: Vec<SequenceStep<'_>> = chains
+            .iter()
+            .zip(&topologies)
+            .map(|(&(sequence, tokens), chain)| {
+                SequenceStep::chain(self.entries[&sequence].seq, tokens, chain)
+            })
+            .collect();
+        let logits = self.model.forward(&steps)?;
+        for (&(sequence, tokens), rows) in chains.iter().zip(&logits) {
+            let entry = self.entries.get_mut(&sequence).expect("held by the caller");
+            let path: Vec<usize> = (0..tokens.len()).collect();
+            self.model.commit(entry.seq, &path)?;
+            self.forwarded_tokens += tokens.len() as u64;
+            entry.tokens.extend_from_slice(tokens);
+            entry.last_logits = Some(rows.row(tokens.len() - 1).to_vec());
+        }
+        Ok(logits)
+    }
+
     /// Logits after each of the last `rows` prefixes of `tokens` (`1 ≤ rows ≤ tokens.len()`)
     /// for `sequence`: its KV sequence is made to hold `tokens.len() - rows` tokens
     /// ([`LmDraftModel::hold_prefix`]) and the last `rows` are forwarded as one chain (their
@@ -189,28 +227,17 @@ impl<M: LanguageModel> LmDraftModel<M> {
         rows: usize,
     ) -> specdec_models::Result<Vec<Vec<f32>>> {
         self.entry_for(sequence)?;
-        let entry = &self.entries[&sequence];
-        if rows == 1 && entry.tokens == tokens {
-            if let Some(logits) = &entry.last_logits {
-                return Ok(vec![logits.clone()]);
+        if rows == 1 {
+            if let Some(logits) = self.cached_logits(sequence, tokens) {
+                return Ok(vec![logits]);
             }
         }
         // Forward at least the last `rows` tokens: the logits after a prefix come from its last
         // token.
         let head_from = tokens.len() - rows;
         self.hold_prefix(sequence, tokens, head_from)?;
-        let entry = self.entries.get_mut(&sequence).expect("held above");
-        let new_tokens = &tokens[head_from..];
-        let chain = TreeTopology::chain(new_tokens.len());
-        let step = SequenceStep::chain(entry.seq, new_tokens, &chain);
-        let logits = self.model.forward(&[step])?;
-        let path: Vec<usize> = (0..new_tokens.len()).collect();
-        self.model.commit(entry.seq, &path)?;
-        self.forwarded_tokens += new_tokens.len() as u64;
-        entry.tokens.extend_from_slice(new_tokens);
-        let along: Vec<Vec<f32>> = (0..rows).map(|r| logits[0].row(r).to_vec()).collect();
-        entry.last_logits = along.last().cloned();
-        Ok(along)
+        let logits = self.forward_chains(&[(sequence, &tokens[head_from..])])?;
+        Ok((0..rows).map(|r| logits[0].row(r).to_vec()).collect())
     }
 
     /// Logits after each of `queries` (distinct sequences, non-empty tokens) from one forward:
@@ -221,50 +248,32 @@ impl<M: LanguageModel> LmDraftModel<M> {
     /// logits are cached is answered from the cache.
     fn logits_batch(&mut self, queries: &[(u64, &[u32])]) -> specdec_models::Result<Vec<Vec<f32>>> {
         let mut answers: Vec<Option<Vec<f32>>> = vec![None; queries.len()];
-        // (query, first token forwarded now)
-        let mut forwarded: Vec<(usize, usize)> = Vec::new();
+        // (query, the part of its tokens forwarded now)
+        let mut forwarded: Vec<(usize, (u64, &[u32]))> = Vec::new();
         for (i, &(sequence, tokens)) in queries.iter().enumerate() {
             self.entry_for(sequence)?;
-            let entry = &self.entries[&sequence];
-            if entry.tokens == tokens {
-                if let Some(logits) = &entry.last_logits {
-                    answers[i] = Some(logits.clone());
-                    continue;
-                }
+            if let Some(logits) = self.cached_logits(sequence, tokens) {
+                answers[i] = Some(logits);
+                continue;
             }
-            let shared = common_prefix(&entry.tokens, tokens).min(tokens.len() - 1);
-            let start = shared.max(tokens.len().saturating_sub(BATCH_CATCH_UP));
+            let shared = common_prefix(&self.entries[&sequence].tokens, tokens);
+            let start = shared
+                .min(tokens.len() - 1)
+                .max(tokens.len().saturating_sub(BATCH_CATCH_UP));
             self.hold_prefix(sequence, tokens, start)?;
-            forwarded.push((i, start));
+            forwarded.push((i, (sequence, &tokens[start..])));
         }
-        if forwarded.is_empty() {
-            return Ok(answers.into_iter().flatten().collect());
+        if !forwarded.is_empty() {
+            let chains: Vec<(u64, &[u32])> = forwarded.iter().map(|&(_, chain)| chain).collect();
+            let logits = self.forward_chains(&chains)?;
+            for ((i, (_, tokens)), rows) in forwarded.into_iter().zip(&logits) {
+                answers[i] = Some(rows.row(tokens.len() - 1).to_vec());
+            }
         }
-        let chains: Vec<TreeTopology> = forwarded
-            .iter()
-            .map(|&(i, start)| TreeTopology::chain(queries[i].1.len() - start))
-            .collect();
-        let steps: Vec<SequenceStep<'_>> = forwarded
-            .iter()
-            .zip(&chains)
-            .map(|(&(i, start), chain)| {
-                let (sequence, tokens) = queries[i];
-                SequenceStep::chain(self.entries[&sequence].seq, &tokens[start..], chain)
-            })
-            .collect();
-        let logits = self.model.forward(&steps)?;
-        for ((&(i, start), chain), rows) in forwarded.iter().zip(&chains).zip(&logits) {
-            let (sequence, tokens) = queries[i];
-            let entry = self.entries.get_mut(&sequence).expect("opened above");
-            let path: Vec<usize> = (0..chain.len()).collect();
-            self.model.commit(entry.seq, &path)?;
-            self.forwarded_tokens += chain.len() as u64;
-            entry.tokens.extend_from_slice(&tokens[start..]);
-            let last = rows.row(chain.len() - 1).to_vec();
-            entry.last_logits = Some(last.clone());
-            answers[i] = Some(last);
-        }
-        Ok(answers.into_iter().flatten().collect())
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every query is cached or forwarded"))
+            .collect())
     }
 
     /// Logits after `context ++ path` for each of `paths` (`context` non-empty) for

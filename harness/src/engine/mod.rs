@@ -676,11 +676,7 @@ impl<'a> Engine<'a> {
         let mut draft_s = vec![0.0; sequences];
         let mut drafters = vec![String::new(); sequences];
         for group in [DrafterChoice::Primary, DrafterChoice::Fallback] {
-            let members: Vec<usize> = (0..sequences)
-                .filter(|&i| {
-                    (choices[i].0 == DrafterChoice::Fallback) == (group == DrafterChoice::Fallback)
-                })
-                .collect();
+            let members: Vec<usize> = (0..sequences).filter(|&i| choices[i].0 == group).collect();
             if members.is_empty() {
                 continue;
             }
@@ -701,6 +697,13 @@ impl<'a> Engine<'a> {
             let proposed = drafter.propose_batch(&requests, decisions)?;
             let group_s = t0.elapsed().as_secs_f64();
             let name = drafter.name();
+            if proposed.len() != members.len() {
+                return Err(HarnessError::InvalidEngine(format!(
+                    "drafter {name} proposed {} trees for {} requests",
+                    proposed.len(),
+                    members.len()
+                )));
+            }
             let drafted: usize = proposed.iter().map(|t| t.len() - 1).sum();
             for (&i, tree) in members.iter().zip(proposed) {
                 let seq = &active[i];
