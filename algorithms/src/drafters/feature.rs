@@ -14,6 +14,8 @@
 //!   row is the depth-1 distribution;
 //! - **a chain** then costs one head pass per draft: each extends the last (its K/V kept until
 //!   the verdict);
+//! - **a batch** ([`DraftModel::next_probs_batch`], one depth of several sequences' chains)
+//!   costs one head pass for all their catch-ups and one for all their chain extensions;
 //! - **a tree depth** ([`DraftModel::next_probs_paths`]) is one head pass over the token trie of
 //!   the paths below the root pair (the last true pair, recomputed uncommitted; every node's
 //!   input feature is its parent's output from the pass before; shared prefixes once).
@@ -30,7 +32,7 @@ use specdec_kernels::TreeTopology;
 use specdec_models::heads::HeadStep;
 use specdec_models::SeqId;
 
-use crate::drafters::{DraftFeedback, DraftModel};
+use crate::drafters::{check_distinct, DraftFeedback, DraftModel};
 use crate::error::{AlgorithmError, Result};
 
 /// What a head pass gives for one node.
@@ -147,49 +149,123 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
         Ok(&tokens[n..])
     }
 
-    /// Forwards the pending true pairs (positions `held..committed`) as one chain, commits
-    /// them, and records the last row as the empty path's output. With no pair at all (a
-    /// one-token prompt) the output is empty: `q` has no mass, so nothing is drafted.
-    fn catch_up(&mut self, sequence: u64) -> Result<()> {
+    /// For every sequence of `sequences` whose empty path has no output yet: forwards its pending
+    /// true pairs (positions `held..committed`) as one chain, commits them, and records the last
+    /// row as the empty path's output; all the chains in one head pass. A sequence without any
+    /// pair (a one-token prompt) gets an empty output: `q` has no mass, so nothing is drafted.
+    fn catch_up(&mut self, sequences: &[u64]) -> Result<()> {
         let dim = self.head.feature_dim();
-        let state = self
-            .sequences
-            .get_mut(&sequence)
-            .expect("checked by path_of");
-        if state.outputs.contains_key(&Vec::new()) {
+        let draft_len = self.head.draft_ids().len();
+        let mut todo: Vec<u64> = Vec::new();
+        for sequence in sequences {
+            let state = self
+                .sequences
+                .get_mut(sequence)
+                .expect("checked by path_of");
+            if state.outputs.contains_key(&Vec::new()) {
+                continue;
+            }
+            if state.context.len() - 1 == state.held {
+                let empty = FeatureOutput {
+                    feature: vec![0.0; dim],
+                    q: vec![N::zero(); draft_len],
+                    logits: Vec::new(),
+                };
+                state.outputs.insert(Vec::new(), empty);
+            } else {
+                todo.push(*sequence);
+            }
+        }
+        if todo.is_empty() {
             return Ok(());
         }
-        let committed = state.context.len() - 1;
-        let rows = committed - state.held;
-        if rows == 0 {
-            let empty = FeatureOutput {
-                feature: vec![0.0; dim],
-                q: vec![N::zero(); self.head.draft_ids().len()],
-                logits: Vec::new(),
-            };
-            state.outputs.insert(Vec::new(), empty);
-            return Ok(());
+        let states: Vec<&SequenceState<N>> = todo.iter().map(|s| &self.sequences[s]).collect();
+        let trees: Vec<TreeTopology> = states
+            .iter()
+            .map(|state| TreeTopology::chain(state.context.len() - 1 - state.held))
+            .collect();
+        let steps: Vec<HeadStep<'_>> = states
+            .iter()
+            .zip(&trees)
+            .map(|(state, tree)| HeadStep {
+                seq: state.seq,
+                tokens: &state.context[state.held + 1..],
+                features: &state.pending,
+                tree,
+            })
+            .collect();
+        let outputs = self.head.forward(&steps)?;
+        check_row_counts(&outputs, &trees)?;
+        for (sequence, mut out) in todo.iter().zip(outputs) {
+            let state = self.sequences.get_mut(sequence).expect("in todo");
+            let committed = state.context.len() - 1;
+            let rows = committed - state.held;
+            self.head
+                .commit(state.seq, &(0..rows).collect::<Vec<_>>())?;
+            state.root_feature = state.pending[(rows - 1) * dim..].to_vec();
+            state.held = committed;
+            state.pending.clear();
+            let mut last = out
+                .pop()
+                .ok_or_else(|| invalid("the head returned no rows".into()))?;
+            self.head.penalise(&mut last, generated(state), &[])?;
+            state.outputs.insert(Vec::new(), last);
         }
-        let tokens = &state.context[state.held + 1..=committed];
-        let tree = TreeTopology::chain(rows);
-        let step = HeadStep {
-            seq: state.seq,
-            tokens,
-            features: &state.pending,
-            tree: &tree,
-        };
-        let mut out = self.head.forward(&[step])?.pop().unwrap_or_default();
-        self.head
-            .commit(state.seq, &(0..rows).collect::<Vec<_>>())?;
-        state.root_feature = state.pending[(rows - 1) * dim..].to_vec();
-        state.held = committed;
-        state.pending.clear();
-        let mut last = out
-            .pop()
-            .ok_or_else(|| invalid("the head returned no rows".into()))?;
-        self.head.penalise(&mut last, generated(state), &[])?;
-        state.outputs.insert(Vec::new(), last);
         Ok(())
+    }
+
+    /// Extends the chains kept in the head's cache by one pair, for every `(sequence, path)`
+    /// whose path has no output yet and is its sequence's chain plus one token (the root pair
+    /// committed, at least one pair held): all in one head pass, each pair kept until the
+    /// verdict. Returns how many paths it computed.
+    fn extend_chains(&mut self, queries: &[(u64, &[u32])]) -> Result<usize> {
+        let mut todo: Vec<(u64, &[u32])> = Vec::new();
+        for &(sequence, path) in queries {
+            let state = &self.sequences[&sequence];
+            let committed = state.context.len() - 1;
+            let chain = &state.chain;
+            let extends = path.len() == chain.len() + 1 && path[..chain.len()] == chain[..];
+            if committed > 0
+                && state.held == committed
+                && extends
+                && !state.outputs.contains_key(path)
+                && state.outputs.contains_key(&path[..chain.len()])
+            {
+                todo.push((sequence, path));
+            }
+        }
+        if todo.is_empty() {
+            return Ok(0);
+        }
+        let tree = TreeTopology::chain(1);
+        let trees = vec![tree.clone(); todo.len()];
+        let steps: Vec<HeadStep<'_>> = todo
+            .iter()
+            .map(|&(sequence, path)| {
+                let state = &self.sequences[&sequence];
+                let (parent, token) = path.split_at(path.len() - 1);
+                HeadStep {
+                    seq: state.seq,
+                    tokens: token,
+                    features: &state.outputs[parent].feature,
+                    tree: &tree,
+                }
+            })
+            .collect();
+        let outputs = self.head.forward(&steps)?;
+        check_row_counts(&outputs, &trees)?;
+        for (&(sequence, path), rows) in todo.iter().zip(outputs) {
+            let state = self.sequences.get_mut(&sequence).expect("in todo");
+            self.head.commit(state.seq, &[0])?;
+            state.chain.push(path[path.len() - 1]);
+            let mut row = rows
+                .into_iter()
+                .next()
+                .ok_or_else(|| invalid("the head returned no rows".into()))?;
+            self.head.penalise(&mut row, generated(state), path)?;
+            state.outputs.insert(path.to_vec(), row);
+        }
+        Ok(todo.len())
     }
 
     /// The outputs after `paths` (each below the context of `sequence`), computing what is
@@ -197,13 +273,10 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
     /// otherwise one pass over the token trie of every path whose parent's output is known
     /// (below the root pair, recomputed uncommitted), repeated until all are known.
     fn outputs_for(&mut self, sequence: u64, paths: &[&[u32]]) -> Result<Vec<FeatureOutput<N>>> {
-        self.catch_up(sequence)?;
-        let state = self
-            .sequences
-            .get_mut(&sequence)
-            .expect("checked by path_of");
-        let committed = state.context.len() - 1;
+        self.catch_up(&[sequence])?;
         loop {
+            let state = &self.sequences[&sequence];
+            let committed = state.context.len() - 1;
             let missing: Vec<&[u32]> = paths
                 .iter()
                 .copied()
@@ -212,32 +285,16 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
             if missing.is_empty() || committed == 0 {
                 break;
             }
-            let root_held = state.held == committed;
             if let [path] = missing[..] {
-                let chain = &state.chain;
-                let extends = path.len() == chain.len() + 1 && path[..chain.len()] == chain[..];
-                if root_held && extends {
-                    let parent = &state.outputs[&path[..chain.len()]];
-                    let token = [path[chain.len()]];
-                    let tree = TreeTopology::chain(1);
-                    let step = HeadStep {
-                        seq: state.seq,
-                        tokens: &token,
-                        features: &parent.feature,
-                        tree: &tree,
-                    };
-                    let row = self.head.forward(&[step])?.pop().unwrap_or_default();
-                    self.head.commit(state.seq, &[0])?;
-                    state.chain.push(token[0]);
-                    let mut row = row
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| invalid("the head returned no rows".into()))?;
-                    self.head.penalise(&mut row, generated(state), path)?;
-                    state.outputs.insert(path.to_vec(), row);
+                if self.extend_chains(&[(sequence, path)])? == 1 {
                     continue;
                 }
             }
+            let state = self
+                .sequences
+                .get_mut(&sequence)
+                .expect("checked by path_of");
+            let root_held = state.held == committed;
             // The nodes whose parent's output is known, and their ancestors: one tree below
             // the root pair (the last true pair, recomputed uncommitted), parents first.
             let mut nodes: Vec<Vec<u32>> = Vec::new();
@@ -296,6 +353,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                 state.outputs.insert(node, row);
             }
         }
+        let state = &self.sequences[&sequence];
         let empty = state.outputs[&Vec::new()].clone();
         Ok(paths
             .iter()
@@ -317,6 +375,27 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
         }
         full
     }
+}
+
+/// An error unless the head returned one output per node of each step's tree.
+fn check_row_counts<N>(outputs: &[Vec<FeatureOutput<N>>], trees: &[TreeTopology]) -> Result<()> {
+    if outputs.len() != trees.len() {
+        return Err(invalid(format!(
+            "the head returned outputs for {} steps of {}",
+            outputs.len(),
+            trees.len()
+        )));
+    }
+    for (rows, tree) in outputs.iter().zip(trees) {
+        if rows.len() != tree.len() {
+            return Err(invalid(format!(
+                "the head returned {} rows for {} pairs",
+                rows.len(),
+                tree.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// An output with no draft mass (what a sequence without pairs drafts from).
@@ -349,6 +428,29 @@ impl<N: Prob, H: FeatureHead<N>> DraftModel<N> for FeatureDraftModel<N, H> {
         let path = self.path_of(sequence, tokens)?.to_vec();
         let out = self.outputs_for(sequence, &[&path])?;
         Ok(self.place(&out[0].q))
+    }
+
+    /// Catch-ups of every sequence in one head pass, then every chain extension in one more;
+    /// what is left (tree paths) as [`DraftModel::next_probs`] answers it. Rows equal
+    /// `next_probs`'s for a head whose rows do not depend on what else is in its pass.
+    fn next_probs_batch(&mut self, queries: &[(u64, &[u32])]) -> Result<Vec<Vec<N>>> {
+        check_distinct(queries.iter().map(|(sequence, _)| *sequence))?;
+        let paths: Vec<(u64, Vec<u32>)> = queries
+            .iter()
+            .map(|&(sequence, tokens)| Ok((sequence, self.path_of(sequence, tokens)?.to_vec())))
+            .collect::<Result<_>>()?;
+        let sequences: Vec<u64> = paths.iter().map(|(sequence, _)| *sequence).collect();
+        self.catch_up(&sequences)?;
+        let extensions: Vec<(u64, &[u32])> =
+            paths.iter().map(|(s, p)| (*s, p.as_slice())).collect();
+        self.extend_chains(&extensions)?;
+        paths
+            .iter()
+            .map(|(sequence, path)| {
+                let out = self.outputs_for(*sequence, &[path])?;
+                Ok(self.place(&out[0].q))
+            })
+            .collect()
     }
 
     /// One head pass over the paths' trie at most (see the module docs).
@@ -459,12 +561,22 @@ mod tests {
 
     /// Tells `model` that `context` is committed but its last token (features of every
     /// position after `from`).
-    fn tell(model: &mut FeatureDraftModel<Q, ToyFeatureHead>, context: &[u32], from: usize) {
+    fn tell<H: FeatureHead<Q>>(model: &mut FeatureDraftModel<Q, H>, context: &[u32], from: usize) {
+        tell_sequence(model, 7, context, from);
+    }
+
+    /// [`tell`] for drafted-for sequence `sequence`.
+    fn tell_sequence<H: FeatureHead<Q>>(
+        model: &mut FeatureDraftModel<Q, H>,
+        sequence: u64,
+        context: &[u32],
+        from: usize,
+    ) {
         let committed = context.len() - 1;
         let features = toy_features(context, from..committed);
         model
             .observe(&DraftFeedback {
-                sequence: 7,
+                sequence,
                 context,
                 prompt_len: 0,
                 committed,
@@ -514,6 +626,100 @@ mod tests {
             context.push((drafts[0] + 1) % 4);
             tell(&mut model, &context, old);
         }
+    }
+
+    /// A toy head that counts its passes.
+    struct Counting {
+        head: ToyFeatureHead,
+        passes: usize,
+    }
+
+    impl FeatureHead<Q> for Counting {
+        fn feature_dim(&self) -> usize {
+            FeatureHead::<Q>::feature_dim(&self.head)
+        }
+        fn target_vocab(&self) -> usize {
+            FeatureHead::<Q>::target_vocab(&self.head)
+        }
+        fn draft_ids(&self) -> &[u32] {
+            FeatureHead::<Q>::draft_ids(&self.head)
+        }
+        fn new_sequence(&mut self) -> Result<SeqId> {
+            FeatureHead::<Q>::new_sequence(&mut self.head)
+        }
+        fn release(&mut self, seq: SeqId) -> Result<()> {
+            FeatureHead::<Q>::release(&mut self.head, seq)
+        }
+        fn forward(&mut self, steps: &[HeadStep<'_>]) -> Result<Vec<Vec<FeatureOutput<Q>>>> {
+            self.passes += 1;
+            self.head.forward(steps)
+        }
+        fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
+            FeatureHead::<Q>::commit(&mut self.head, seq, path)
+        }
+        fn rewind(&mut self, seq: SeqId, n: usize) -> Result<()> {
+            FeatureHead::<Q>::rewind(&mut self.head, seq, n)
+        }
+    }
+
+    /// Chains drafted for several sequences at once, one depth of all of them per query: the
+    /// rows are the ones each sequence gets alone, the catch-ups take one head pass and every
+    /// further depth one more, and after a verdict the next step starts the same way.
+    #[test]
+    fn a_batched_query_is_one_head_pass_per_depth_with_each_sequences_rows() {
+        let mut model = FeatureDraftModel::new(Counting {
+            head: head(),
+            passes: 0,
+        });
+        // a one-token prompt (no pair: nothing to draft), a short and a longer context
+        let mut contexts: Vec<(u64, Vec<u32>)> =
+            vec![(1, vec![3]), (2, vec![1, 2, 0]), (3, vec![2, 3, 1, 1, 0])];
+        for (sequence, context) in &contexts {
+            tell_sequence(&mut model, *sequence, context, 0);
+        }
+        for step in 0..3u32 {
+            let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); contexts.len()];
+            for depth in 0..3u32 {
+                let tokens: Vec<Vec<u32>> = contexts
+                    .iter()
+                    .zip(&drafts)
+                    .map(|((_, c), d)| c.iter().chain(d).copied().collect())
+                    .collect();
+                let queries: Vec<(u64, &[u32])> = contexts
+                    .iter()
+                    .zip(&tokens)
+                    .map(|((s, _), t)| (*s, t.as_slice()))
+                    .collect();
+                let before = model.head().passes;
+                let rows = model.next_probs_batch(&queries).unwrap();
+                assert_eq!(model.head().passes, before + 1, "step {step} depth {depth}");
+                for (i, row) in rows.iter().enumerate() {
+                    let (_, context) = &contexts[i];
+                    assert_eq!(
+                        row,
+                        &fresh(context, &drafts[i]),
+                        "step {step} depth {depth} #{i}"
+                    );
+                }
+                for (i, d) in drafts.iter_mut().enumerate() {
+                    d.push((step + depth + i as u32) % 4);
+                }
+            }
+            // verdicts: the first sequence takes a bonus token only, the others keep one draft
+            for (i, (sequence, context)) in contexts.iter_mut().enumerate() {
+                let old = context.len() - 1;
+                if i > 0 {
+                    context.push(drafts[i][0]);
+                }
+                context.push((step + 2) % 4);
+                tell_sequence(&mut model, *sequence, context, old);
+            }
+        }
+        let err = model
+            .next_probs_batch(&[(2, &contexts[1].1), (2, &contexts[1].1)])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("appears twice"), "{err}");
     }
 
     #[test]
