@@ -211,6 +211,15 @@ enum Command {
         /// Continue the incomplete run in this results folder.
         #[arg(long, value_name = "DIR", conflicts_with = "config")]
         resume: Option<PathBuf>,
+        /// Run only these of the config's methods (names, comma-separated), and the
+        /// plain-decoding baseline; a name the config does not list is refused.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            value_name = "NAMES",
+            conflicts_with = "resume"
+        )]
+        methods: Vec<String>,
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
@@ -458,13 +467,20 @@ fn run(args: Cli) -> anyhow::Result<()> {
             out,
             force,
             resume,
+            methods,
             quiet,
         } => match (resume, config) {
             (Some(dir), _) => {
                 cli::resume(&dir, quiet)?;
             }
             (None, Some(config)) => {
-                cli::run(&config, out.as_deref(), quiet, force)?;
+                let options = cli::RunOptions {
+                    out: out.as_deref(),
+                    quiet,
+                    force,
+                    methods: &methods,
+                };
+                cli::run(&config, &options)?;
             }
             (None, None) => anyhow::bail!("give a config file or --resume DIR"),
         },

@@ -36,23 +36,39 @@ fn print_outcome(results: &RunResults, dir: &Path) {
     }
 }
 
-/// `specdec run CONFIG [--out DIR] [--force]`: loads and validates the config, picks the
-/// results folder ([`results_dir`]: default `results/NAME`; a folder holding another run's
-/// results is kept and a new one used unless `force`), runs it (progress bar unless `quiet`;
-/// SIGINT / SIGTERM stop it keeping what finished), and prints the summary.
+/// The options of `specdec run CONFIG`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions<'a> {
+    /// The results folder (default `results/NAME`).
+    pub out: Option<&'a Path>,
+    /// No progress bar.
+    pub quiet: bool,
+    /// Replace the results in `out` instead of writing beside them.
+    pub force: bool,
+    /// Only these methods of the config (and its baseline); empty: all of them.
+    pub methods: &'a [String],
+}
+
+/// `specdec run CONFIG [--out DIR] [--force] [--methods A,B]`: loads and validates the
+/// config, keeps only the chosen methods ([`keep_methods`]), picks the results folder
+/// ([`results_dir`]: default `results/NAME`; a folder holding another run's results is kept and
+/// a new one used unless `force`), runs it (progress bar unless `quiet`; SIGINT / SIGTERM stop
+/// it keeping what finished), and prints the summary.
 ///
 /// # Errors
-/// A bad config or folder; a run stopped by a signal or with failed methods, after what
-/// finished is written (the message says how to resume).
-pub fn run(config: &Path, out: Option<&Path>, quiet: bool, force: bool) -> Result<PathBuf> {
-    let loaded = ExperimentConfig::load(config)?;
+/// A bad config, method name or folder; a run stopped by a signal or with failed methods, after
+/// what finished is written (the message says how to resume).
+pub fn run(config: &Path, options: &RunOptions<'_>) -> Result<PathBuf> {
+    let mut loaded = ExperimentConfig::load(config)?;
+    keep_methods(&mut loaded, options.methods)?;
     for note in &loaded.notes {
         eprintln!("note: {note}");
     }
-    let requested = out.map_or_else(
+    let requested = options.out.map_or_else(
         || PathBuf::from("results").join(&loaded.config.name),
         Path::to_path_buf,
     );
+    let (quiet, force) = (options.quiet, options.force);
     let dir = results_dir(&requested, force)?;
     if dir != requested {
         eprintln!(
@@ -69,6 +85,38 @@ pub fn run(config: &Path, out: Option<&Path>, quiet: bool, force: bool) -> Resul
     };
     let results = run_experiment_with(&loaded, backend.as_mut(), &dir, &control, None)?;
     finish(&results, &dir)
+}
+
+/// Keeps only the methods of `config` named in `names` and its plain-decoding baseline, in the
+/// config's order; `names` empty keeps every method.
+///
+/// # Errors
+/// [`HarnessError::InvalidConfig`] naming a method the config does not list, and the ones it
+/// does.
+pub fn keep_methods(config: &mut LoadedConfig, names: &[String]) -> Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let methods = &mut config.config.methods;
+    if let Some(unknown) = names
+        .iter()
+        .find(|n| !methods.iter().any(|m| &m.name == *n))
+    {
+        let listed: Vec<&str> = methods.iter().map(|m| m.name.as_str()).collect();
+        return Err(HarnessError::ConfigInvalid {
+            origin: config
+                .path
+                .as_ref()
+                .map_or_else(|| "<inline>".into(), |p| p.display().to_string()),
+            field: "--methods".into(),
+            problem: format!(
+                "the config has no method `{unknown}` (it lists {})",
+                listed.join(", ")
+            ),
+        });
+    }
+    methods.retain(|m| m.is_baseline() || names.contains(&m.name));
+    Ok(())
 }
 
 /// `specdec run --resume DIR`: continues the incomplete run in `DIR` (its config as recorded),
@@ -368,6 +416,40 @@ pub fn export_hf(model: &str, dir: &Path, dtype: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--methods` keeps the named methods and the baseline, in the config's order, and
+    /// refuses a name the config does not list, naming the ones it does.
+    #[test]
+    fn chosen_methods_are_kept_with_the_baseline_and_unknown_ones_refused() {
+        let text = r#"
+            name = "pick"
+            [models]
+            target = "toy"
+            [[methods]]
+            name = "ngram-k3"
+            drafter = { kind = "ngram", n = 3 }
+            policy = { kind = "fixed", k = 3 }
+            [[methods]]
+            name = "ngram-k2"
+            drafter = { kind = "ngram", n = 2 }
+            policy = { kind = "fixed", k = 2 }
+        "#;
+        let names = |c: &LoadedConfig| -> Vec<String> {
+            c.config.methods.iter().map(|m| m.name.clone()).collect()
+        };
+        let mut loaded = ExperimentConfig::from_toml(text, "<inline>").unwrap();
+        let all = names(&loaded);
+        assert_eq!(all.len(), 3, "the baseline is added: {all:?}");
+        keep_methods(&mut loaded, &[]).unwrap();
+        assert_eq!(names(&loaded), all);
+        keep_methods(&mut loaded, &["ngram-k2".into()]).unwrap();
+        assert_eq!(names(&loaded), [all[0].clone(), "ngram-k2".into()]);
+        let err = keep_methods(&mut loaded, &["eagle".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no method `eagle`"), "{err}");
+        assert!(err.contains("ngram-k2"), "{err}");
+    }
 
     /// `specdec repro`'s list is the README's table of reproductions, in order.
     #[test]
