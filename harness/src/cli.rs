@@ -421,34 +421,25 @@ mod tests {
     /// refuses a name the config does not list, naming the ones it does.
     #[test]
     fn chosen_methods_are_kept_with_the_baseline_and_unknown_ones_refused() {
-        let text = r#"
-            name = "pick"
-            [models]
-            target = "toy"
-            [[methods]]
-            name = "ngram-k3"
-            drafter = { kind = "ngram", n = 3 }
-            policy = { kind = "fixed", k = 3 }
-            [[methods]]
-            name = "ngram-k2"
-            drafter = { kind = "ngram", n = 2 }
-            policy = { kind = "fixed", k = 2 }
-        "#;
+        let text = include_str!("../../experiments/toy-chain.toml");
         let names = |c: &LoadedConfig| -> Vec<String> {
             c.config.methods.iter().map(|m| m.name.clone()).collect()
         };
         let mut loaded = ExperimentConfig::from_toml(text, "<inline>").unwrap();
         let all = names(&loaded);
-        assert_eq!(all.len(), 3, "the baseline is added: {all:?}");
+        assert_eq!(all.len(), 5, "the baseline is added: {all:?}");
         keep_methods(&mut loaded, &[]).unwrap();
         assert_eq!(names(&loaded), all);
-        keep_methods(&mut loaded, &["ngram-k2".into()]).unwrap();
-        assert_eq!(names(&loaded), [all[0].clone(), "ngram-k2".into()]);
+        keep_methods(&mut loaded, &["aimd".into(), "chain-k2".into()]).unwrap();
+        assert_eq!(
+            names(&loaded),
+            [all[0].clone(), "chain-k2".into(), "aimd".into()]
+        );
         let err = keep_methods(&mut loaded, &["eagle".into()])
             .unwrap_err()
             .to_string();
         assert!(err.contains("no method `eagle`"), "{err}");
-        assert!(err.contains("ngram-k2"), "{err}");
+        assert!(err.contains("chain-k2"), "{err}");
     }
 
     /// `specdec repro`'s list is the README's table of reproductions, in order.
