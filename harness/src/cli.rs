@@ -97,6 +97,7 @@ pub fn keep_methods(config: &mut LoadedConfig, names: &[String]) -> Result<()> {
     if names.is_empty() {
         return Ok(());
     }
+    let origin = config.origin();
     let methods = &mut config.config.methods;
     if let Some(unknown) = names
         .iter()
@@ -104,10 +105,7 @@ pub fn keep_methods(config: &mut LoadedConfig, names: &[String]) -> Result<()> {
     {
         let listed: Vec<&str> = methods.iter().map(|m| m.name.as_str()).collect();
         return Err(HarnessError::ConfigInvalid {
-            origin: config
-                .path
-                .as_ref()
-                .map_or_else(|| "<inline>".into(), |p| p.display().to_string()),
+            origin,
             field: "--methods".into(),
             problem: format!(
                 "the config has no method `{unknown}` (it lists {})",

@@ -166,12 +166,9 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                 continue;
             }
             if state.context.len() - 1 == state.held {
-                let empty = FeatureOutput {
-                    feature: vec![0.0; dim],
-                    q: vec![N::zero(); draft_len],
-                    logits: Vec::new(),
-                };
-                state.outputs.insert(Vec::new(), empty);
+                state
+                    .outputs
+                    .insert(Vec::new(), empty_output(dim, draft_len));
             } else {
                 todo.push(*sequence);
             }
@@ -195,7 +192,8 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
             })
             .collect();
         let outputs = self.head.forward(&steps)?;
-        check_row_counts(&outputs, &trees)?;
+        let pairs: Vec<usize> = trees.iter().map(TreeTopology::len).collect();
+        check_row_counts(&outputs, &pairs)?;
         for (sequence, mut out) in todo.iter().zip(outputs) {
             let state = self.sequences.get_mut(sequence).expect("in todo");
             let committed = state.context.len() - 1;
@@ -238,7 +236,6 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
             return Ok(0);
         }
         let tree = TreeTopology::chain(1);
-        let trees = vec![tree.clone(); todo.len()];
         let steps: Vec<HeadStep<'_>> = todo
             .iter()
             .map(|&(sequence, path)| {
@@ -253,7 +250,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
             })
             .collect();
         let outputs = self.head.forward(&steps)?;
-        check_row_counts(&outputs, &trees)?;
+        check_row_counts(&outputs, &vec![1; todo.len()])?;
         for (&(sequence, path), rows) in todo.iter().zip(outputs) {
             let state = self.sequences.get_mut(&sequence).expect("in todo");
             self.head.commit(state.seq, &[0])?;
@@ -337,14 +334,9 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                 features: &features,
                 tree: &tree,
             };
-            let rows = self.head.forward(&[step])?.pop().unwrap_or_default();
-            if rows.len() != tokens.len() {
-                return Err(invalid(format!(
-                    "the head returned {} rows for {} pairs",
-                    rows.len(),
-                    tokens.len()
-                )));
-            }
+            let mut outputs = self.head.forward(&[step])?;
+            check_row_counts(&outputs, &[tokens.len()])?;
+            let rows = outputs.pop().expect("one step checked");
             for (node, mut row) in nodes.into_iter().zip(rows.into_iter().skip(1)) {
                 if state.outputs.contains_key(&node) {
                     continue;
@@ -354,7 +346,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
             }
         }
         let state = &self.sequences[&sequence];
-        let empty = state.outputs[&Vec::new()].clone();
+        let (dim, draft_len) = (self.head.feature_dim(), self.head.draft_ids().len());
         Ok(paths
             .iter()
             .map(|p| {
@@ -362,7 +354,7 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
                     .outputs
                     .get(*p)
                     .cloned()
-                    .unwrap_or_else(|| empty_like(&empty))
+                    .unwrap_or_else(|| empty_output(dim, draft_len))
             })
             .collect())
     }
@@ -377,32 +369,33 @@ impl<N: Prob, H: FeatureHead<N>> FeatureDraftModel<N, H> {
     }
 }
 
-/// An error unless the head returned one output per node of each step's tree.
-fn check_row_counts<N>(outputs: &[Vec<FeatureOutput<N>>], trees: &[TreeTopology]) -> Result<()> {
-    if outputs.len() != trees.len() {
+/// An error unless the head returned, for each step, one output per pair: `pairs[i]` for step
+/// `i`.
+fn check_row_counts<N>(outputs: &[Vec<FeatureOutput<N>>], pairs: &[usize]) -> Result<()> {
+    if outputs.len() != pairs.len() {
         return Err(invalid(format!(
             "the head returned outputs for {} steps of {}",
             outputs.len(),
-            trees.len()
+            pairs.len()
         )));
     }
-    for (rows, tree) in outputs.iter().zip(trees) {
-        if rows.len() != tree.len() {
+    for (rows, &pairs) in outputs.iter().zip(pairs) {
+        if rows.len() != pairs {
             return Err(invalid(format!(
-                "the head returned {} rows for {} pairs",
-                rows.len(),
-                tree.len()
+                "the head returned {} rows for {pairs} pairs",
+                rows.len()
             )));
         }
     }
     Ok(())
 }
 
-/// An output with no draft mass (what a sequence without pairs drafts from).
-fn empty_like<N: Prob>(out: &FeatureOutput<N>) -> FeatureOutput<N> {
+/// An output with no draft mass (what a sequence without pairs drafts from), for a head of
+/// features of `dim` values and `draft_len` draft ids.
+fn empty_output<N: Prob>(dim: usize, draft_len: usize) -> FeatureOutput<N> {
     FeatureOutput {
-        feature: vec![0.0; out.feature.len()],
-        q: vec![N::zero(); out.q.len()],
+        feature: vec![0.0; dim],
+        q: vec![N::zero(); draft_len],
         logits: Vec::new(),
     }
 }

@@ -254,6 +254,13 @@ pub struct LoadedConfig {
 }
 
 impl LoadedConfig {
+    /// Where the config came from, as errors name it: its path, or `<inline>`.
+    pub fn origin(&self) -> String {
+        self.path
+            .as_ref()
+            .map_or_else(|| "<inline>".into(), |p| p.display().to_string())
+    }
+
     /// The folder relative paths resolve against (the config's folder, or `.`).
     pub fn base_dir(&self) -> PathBuf {
         self.path

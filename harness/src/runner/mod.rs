@@ -214,10 +214,7 @@ pub fn run_experiment_with(
     let mut prompts = config.prompts.load(&loaded.base_dir())?;
     if prompts.is_empty() {
         return Err(HarnessError::ConfigInvalid {
-            origin: loaded
-                .path
-                .as_ref()
-                .map_or("<inline>".into(), |p| p.display().to_string()),
+            origin: loaded.origin(),
             field: "prompts".into(),
             problem: "the prompt set is empty".into(),
         });
