@@ -280,6 +280,12 @@ enum Command {
     /// checkpoint and --resume continues. Example: specdec train-head --target smollm2-135m
     /// --kind eagle --minutes 10
     TrainHead(specdec::train::TrainHeadOptions),
+    /// Measure a trained head as stored: top-1 agreement of its argmax with the target's by
+    /// drafting depth (teacher-forced, true features), on data prepared as train-head does
+    /// (ShareGPT, or any ShareGPT-format file; --regenerate for the target's own answers).
+    ///
+    /// Example, a run's held-out sequences: specdec eval-head --target smollm2-135m --skip 1968
+    EvalHead(specdec::train::EvalHeadOptions),
     /// Write a GGUF model as a Hugging Face model folder (config.json, tokenizer.json,
     /// tokenizer_config.json, model.safetensors), dequantised to --dtype, llama Q/K un-permuted
     /// to the rotate-half layout; no hub, no PyTorch. The folder then loads wherever a model is
@@ -501,6 +507,9 @@ fn run(args: Cli) -> anyhow::Result<()> {
         Command::ExportHf { model, dir, dtype } => cli::export_hf(&model, &dir, &dtype)?,
         Command::TrainHead(options) => {
             println!("{}", specdec::train::train_head(&options)?.summary());
+        }
+        Command::EvalHead(options) => {
+            println!("{}", specdec::train::eval_head(&options)?.summary());
         }
     }
     Ok(())

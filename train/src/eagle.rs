@@ -174,8 +174,9 @@ impl EagleHead {
         Self::assemble(geom, params, settings)
     }
 
-    /// A head over a head file's tensors (all frozen), for [`eagle_chain`].
-    fn from_head_file(head: &HeadFile, max_positions: usize) -> Result<Self> {
+    /// A head over a head file's tensors (all frozen), for [`eagle_chain`] and measurements,
+    /// with RoPE tables for `max_positions` positions.
+    pub(crate) fn from_head_file(head: &HeadFile, max_positions: usize) -> Result<Self> {
         let geom = Geometry::of(&head.meta)?;
         let mut params = Params::new();
         for (name, shape) in shapes_of(&head.meta)? {

@@ -12,6 +12,9 @@
 //! warm-up and cosine decay, checkpoints and resume; measure held-out top-1 agreement at
 //! depths 1 and 2; write the head (BF16), its checkpoint and its loss curve.
 //!
+//! [`evaluate_head`] (`specdec eval-head`: [`eval_head`]) measures a stored head's agreement
+//! by depth on any data set, the same measurement a training run records.
+//!
 //! [`eagle_chain`] and [`medusa_logits`] compute a trained head's outputs in f32 for given
 //! inputs, for checking another implementation of the head math against this one.
 
@@ -19,6 +22,7 @@ mod batch;
 mod checkpoint;
 pub mod eagle;
 mod error;
+mod evaluate;
 pub mod features;
 mod head;
 pub mod medusa;
@@ -38,9 +42,14 @@ pub mod vocab;
 pub use checkpoint::LossRecord;
 pub use eagle::{eagle_chain, ttt_mask, EagleChainOutput, TttMask};
 pub use error::{Result, TrainError};
+pub use evaluate::{
+    eval_head, evaluate_head, EvalHeadOptions, EvalReport, HeadEvaluation, MAX_EVAL_DEPTHS,
+};
 pub use features::{ExtractionStats, FeatureCache, FeatureCacheKey};
 pub use medusa::medusa_logits;
-pub use options::{check_train_config, train_head, ExtractionReport, KindArg, TrainHeadOptions};
+pub use options::{
+    check_train_config, train_head, DataOptions, ExtractionReport, KindArg, TrainHeadOptions,
+};
 pub use target::FrozenTarget;
 pub use trainer::{
     tenth_means, train, StopReason, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport,

@@ -57,6 +57,31 @@ impl MedusaHead {
         })
     }
 
+    /// Heads over a head file's tensors (all frozen).
+    ///
+    /// # Errors
+    /// [`TrainError::Data`] for a file that is not a Medusa head or lacks a tensor.
+    pub(crate) fn from_head_file(head: &HeadFile) -> Result<Self> {
+        let bad = |reason: String| TrainError::Data {
+            path: "Medusa head file".into(),
+            reason,
+        };
+        if head.meta.kind != HeadKind::Medusa {
+            return Err(bad(format!("a {} head", head.meta.kind.name())));
+        }
+        let mut params = Params::new();
+        let shapes = head.meta.tensor_shapes().map_err(|e| bad(e.to_string()))?;
+        for (name, shape) in &shapes {
+            let t = head.tensor(name).map_err(|e| bad(e.to_string()))?;
+            params.push(name, shape, t.data.clone(), false)?;
+        }
+        Ok(Self {
+            params,
+            heads: head.meta.medusa_heads,
+            hidden: head.meta.target.hidden,
+        })
+    }
+
     /// The residual heads' logits at normed features `n: [rows, H]` for head `k`.
     fn head_logits(&self, n: &Tensor, k: usize) -> candle_core::Result<Tensor> {
         let w = self.params.get(&format!("medusa.{k}.weight"));
@@ -209,17 +234,7 @@ pub fn medusa_logits(
             features.len()
         )));
     }
-    let mut params = Params::new();
-    let shapes = head.meta.tensor_shapes().map_err(|e| bad(e.to_string()))?;
-    for (name, shape) in &shapes {
-        let t = head.tensor(name).map_err(|e| bad(e.to_string()))?;
-        params.push(name, shape, t.data.clone(), false)?;
-    }
-    let model = MedusaHead {
-        params,
-        heads: head.meta.medusa_heads,
-        hidden: h,
-    };
+    let model = MedusaHead::from_head_file(head)?;
     let run = || -> candle_core::Result<Vec<Vec<f32>>> {
         let dev = Device::Cpu;
         let f = Tensor::from_slice(features, (features.len() / h, h), &dev)?;

@@ -53,6 +53,65 @@ impl From<KindArg> for HeadKind {
     }
 }
 
+/// Which conversations a head is trained or measured on, and how they become sequences (the
+/// feature cache's key).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct DataOptions {
+    /// The data: a ShareGPT JSON array (`[{id, conversations: [{from, value}]}]`, may be
+    /// cut off mid-element), the registry name `sharegpt` (scripts/fetch-models.sh sharegpt) or
+    /// a path.
+    #[arg(long, default_value = "sharegpt")]
+    pub data: String,
+    /// Conversations to use (the first N usable ones after a seeded shuffle).
+    #[arg(long, default_value_t = 2000)]
+    pub conversations: usize,
+    /// Seed of the shuffle that picks the conversations (part of the feature cache's key).
+    #[arg(long, default_value_t = 0)]
+    pub data_seed: u64,
+    /// Tokens per sequence: each conversation is cut to its first N tokens.
+    #[arg(long, default_value_t = 256)]
+    pub max_len: usize,
+    /// Use the target's own answers instead of the data's (self-distillation): each
+    /// conversation's first user turn, continued greedily by the target to --max-len tokens
+    /// (regenerated when its feature cache is not complete, in its own cache).
+    #[arg(long)]
+    pub regenerate: bool,
+}
+
+impl DataOptions {
+    /// Checks the target-independent data options, where the first `reserve` of the
+    /// conversations (option `--reserve_name`) are set aside and the rest are `left_for` use.
+    ///
+    /// # Errors
+    /// [`TrainError::Option`] for no conversations, a `reserve` that leaves none, or a
+    /// `--max-len` below [`MIN_SEQUENCE_TOKENS`].
+    pub fn check(&self, reserve: usize, reserve_name: &'static str, left_for: &str) -> Result<()> {
+        let refuse = |name: &'static str, reason: String| Err(TrainError::Option { name, reason });
+        if self.conversations == 0 {
+            return refuse("conversations", "at least one is needed".into());
+        }
+        if reserve >= self.conversations {
+            return refuse(
+                reserve_name,
+                format!(
+                    "{reserve} of --conversations {} leave none to {left_for}",
+                    self.conversations
+                ),
+            );
+        }
+        if self.max_len < MIN_SEQUENCE_TOKENS {
+            return refuse(
+                "max-len",
+                format!(
+                    "{} is below the {MIN_SEQUENCE_TOKENS} tokens a sequence needs",
+                    self.max_len
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Options of `specdec train-head` (every one is honoured or refused; the EAGLE-only and
 /// Medusa-only ones are refused for the other kind).
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -69,20 +128,9 @@ pub struct TrainHeadOptions {
     /// checkpoint (NAME.ckpt.safetensors) and loss curve (NAME.loss.svg) go next to it.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Training data: a ShareGPT JSON array (`[{id, conversations: [{from, value}]}]`, may be
-    /// cut off mid-element), the registry name `sharegpt` (scripts/fetch-models.sh sharegpt) or
-    /// a path.
-    #[arg(long, default_value = "sharegpt")]
-    pub data: String,
-    /// Conversations to train on (the first N usable ones after a seeded shuffle).
-    #[arg(long, default_value_t = 2000)]
-    pub conversations: usize,
-    /// Seed of the shuffle that picks the conversations (part of the feature cache's key).
-    #[arg(long, default_value_t = 0)]
-    pub data_seed: u64,
-    /// Tokens per sequence: each conversation is cut to its first N tokens.
-    #[arg(long, default_value_t = 256)]
-    pub max_len: usize,
+    /// The data: which conversations, cut how, answered by whom.
+    #[command(flatten)]
+    pub data: DataOptions,
     /// Sequences held out (the last ones picked) for the agreement measurement.
     #[arg(long, default_value_t = 32)]
     pub holdout: usize,
@@ -152,11 +200,6 @@ pub struct TrainHeadOptions {
     /// Medusa: number of heads K [default: 3].
     #[arg(long)]
     pub medusa_heads: Option<usize>,
-    /// Train on the target's own answers instead of the data's (self-distillation): each
-    /// conversation's first user turn, continued greedily by the target to --max-len tokens
-    /// (regenerated when its feature cache is not complete, in its own cache).
-    #[arg(long)]
-    pub regenerate: bool,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
@@ -220,27 +263,7 @@ impl TrainHeadOptions {
         if let Some(m) = self.minutes {
             positive("minutes", m)?;
         }
-        if self.conversations == 0 {
-            return Err(refuse("conversations", "at least one is needed".into()));
-        }
-        if self.holdout >= self.conversations {
-            return Err(refuse(
-                "holdout",
-                format!(
-                    "{} held-out sequences leave none of --conversations {} to train on",
-                    self.holdout, self.conversations
-                ),
-            ));
-        }
-        if self.max_len < MIN_SEQUENCE_TOKENS {
-            return Err(refuse(
-                "max-len",
-                format!(
-                    "{} is below the {MIN_SEQUENCE_TOKENS} tokens a sequence needs",
-                    self.max_len
-                ),
-            ));
-        }
+        self.data.check(self.holdout, "holdout", "train on")?;
         let config = TrainConfig {
             kind,
             steps: self.steps,
@@ -400,16 +423,6 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
             reason: e.to_string(),
         })?;
     }
-    if options.max_len > tc.context_length {
-        return Err(TrainError::Option {
-            name: "max-len",
-            reason: format!(
-                "{} exceeds the target's context of {}",
-                options.max_len, tc.context_length
-            ),
-        });
-    }
-    let data = resolve_data(&options.data)?;
     let paths = TrainPaths::next_to(
         &options
             .out
@@ -422,6 +435,69 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
             reason: "--resume was given but there is no checkpoint to continue".into(),
         });
     }
+    let prepared = prepare_data(
+        &options.data,
+        &target,
+        options.holdout,
+        "--holdout",
+        options.quiet,
+    )?;
+    let train_data = TrainData {
+        cache: &prepared.cache,
+        data_sha256: prepared.data_sha256.clone(),
+        extra: prepared.extra.clone(),
+    };
+    let control = TrainControl {
+        resume: options.resume,
+        time_limit: options.minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
+        pause_at: options.pause_at,
+        checkpoint_every: options.checkpoint_every,
+        progress: !options.quiet,
+    };
+    let mut report = train(&target, &train_data, &config, &paths, &control)?;
+    report.extraction = Some(prepared.extraction);
+    Ok(report)
+}
+
+/// A data set made ready: its feature cache and where it came from.
+pub(crate) struct PreparedData {
+    /// Tokens and target features of every sequence.
+    pub cache: FeatureCache,
+    /// What extraction did now.
+    pub extraction: ExtractionReport,
+    /// SHA-256 of the data the sequences come from.
+    pub data_sha256: String,
+    /// Provenance for a head file's `training.extra` (data name, sizes, …).
+    pub extra: BTreeMap<String, String>,
+}
+
+/// Reads the data `data` names, picks and tokenizes its conversations (or regenerates their
+/// answers with `target`), and extracts (or reuses) their features in
+/// `<cache>/features/<key>/`; refuses (as option `reserve_name`) a data set of no more than
+/// `reserve` usable sequences.
+///
+/// # Errors
+/// [`TrainError::Option`] for a `--max-len` past the target's context; missing files (naming the
+/// fetch command); data, model and I/O errors.
+pub(crate) fn prepare_data(
+    data: &DataOptions,
+    target: &FrozenTarget,
+    reserve: usize,
+    reserve_name: &str,
+    quiet: bool,
+) -> Result<PreparedData> {
+    let options = data;
+    let context = target.config().context_length;
+    if options.max_len > context {
+        return Err(TrainError::Option {
+            name: "max-len",
+            reason: format!(
+                "{} exceeds the target's context of {}",
+                options.max_len, context
+            ),
+        });
+    }
+    let data = resolve_data(&options.data)?;
 
     let bytes = std::fs::read(&data.path).map_err(io_error(&data.path))?;
     let what = data.path.display().to_string();
@@ -455,7 +531,7 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
                 &tokenizer,
                 options.conversations,
             )?;
-            let mut answers = regenerate(&target, &prompts, options.max_len, !options.quiet)?;
+            let mut answers = regenerate(target, &prompts, options.max_len, !quiet)?;
             answers.retain(|a| a.len() >= MIN_SEQUENCE_TOKENS);
             (answers, stats)
         }
@@ -468,20 +544,19 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
             options.conversations,
         )?,
     };
-    if !cached && sequences.len() <= options.holdout {
+    if !cached && sequences.len() <= reserve {
         return Err(TrainError::Data {
             path: what,
             reason: format!(
-                "{} usable conversations (of {}), not more than --holdout {}",
+                "{} usable conversations (of {}), not more than {reserve_name} {reserve}",
                 sequences.len(),
                 parsed.conversations.len(),
-                options.holdout
             ),
         });
     }
     let (cache, extraction) = match cached {
         true => (FeatureCache::open(&dir, &key)?, ExtractionStats::default()),
-        false => FeatureCache::build(&dir, &key, &target, &sequences, !options.quiet)?,
+        false => FeatureCache::build(&dir, &key, target, &sequences, !quiet)?,
     };
     let mut extra = BTreeMap::new();
     extra.insert("data".to_string(), options.data.clone());
@@ -497,27 +572,18 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
     extra.insert("max_len".into(), options.max_len.to_string());
     extra.insert("feature_cache".into(), key.folder_name());
     extra.insert("feature_tokens".into(), cache.total_tokens().to_string());
-    let train_data = TrainData {
-        cache: &cache,
+    Ok(PreparedData {
+        extraction: ExtractionReport {
+            stats: extraction,
+            cache_dir: dir,
+            cache_bytes: cache.size_bytes(),
+            sequences: cache.len(),
+            tokens: cache.total_tokens(),
+        },
+        cache,
         data_sha256: data.sha256,
         extra,
-    };
-    let control = TrainControl {
-        resume: options.resume,
-        time_limit: options.minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
-        pause_at: options.pause_at,
-        checkpoint_every: options.checkpoint_every,
-        progress: !options.quiet,
-    };
-    let mut report = train(&target, &train_data, &config, &paths, &control)?;
-    report.extraction = Some(ExtractionReport {
-        stats: extraction,
-        cache_dir: dir,
-        cache_bytes: cache.size_bytes(),
-        sequences: cache.len(),
-        tokens: cache.total_tokens(),
-    });
-    Ok(report)
+    })
 }
 
 /// The tokenized first-turn prompts ([`first_turn_prompt`]) of the first `count` usable

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use specdec_kernels::quant::float16::{bf16_to_f32, f32_to_bf16};
 use specdec_models::heads::{
     EagleShape, HeadFile, HeadKind, HeadMeta, StoredDtype, TrainingInfo, HEAD_FORMAT_VERSION,
 };
@@ -15,8 +16,9 @@ use crate::batch::{Batch, DataOrder, Frozen};
 use crate::checkpoint::{self, CheckpointState, LossRecord};
 use crate::eagle::{EagleHead, EagleSettings};
 use crate::error::{io_error, ModelContext, Result, TensorContext, TrainError};
+use crate::evaluate::evaluate_head;
 use crate::features::FeatureCache;
-use crate::head::{Agreement, HeadModel};
+use crate::head::HeadModel;
 use crate::medusa::{MedusaHead, MEDUSA_DECAY};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::progress::progress_bar;
@@ -356,7 +358,7 @@ pub fn train(
     let heldout_labels = label_tokens(cache, n_train..cache.len())?;
     let draft_vocab_coverage = coverage(heldout_labels, &d2t, vocab);
     let frozen = Frozen::new(target, &d2t)?;
-    let mut meta = head_meta(config, target, cache.feature_block(), d2t.len());
+    let meta = head_meta(config, target, cache.feature_block(), d2t.len());
     let shapes = meta
         .tensor_shapes()
         .model_context(|| "the head's tensor shapes".into())?;
@@ -469,19 +471,27 @@ pub fn train(
     bar.finish_and_clear();
     checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
 
-    let all_tokens = (0..cache.len())
-        .map(|i| cache.tokens(i))
-        .collect::<Result<Vec<_>>>()?;
-    let shared_prefix_tokens = shared_prefix(&all_tokens);
-    let agreements = evaluate(
-        head.as_ref(),
-        &frozen,
+    // Measured on the head as it is written (BF16), through the path `eval-head` takes.
+    let mut file = HeadFile {
+        meta,
+        d2t,
+        tensors: head.params().to_head_tensors()?,
+    };
+    for t in file.tensors.values_mut() {
+        for v in &mut t.data {
+            *v = bf16_to_f32(f32_to_bf16(*v));
+        }
+    }
+    let evaluation = evaluate_head(
+        &file,
+        target,
         cache,
         n_train..cache.len(),
+        AGREEMENT_DEPTHS,
         config.batch,
-        shared_prefix_tokens,
     )?;
-    let agreement: Vec<f64> = agreements.iter().map(Agreement::rate).collect();
+    let agreement = evaluation.agreement.clone();
+    let shared_prefix_tokens = evaluation.shared_prefix_tokens;
     let (loss_first_tenth, loss_last_tenth) = tenth_means(&state.history);
     let positions_per_s = if state.train_seconds > 0.0 {
         state.positions as f64 / state.train_seconds
@@ -489,7 +499,7 @@ pub fn train(
         0.0
     };
     let component_names = head.component_names();
-    meta.training = TrainingInfo {
+    file.meta.training = TrainingInfo {
         data_sha256: data.data_sha256.clone(),
         steps: state.step,
         tokens_seen: state.positions,
@@ -506,11 +516,6 @@ pub fn train(
             stop,
             shared_prefix_tokens,
         ),
-    };
-    let file = HeadFile {
-        meta,
-        d2t,
-        tensors: head.params().to_head_tensors()?,
     };
     file.save(&paths.head, StoredDtype::Bf16)
         .model_context(|| format!("writing the head to {}", paths.head.display()))?;
@@ -538,7 +543,7 @@ pub fn train(
         component_names,
         history: state.history,
         agreement,
-        agreement_positions: agreements.iter().map(|a| a.total).collect(),
+        agreement_positions: evaluation.positions,
         shared_prefix_tokens,
         draft_vocab: config.draft_vocab,
         draft_vocab_coverage,
@@ -546,46 +551,6 @@ pub fn train(
         head_bytes,
         extraction: None,
     })
-}
-
-/// The number of leading tokens every one of (at least two) `sequences` shares — a chat
-/// template's system prompt and first role header — below the shortest one's length; 0 for
-/// fewer than two sequences.
-fn shared_prefix(sequences: &[Vec<u32>]) -> usize {
-    let Some((first, rest)) = sequences.split_first().filter(|(_, rest)| !rest.is_empty()) else {
-        return 0;
-    };
-    rest.iter().fold(first.len().saturating_sub(1), |len, t| {
-        first
-            .iter()
-            .zip(t)
-            .take(len.min(t.len().saturating_sub(1)))
-            .take_while(|(a, b)| a == b)
-            .count()
-    })
-}
-
-/// Agreement at depths `1..=AGREEMENT_DEPTHS` over the sequences `indices`, in batches, leaving
-/// out predictions of tokens in the first `skip_tokens`.
-fn evaluate(
-    head: &dyn HeadModel,
-    frozen: &Frozen<'_>,
-    cache: &FeatureCache,
-    indices: std::ops::Range<usize>,
-    batch: usize,
-    skip_tokens: usize,
-) -> Result<Vec<Agreement>> {
-    let mut total = vec![Agreement::default(); AGREEMENT_DEPTHS];
-    let all: Vec<usize> = indices.collect();
-    for chunk in all.chunks(batch.max(1)) {
-        let b = Batch::load(cache, chunk)?;
-        let counts = head.agreement(frozen, &b, AGREEMENT_DEPTHS, skip_tokens)?;
-        for (sum, a) in total.iter_mut().zip(counts) {
-            sum.hits += a.hits;
-            sum.total += a.total;
-        }
-    }
-    Ok(total)
 }
 
 /// The head file's `training.extra`: the settings, the data provenance, the measurements.
@@ -654,19 +619,6 @@ fn training_extra(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_shared_prefix_is_what_every_sequence_starts_with() {
-        let s = |v: &[u32]| v.to_vec();
-        assert_eq!(
-            shared_prefix(&[s(&[1, 2, 3, 4]), s(&[1, 2, 3, 9]), s(&[1, 2, 7])]),
-            2
-        );
-        // never the whole of the shortest sequence, never anything for one sequence
-        assert_eq!(shared_prefix(&[s(&[1, 2, 3]), s(&[1, 2, 3, 4])]), 2);
-        assert_eq!(shared_prefix(&[s(&[1, 2, 3])]), 0);
-        assert_eq!(shared_prefix(&[s(&[5, 2]), s(&[1, 2])]), 0);
-    }
 
     #[test]
     fn tenths_are_at_least_one_step() {

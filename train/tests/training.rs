@@ -16,8 +16,8 @@ use safetensors::SafeTensors;
 use specdec_models::heads::{HeadFile, HeadKind};
 use specdec_models::llama::Architecture;
 use specdec_train::{
-    train, FeatureCache, FrozenTarget, KindArg, StopReason, TrainConfig, TrainControl, TrainData,
-    TrainHeadOptions, TrainPaths, TrainReport,
+    evaluate_head, train, FeatureCache, FrozenTarget, KindArg, StopReason, TrainConfig,
+    TrainControl, TrainData, TrainHeadOptions, TrainPaths, TrainReport,
 };
 
 /// The EAGLE loss must fall at least this much: mean of the last tenth of the steps ≤ this
@@ -130,6 +130,13 @@ fn assert_head_file(report: &TrainReport, s: &Setup, kind: HeadKind) -> HeadFile
         err.contains("another.gguf") && err.contains(&s.target.identity().name),
         "{err}"
     );
+    // The recorded agreement is the stored (bf16) head's, measured as `specdec eval-head` does.
+    let holdout: usize = m.training.extra["holdout_sequences"].parse().unwrap();
+    let n = s.cache.len();
+    let measured = evaluate_head(&head, &s.target, &s.cache, n - holdout..n, 2, 4).unwrap();
+    assert_eq!(measured.agreement, report.agreement);
+    assert_eq!(measured.positions, report.agreement_positions);
+    assert_eq!(measured.sequences, holdout);
     let svg = std::fs::read_to_string(&report.paths.loss_svg).unwrap();
     assert!(
         svg.contains("<svg") && svg.contains("total"),
@@ -346,6 +353,34 @@ fn bad_settings_are_refused_before_any_step() {
         "--draft-vocab: 65 is outside 1..=64",
     );
     refuse(small(KindArg::Eagle, |o| o.holdout = 30), "--holdout");
+    // eval-head's refusals: depths, sequences, a head of another target.
+    let (_, head) = {
+        let cfg = small(KindArg::Eagle, |o| o.steps = 2);
+        let report = run(&s, &cfg, "eval.safetensors", &TrainControl::default());
+        let head = HeadFile::load(&report.paths.head).unwrap();
+        (report, head)
+    };
+    let eval_err = |target: &FrozenTarget, range: std::ops::Range<usize>, depths: usize| {
+        // the message with its causes, as `specdec` prints it
+        let err = evaluate_head(&head, target, &s.cache, range, depths, 4).unwrap_err();
+        let mut text = err.to_string();
+        let mut cause = std::error::Error::source(&err);
+        while let Some(c) = cause {
+            text += &format!(": {c}");
+            cause = c.source();
+        }
+        text
+    };
+    assert!(eval_err(&s.target, 0..4, 0).contains("--depths: 0 is outside 1..=8"));
+    assert!(eval_err(&s.target, 0..4, 9).contains("--depths"));
+    assert!(eval_err(&s.target, 28..31, 2).contains("--skip"));
+    assert!(eval_err(&s.target, 4..4, 2).contains("--skip"));
+    let other = target(Architecture::Llama, 12);
+    let err = eval_err(&other, 0..4, 2);
+    assert!(
+        err.contains("the head to measure") && err.contains("trained for target"),
+        "{err}"
+    );
     // Option-level refusals (no target needed).
     let options_err = |edit: fn(&mut TrainHeadOptions)| {
         let mut o = TrainHeadOptions::new("synthetic", KindArg::Eagle);
