@@ -10,7 +10,7 @@
 #
 # A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1, SmolLM2 also
 # --lr 3e-3 --train-lm-head; see the
-# experiments README; Medusa: the defaults) into the cache, where the eagle / medusa drafters
+# experiments/heads/README.md; Medusa: the defaults) into the cache, where the eagle / medusa drafters
 # look for it; an existing one is used as it is (delete it, or train with --resume, to change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
