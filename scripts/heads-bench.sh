@@ -9,9 +9,9 @@
 #   scripts/heads-bench.sh smollm2 --train-minutes 25   # training budget of a missing head
 #
 # A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1, SmolLM2 also
-# --lr 3e-3 --train-lm-head; see the
-# experiments/heads/README.md; Medusa: the defaults) into the cache, where the eagle / medusa drafters
-# look for it; an existing one is used as it is (delete it, or train with --resume, to change).
+# --lr 3e-3 --train-lm-head, see experiments/heads/README.md; Medusa: the defaults) into the
+# cache, where the eagle / medusa drafters look for it; an existing one is used as it is (delete
+# it, or train with --resume, to change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +33,7 @@ case "$model" in
   qwen|qwen-short) target=qwen2.5-coder-1.5b; fetch=(qwen-0.5b qwen-1.5b humaneval mtbench sharegpt)
     vocab=16384; steps_per_minute=6; eagle_extra=(--ffn 2048)
     [ "$model" = qwen-short ] && kinds=(eagle) ;;
-  -h|--help|"") sed -n 2,12p "$0"; exit 0 ;;
+  -h|--help|"") sed -n 2,14p "$0"; exit 0 ;;
   *) echo "heads-bench: unknown model '$model' (smollm2, qwen or qwen-short)" >&2; exit 2 ;;
 esac
 
