@@ -12,9 +12,9 @@ use super::{
     HeadOptions,
 };
 use crate::error::{ModelError, Result};
-use crate::llama::block::{
-    on_pool, BlockPass, BlockScratch, BlockSeq, BlockShape, SpeculativeCache,
-};
+use crate::llama::block::{on_pool, BlockSeq, BlockShape, SpeculativeCache};
+use crate::llama::cpu::CpuBackend;
+use crate::llama::forward::{run_block, BlockScratch};
 use crate::llama::product::ProductInput;
 use crate::llama::step_checks::check_steps;
 use crate::llama::{LayerWeights, LlamaModel, WeightMatrix};
@@ -247,15 +247,16 @@ impl EagleHead {
         let mut x = vec![0.0f32; n * hidden];
         ProductInput::new(&input, n, path).product(&self.fc, &mut x)?;
         let angles = RopeAngles::new(&positions, self.shape.head_dim, self.rope_base)?;
-        let mut scratch = BlockScratch::new(n, &self.shape);
-        let pass = BlockPass {
-            shape: self.shape,
-            seqs: &seqs,
-            angles: &angles,
+        let mut dev = CpuBackend {
             path,
             parallel: None,
+            cache: self.kv.cache_mut(),
+            seqs: &seqs,
+            angles: &angles,
         };
-        pass.run(&self.layer, 0, self.kv.cache_mut(), &mut x, &mut scratch)?;
+        let mut scratch = BlockScratch::new(&dev, n, &self.shape)?;
+        let layer = self.layer.on_cpu();
+        run_block(&mut dev, &self.shape, &layer, 0, n, &mut x, &mut scratch)?;
         let normed = &mut scratch.h;
         rms_norm(
             &x,

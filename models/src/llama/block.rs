@@ -1,26 +1,17 @@
-//! One Llama decoder block over a paged KV cache ([`BlockPass::run`]), and the speculative KV
-//! bookkeeping around it ([`SpeculativeCache`]): shared by the target's forward
-//! ([`super::LlamaModel`]) and the EAGLE draft head ([`crate::heads::EagleHead`]), so both run
-//! the same arithmetic in the same order.
-//!
-//! A block, for the `n` new rows `x` of a ragged batch: `h = rmsnorm(x)`, `q, k, v = h·Wᵀ (+b)`
-//! (one fused call where the 8-bit path allows), RoPE on `q` and `k`, K/V written to the
-//! sequences' speculative slots, tree attention over the paged cache, `x += o·Woᵀ`,
-//! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`. As a rank of a tensor-parallel group the
-//! block multiplies its share and all-reduces the two residual updates (all-gathering the
-//! attention output first when the plan says so).
+//! What a decoder block's forward is shaped by, on every device: the widths of a block
+//! ([`BlockShape`]), the sequences of a batch ([`BlockSeq`]), a rank's tensor-parallel group
+//! ([`TensorParallel`]), and the speculative KV bookkeeping around the blocks
+//! ([`SpeculativeCache`]), shared by the target's forward ([`super::LlamaModel`]) and the EAGLE
+//! draft head ([`crate::heads::EagleHead`]). The block's arithmetic is
+//! [`super::forward::run_block`].
 
 use std::collections::HashMap;
 
-use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
 use specdec_kernels::kv::{KvDtype, KvLayout, PagedKvCache};
-use specdec_kernels::ops::{apply_rope, rms_norm, swiglu, RopeAngles, RopeLayout};
+use specdec_kernels::ops::RopeLayout;
 use specdec_kernels::TreeTopology;
 
-use super::model::MatmulPath;
-use super::product::ProductInput;
 use super::step_checks::check_commit_path;
-use super::weights::LayerWeights;
 use crate::error::{ModelError, Result};
 use crate::model::{SeqId, SequenceStep};
 use crate::shard::{Communicator, ShardPlan};
@@ -47,47 +38,13 @@ pub(crate) struct BlockShape {
 
 impl BlockShape {
     /// Width of this rank's queries (`q_heads · head_dim`).
-    fn q_width(&self) -> usize {
+    pub(crate) fn q_width(&self) -> usize {
         self.q_heads * self.head_dim
     }
 
     /// Width of this rank's keys and values (`kv_heads · head_dim`).
-    fn kv_width(&self) -> usize {
+    pub(crate) fn kv_width(&self) -> usize {
         self.kv_heads * self.head_dim
-    }
-}
-
-/// The working buffers of one forward's blocks for `n` rows, allocated once per forward and
-/// reused by every block. After [`BlockPass::run`], `h` holds nothing of use and may serve as
-/// the output of the final norm.
-pub(crate) struct BlockScratch {
-    /// Normed input `[n, hidden]`.
-    pub(crate) h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    act: Vec<f32>,
-}
-
-impl BlockScratch {
-    /// Buffers for `n` rows of blocks of `shape`.
-    pub(crate) fn new(n: usize, shape: &BlockShape) -> Self {
-        let (q_w, kv_w) = (shape.q_width(), shape.kv_width());
-        Self {
-            h: vec![0.0; n * shape.hidden],
-            q: vec![0.0; n * q_w],
-            k: vec![0.0; n * kv_w],
-            v: vec![0.0; n * kv_w],
-            attn: vec![0.0; n * q_w],
-            o: vec![0.0; n * shape.hidden],
-            gate: vec![0.0; n * shape.ffn],
-            up: vec![0.0; n * shape.ffn],
-            act: vec![0.0; n * shape.ffn],
-        }
     }
 }
 
@@ -123,116 +80,6 @@ pub(crate) struct TensorParallel<'a> {
     pub(crate) plan: &'a ShardPlan,
     /// The query width of all ranks together (the row width of a gathered attention output).
     pub(crate) q_dim: usize,
-}
-
-/// What every block of one forward shares: the shape, the batch, the RoPE angles of its rows
-/// and the matmul path.
-pub(crate) struct BlockPass<'a> {
-    /// The blocks' shape.
-    pub(crate) shape: BlockShape,
-    /// The sequences of the batch, in row order.
-    pub(crate) seqs: &'a [BlockSeq<'a>],
-    /// Angles of every row (`committed_len + depth` of its sequence).
-    pub(crate) angles: &'a RopeAngles,
-    /// How the products run.
-    pub(crate) path: MatmulPath,
-    /// The group of a sharded model; `None` for a single rank with nothing to combine.
-    pub(crate) parallel: Option<TensorParallel<'a>>,
-}
-
-impl BlockPass<'_> {
-    /// Runs block `w` on the residual rows `x` (`[n, hidden]`, updated in place), writing the
-    /// new rows' K/V into `layer` of `cache` (whose slots [`SpeculativeCache::reserve`]
-    /// reserved) and attending over each sequence's committed prefix and tree ancestors.
-    ///
-    /// # Errors
-    /// Kernel errors (shapes, cache), communicator errors.
-    pub(crate) fn run(
-        &self,
-        w: &LayerWeights,
-        layer: usize,
-        cache: &mut PagedKvCache,
-        x: &mut [f32],
-        s: &mut BlockScratch,
-    ) -> Result<()> {
-        let shape = &self.shape;
-        let (q_w, kv_w) = (shape.q_width(), shape.kv_width());
-        let n = x.len() / shape.hidden;
-        let path = self.path;
-        rms_norm(x, &w.attn_norm, shape.rms_eps, &mut s.h)?;
-        ProductInput::new(&s.h, n, path).products(&mut [
-            (&w.wq, &mut s.q),
-            (&w.wk, &mut s.k),
-            (&w.wv, &mut s.v),
-        ])?;
-        for (buf, bias, width) in [
-            (&mut s.q, &w.bq, q_w),
-            (&mut s.k, &w.bk, kv_w),
-            (&mut s.v, &w.bv, kv_w),
-        ] {
-            if let Some(bias) = bias {
-                for row in buf.chunks_mut(width) {
-                    add(row, bias);
-                }
-            }
-        }
-        apply_rope(&mut s.q, shape.q_heads, self.angles, shape.rope_layout)?;
-        apply_rope(&mut s.k, shape.kv_heads, self.angles, shape.rope_layout)?;
-        let mut first = 0;
-        for seq in self.seqs {
-            let r = first * kv_w..(first + seq.tree.len()) * kv_w;
-            cache.write_kv(seq.seq, layer, 0, &s.k[r.clone()], &s.v[r])?;
-            first += seq.tree.len();
-        }
-        let mut batch = Vec::with_capacity(self.seqs.len());
-        let mut first = 0;
-        for seq in self.seqs {
-            let rows = seq.tree.len();
-            batch.push(AttentionSeq {
-                queries: &s.q[first * q_w..(first + rows) * q_w],
-                block_table: cache.block_table(seq.seq)?,
-                prefix_len: cache.len(seq.seq)?,
-                tree: seq.tree,
-            });
-            first += rows;
-        }
-        let params = AttentionParams {
-            layer,
-            num_q_heads: shape.q_heads,
-            scale: 1.0 / (shape.head_dim as f32).sqrt(),
-        };
-        tree_attention_into(&cache.pages(), &params, &batch, &mut s.attn)?;
-        match self.parallel {
-            Some(tp) if tp.plan.gather_attention => {
-                let full = interleave(&tp.comm.all_gather(&s.attn)?, n);
-                let cols = tp.plan.o_cols.clone();
-                let selected: Vec<f32> = full
-                    .chunks(tp.q_dim)
-                    .flat_map(|row| row[cols.clone()].iter().copied())
-                    .collect();
-                ProductInput::new(&selected, n, path).product(&w.wo, &mut s.o)?;
-            }
-            _ => ProductInput::new(&s.attn, n, path).product(&w.wo, &mut s.o)?,
-        }
-        self.all_reduce(&mut s.o)?;
-        add(x, &s.o);
-        rms_norm(x, &w.ffn_norm, shape.rms_eps, &mut s.h)?;
-        ProductInput::new(&s.h, n, path)
-            .products(&mut [(&w.w_gate, &mut s.gate), (&w.w_up, &mut s.up)])?;
-        swiglu(&s.gate, &s.up, &mut s.act)?;
-        ProductInput::new(&s.act, n, path).product(&w.w_down, &mut s.o)?;
-        self.all_reduce(&mut s.o)?;
-        add(x, &s.o);
-        Ok(())
-    }
-
-    /// Sums `partial` over the group (nothing for a single rank).
-    fn all_reduce(&self, partial: &mut [f32]) -> Result<()> {
-        match self.parallel {
-            Some(tp) => tp.comm.all_reduce_sum(partial),
-            None => Ok(()),
-        }
-    }
 }
 
 /// `x += y` element-wise.

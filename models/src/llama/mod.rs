@@ -4,13 +4,17 @@
 //! Forward of a batch of `N` new tokens (all sequences concatenated), per layer:
 //! `h = rmsnorm(x)`, `q, k, v = h·Wqᵀ (+b)`, RoPE on q and k at `prefix_len + depth`, K/V written
 //! to the sequence's speculative cache slots, tree attention (prefix, then ancestors), `x += o·Woᵀ`,
-//! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`. The block
-//! body (`block`) is shared with the EAGLE draft head ([`crate::heads::EagleHead`]).
+//! `h = rmsnorm(x)`, `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`; then `logits = rmsnorm(x)·Woutᵀ`. This
+//! forward is written once (`forward`), over a device backend implemented for the host (`cpu`)
+//! and for a CUDA GPU (`cuda`); the EAGLE draft head ([`crate::heads::EagleHead`]) runs the same
+//! block.
 
 pub(crate) mod block;
 mod config;
+pub(crate) mod cpu;
 pub mod cuda;
 mod device;
+pub(crate) mod forward;
 mod layer_skip;
 mod load;
 mod model;

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use specdec_kernels::kv::{KvDtype, KvLayout, PagedKvCache};
-use specdec_kernels::ops::{embed_rows, rms_norm, RopeAngles};
+use specdec_kernels::ops::RopeAngles;
 use specdec_kernels::quant::SimdLevel;
 #[cfg(doc)]
 use specdec_kernels::quant::{
@@ -13,13 +13,11 @@ use specdec_kernels::quant::{
 };
 use specdec_kernels::TreeTopology;
 
-use super::block::{
-    interleave, on_pool, BlockPass, BlockScratch, BlockSeq, BlockShape, SpeculativeCache,
-    TensorParallel,
-};
+use super::block::{interleave, on_pool, BlockSeq, BlockShape, SpeculativeCache, TensorParallel};
 use super::config::LlamaConfig;
+use super::cpu::CpuBackend;
+use super::forward::run_blocks;
 use super::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
-use super::product::ProductInput;
 use super::step_checks::check_steps;
 use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
@@ -326,32 +324,31 @@ impl LlamaModel {
         }
         let n = tokens.len();
         let angles = RopeAngles::scaled(&positions, c.head_dim, c.rope_base, &c.rope_scaling)?;
-        let mut x = vec![0.0f32; n * hidden];
-        embed_rows(&self.weights.token_embd.view(), &tokens, &mut x)?;
-        let mut scratch = BlockScratch::new(n, &shape);
-        let path = self.matmul;
-        let pass = BlockPass {
-            shape,
-            seqs: &seqs,
-            angles: &angles,
-            path,
+        let head = self.limited_head.as_ref().unwrap_or(&self.weights.output);
+        let decoder = self.weights.on_cpu(&self.layers, head);
+        let mut dev = CpuBackend {
+            path: self.matmul,
             parallel: Some(TensorParallel {
                 comm: self.comm.as_ref(),
                 plan: &self.plan,
                 q_dim: c.q_dim(),
             }),
+            cache: self.kv.cache_mut(),
+            seqs: &seqs,
+            angles: &angles,
         };
         let tap_dim = self.taps.len() * hidden;
         let mut tapped = vec![0.0f32; n * tap_dim];
-        for (layer, &block) in self.layers.iter().enumerate() {
-            let w = &self.weights.layers[block];
-            pass.run(w, layer, self.kv.cache_mut(), &mut x, &mut scratch)?;
-            for (slot, _) in self.taps.iter().enumerate().filter(|(_, &t)| t == block) {
+        let (layers, taps) = (&self.layers, &self.taps);
+        let rows = run_blocks(&mut dev, &shape, &decoder, &tokens, &mut |layer, x| {
+            let block = layers[layer];
+            for (slot, _) in taps.iter().enumerate().filter(|(_, &t)| t == block) {
                 for (row, out) in x.chunks(hidden).zip(tapped.chunks_mut(tap_dim)) {
                     out[slot * hidden..(slot + 1) * hidden].copy_from_slice(row);
                 }
             }
-        }
+            Ok(())
+        })?;
         // Each step's rows of the tapped features.
         let mut features = Vec::with_capacity(steps.len());
         let mut first = 0;
@@ -371,11 +368,7 @@ impl LlamaModel {
             }
             return Ok((Vec::new(), features));
         }
-        let h = &mut scratch.h;
-        rms_norm(&x, &self.weights.output_norm, c.rms_eps, h)?;
-        let head = self.limited_head.as_ref().unwrap_or(&self.weights.output);
-        let mut logits = vec![0.0f32; n * head.rows()];
-        ProductInput::new(h, n, path).product(head, &mut logits)?;
+        let mut logits = rows.logits(&dev, &shape, &decoder)?;
         if self.plan.world > 1 {
             logits = interleave(&self.comm.all_gather(&logits)?, n);
         }

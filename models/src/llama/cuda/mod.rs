@@ -10,6 +10,9 @@
 //! tensor-parallel split stays CPU-only here. Without a usable GPU every constructor returns
 //! [`ModelError::Config`](crate::ModelError::Config) naming the problem (the probe never panics).
 //!
+//! The forward's arithmetic is not written here: it is the CPU runner's, the block and decoder
+//! functions of `llama::forward`, run over this device's kernels by `backend::CudaBackend`.
+//!
 //! # Memory layout (device)
 //! - Weight matrices in GGUF block types (Q4_K, Q6_K, Q8_0, Q5_0, Q4_1, …) stay as their blocks
 //!   ([`DeviceLayout::Blocks`]): the products decode each weight in registers, so the device
@@ -56,6 +59,7 @@
 //! block tables and masks once for every layer); the f32 logits `[tokens × vocab]` are still
 //! downloaded at the end, and the engine prepares and verifies on the host.
 
+mod backend;
 mod kv_mirror;
 mod matmul;
 mod model;

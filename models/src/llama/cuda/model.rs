@@ -7,19 +7,21 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use specdec_kernels::attention::cuda::{AttentionPlan, PlannedSeq};
 use specdec_kernels::cuda::Gpu;
-use specdec_kernels::kv::cuda::{append, move_slots, KvShape};
+use specdec_kernels::kv::cuda::{move_slots, KvShape};
 use specdec_kernels::kv::KvLayout;
-use specdec_kernels::ops::cuda::{add_broadcast_cuda, rms_norm_cuda, rope_cuda, swiglu_cuda};
 use specdec_kernels::ops::RopeAngles;
 use specdec_kernels::TreeTopology;
 
+use super::backend::CudaBackend;
 use super::device_error;
 use super::kv_mirror::{KvMirror, SlotMoves};
-use super::matmul::{product, GpuMatmul};
+use super::matmul::GpuMatmul;
 use super::weights::{upload_f32, DeviceWeights};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::llama::block::BlockShape;
 use crate::llama::config::LlamaConfig;
+use crate::llama::forward::run_blocks;
 use crate::llama::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
 use crate::llama::step_checks::{check_commit_path, check_steps};
 use crate::llama::weights::ModelWeights;
@@ -230,13 +232,6 @@ impl CudaLlamaModel {
         Ok(())
     }
 
-    fn alloc(&self, what: &str, n: usize) -> Result<CudaSlice<f32>> {
-        self.gpu
-            .stream()
-            .alloc_zeros::<f32>(n)
-            .map_err(|e| device_error(&format!("alloc {what} ({n} f32)"), e))
-    }
-
     fn forward_impl(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
         check_steps(steps, self.config.vocab_size, self.max_context(), |seq| {
             Ok(self.mirror.cache().len(seq)?)
@@ -246,8 +241,6 @@ impl CudaLlamaModel {
         }
         self.reserve(steps)?;
         let c = self.config.clone();
-        let (hidden, hd, f) = (c.hidden, c.head_dim, c.ffn);
-        let (q_w, kv_w) = (c.q_dim(), c.kv_dim());
         let (mut positions, mut tokens, mut slots) = (Vec::new(), Vec::new(), Vec::new());
         let mut prefix = Vec::with_capacity(steps.len());
         for step in steps {
@@ -257,25 +250,18 @@ impl CudaLlamaModel {
             slots.extend(self.mirror.pending_slots(step.seq)?);
             prefix.push(len);
         }
-        let n = tokens.len();
-        let angles = RopeAngles::scaled(&positions, hd, c.rope_base, &c.rope_scaling)?;
-        let cos = upload_f32(&self.gpu, "rope cosines", angles.cos())?;
-        let sin = upload_f32(&self.gpu, "rope sines", angles.sin())?;
-        let mut x = self.alloc("residual", n * hidden)?;
-        self.weights
-            .token_embd
-            .gather_rows(&self.gpu, &tokens, &mut x)?;
-        let mut h = self.alloc("normed", n * hidden)?;
-        let mut q = self.alloc("queries", n * q_w)?;
-        let mut k = self.alloc("keys", n * kv_w)?;
-        let mut v = self.alloc("values", n * kv_w)?;
-        let mut o = self.alloc("projection", n * hidden)?;
-        let mut gate = self.alloc("gate", n * f)?;
-        let mut up = self.alloc("up", n * f)?;
-        let mut act = self.alloc("activation", n * f)?;
-        let shape = self.shape();
-        let (gpu, mode) = (&self.gpu, self.matmul);
-        let scale = 1.0 / (hd as f32).sqrt();
+        let angles = RopeAngles::scaled(&positions, c.head_dim, c.rope_base, &c.rope_scaling)?;
+        let shape = BlockShape {
+            hidden: c.hidden,
+            head_dim: c.head_dim,
+            q_heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            ffn: c.ffn,
+            rms_eps: c.rms_eps,
+            rope_layout: c.rope_layout,
+        };
+        let kv_shape = self.shape();
+        let gpu = &*self.gpu;
         // one plan (block tables, ancestor masks) for every layer; queries and outputs stay here
         let planned = steps
             .iter()
@@ -288,35 +274,21 @@ impl CudaLlamaModel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut plan = AttentionPlan::new(gpu, &self.layout, self.pool.len(), c.n_heads, &planned)?;
-        let mut attn = self.alloc("attention output", n * q_w)?;
-        for (layer, w) in self.weights.layers.iter().enumerate() {
-            rms_norm_cuda(gpu, &x, &w.attn_norm, c.rms_eps, &mut h)?;
-            product(gpu, mode, &h, n, &w.wq, &mut q)?;
-            product(gpu, mode, &h, n, &w.wk, &mut k)?;
-            product(gpu, mode, &h, n, &w.wv, &mut v)?;
-            if let Some([bq, bk, bv]) = &w.bias {
-                add_broadcast_cuda(gpu, &mut q, bq)?;
-                add_broadcast_cuda(gpu, &mut k, bk)?;
-                add_broadcast_cuda(gpu, &mut v, bv)?;
-            }
-            rope_cuda(gpu, &mut q, c.n_heads, hd, &cos, &sin, c.rope_layout)?;
-            rope_cuda(gpu, &mut k, c.n_kv_heads, hd, &cos, &sin, c.rope_layout)?;
-            append(gpu, &mut self.pool, &shape, layer, &k, &v, &slots)?;
-            plan.run(gpu, &self.pool, layer, scale, &q, &mut attn)?;
-            product(gpu, mode, &attn, n, &w.wo, &mut o)?;
-            add_broadcast_cuda(gpu, &mut x, &o)?;
-            rms_norm_cuda(gpu, &x, &w.ffn_norm, c.rms_eps, &mut h)?;
-            product(gpu, mode, &h, n, &w.w_gate, &mut gate)?;
-            product(gpu, mode, &h, n, &w.w_up, &mut up)?;
-            swiglu_cuda(gpu, &gate, &up, &mut act)?;
-            product(gpu, mode, &act, n, &w.w_down, &mut o)?;
-            add_broadcast_cuda(gpu, &mut x, &o)?;
-        }
-        rms_norm_cuda(gpu, &x, &self.weights.output_norm, c.rms_eps, &mut h)?;
+        let plan = AttentionPlan::new(gpu, &self.layout, self.pool.len(), c.n_heads, &planned)?;
+        let mut dev = CudaBackend {
+            gpu,
+            mode: self.matmul,
+            pool: &mut self.pool,
+            kv_shape,
+            slots,
+            plan,
+            cos: upload_f32(gpu, "rope cosines", angles.cos())?,
+            sin: upload_f32(gpu, "rope sines", angles.sin())?,
+        };
+        let decoder = self.weights.on_gpu();
+        let rows = run_blocks(&mut dev, &shape, &decoder, &tokens, &mut |_, _| Ok(()))?;
+        let logits = rows.logits(&dev, &shape, &decoder)?;
         let vocab = c.vocab_size;
-        let mut logits = self.alloc("logits", n * vocab)?;
-        product(gpu, mode, &h, n, self.weights.output(), &mut logits)?;
         let logits = gpu
             .stream()
             .clone_dtoh(&logits)

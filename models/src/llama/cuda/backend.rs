@@ -1,0 +1,162 @@
+//! [`CudaBackend`]: the forward's device boundary ([`DeviceBackend`]) on one GPU: `CudaSlice<f32>`
+//! buffers, [`DeviceMatrix`] products in the chosen [`GpuMatmul`] mode, the f32 KV pool written
+//! by `kv::cuda::append`, and one [`AttentionPlan`] (block tables and ancestor masks uploaded
+//! once) for every layer of the forward. Nothing crosses to the host inside a forward.
+
+use cudarc::driver::CudaSlice;
+use specdec_kernels::attention::cuda::AttentionPlan;
+use specdec_kernels::cuda::Gpu;
+use specdec_kernels::kv::cuda::{append, KvShape};
+use specdec_kernels::ops::cuda::{add_broadcast_cuda, rms_norm_cuda, rope_cuda, swiglu_cuda};
+
+use super::device_error;
+use super::matmul::{product, GpuMatmul};
+use super::weights::{DeviceLayer, DeviceMatrix, DeviceWeights};
+use crate::error::Result;
+use crate::llama::block::BlockShape;
+use crate::llama::forward::{BlockWeights, DecoderWeights, DeviceBackend};
+
+/// One GPU as one forward sees it: the product mode, the KV pool and its shape, the physical
+/// slot of every new row, the forward's attention plan and its rows' RoPE tables.
+pub(crate) struct CudaBackend<'a> {
+    /// The device.
+    pub(crate) gpu: &'a Gpu,
+    /// How the products run.
+    pub(crate) mode: GpuMatmul,
+    /// The KV pool the blocks write.
+    pub(crate) pool: &'a mut CudaSlice<f32>,
+    /// The pool's shape.
+    pub(crate) kv_shape: KvShape,
+    /// The pool slot of every new row, in row order.
+    pub(crate) slots: Vec<u32>,
+    /// Block tables and masks of the batch, for every layer.
+    pub(crate) plan: AttentionPlan,
+    /// RoPE cosines of every row (`[n × head_dim/2]`).
+    pub(crate) cos: CudaSlice<f32>,
+    /// RoPE sines of every row.
+    pub(crate) sin: CudaSlice<f32>,
+}
+
+impl DeviceBackend for CudaBackend<'_> {
+    type Buffer = CudaSlice<f32>;
+    type Matrix = DeviceMatrix;
+
+    fn rows_of(&self, m: &DeviceMatrix) -> usize {
+        m.rows()
+    }
+
+    fn zeros(&self, what: &str, len: usize) -> Result<CudaSlice<f32>> {
+        self.gpu
+            .stream()
+            .alloc_zeros::<f32>(len)
+            .map_err(|e| device_error(&format!("alloc {what} ({len} f32)"), e))
+    }
+
+    fn embed(&self, table: &DeviceMatrix, tokens: &[u32], out: &mut CudaSlice<f32>) -> Result<()> {
+        table.gather_rows(self.gpu, tokens, out)
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CudaSlice<f32>,
+        gain: &CudaSlice<f32>,
+        eps: f32,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        Ok(rms_norm_cuda(self.gpu, x, gain, eps, out)?)
+    }
+
+    fn products(
+        &self,
+        x: &CudaSlice<f32>,
+        n: usize,
+        pairs: &mut [(&DeviceMatrix, &mut CudaSlice<f32>)],
+    ) -> Result<()> {
+        for (w, out) in pairs.iter_mut() {
+            product(self.gpu, self.mode, x, n, w, out)?;
+        }
+        Ok(())
+    }
+
+    fn add(&self, x: &mut CudaSlice<f32>, y: &CudaSlice<f32>) -> Result<()> {
+        Ok(add_broadcast_cuda(self.gpu, x, y)?)
+    }
+
+    fn rope(&self, x: &mut CudaSlice<f32>, heads: usize, shape: &BlockShape) -> Result<()> {
+        Ok(rope_cuda(
+            self.gpu,
+            x,
+            heads,
+            shape.head_dim,
+            &self.cos,
+            &self.sin,
+            shape.rope_layout,
+        )?)
+    }
+
+    fn write_kv(&mut self, layer: usize, k: &CudaSlice<f32>, v: &CudaSlice<f32>) -> Result<()> {
+        Ok(append(
+            self.gpu,
+            self.pool,
+            &self.kv_shape,
+            layer,
+            k,
+            v,
+            &self.slots,
+        )?)
+    }
+
+    fn attention(
+        &mut self,
+        layer: usize,
+        shape: &BlockShape,
+        q: &CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let scale = 1.0 / (shape.head_dim as f32).sqrt();
+        Ok(self.plan.run(self.gpu, self.pool, layer, scale, q, out)?)
+    }
+
+    fn swiglu(
+        &self,
+        gate: &CudaSlice<f32>,
+        up: &CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        Ok(swiglu_cuda(self.gpu, gate, up, out)?)
+    }
+}
+
+impl DeviceLayer {
+    /// This block's weights as the CUDA forward reads them.
+    pub(crate) fn on_gpu<'w, 'a>(&'w self) -> BlockWeights<'w, CudaBackend<'a>> {
+        let [bq, bk, bv] = match &self.bias {
+            Some([q, k, v]) => [Some(q), Some(k), Some(v)],
+            None => [None, None, None],
+        };
+        BlockWeights {
+            attn_norm: &self.attn_norm,
+            wq: &self.wq,
+            wk: &self.wk,
+            wv: &self.wv,
+            bias: [bq, bk, bv],
+            wo: &self.wo,
+            ffn_norm: &self.ffn_norm,
+            w_gate: &self.w_gate,
+            w_up: &self.w_up,
+            w_down: &self.w_down,
+        }
+    }
+}
+
+impl DeviceWeights {
+    /// The decoder as the CUDA forward reads it: every block, in order.
+    pub(crate) fn on_gpu<'w, 'a>(&'w self) -> DecoderWeights<'w, CudaBackend<'a>> {
+        DecoderWeights {
+            token_embd: &self.token_embd,
+            blocks: self.layers.iter().map(DeviceLayer::on_gpu).collect(),
+            output_norm: &self.output_norm,
+            head: self.output(),
+        }
+    }
+}
