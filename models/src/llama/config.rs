@@ -182,8 +182,8 @@ impl LlamaConfig {
 /// The RoPE scaling of a model of `arch` from its GGUF metadata: `kind` is
 /// `{arch}.rope.scaling.type` (`none`, `linear` or `yarn`), `lookup` the numeric keys:
 /// `rope.scaling.factor` (or the older `rope.scale_linear`), `rope.scaling.original_context_length`
-/// (YaRN), `rope.scaling.attn_factor` [1], `rope.scaling.yarn_beta_fast` [32] and
-/// `rope.scaling.yarn_beta_slow` [1]. No type and no `rope.scale_linear` means none.
+/// (YaRN), `rope.scaling.attn_factor` (default 1), `rope.scaling.yarn_beta_fast` (default 32) and
+/// `rope.scaling.yarn_beta_slow` (default 1). No type and no `rope.scale_linear` means none.
 ///
 /// # Errors
 /// [`ModelError::Config`] for another type (named with the supported ones), a missing factor or
