@@ -452,3 +452,44 @@ fn min_p_reaches_the_sampling_parameters() {
     assert_eq!(c.sampling.params().min_p, Some(0.05));
     assert_eq!(parse(GOOD).unwrap().sampling.params().min_p, None);
 }
+
+#[test]
+fn a_dynamic_tree_depth_is_bounded_by_its_nodes_and_belongs_to_a_dynamic_tree() {
+    let with = |drafter: &str| {
+        GOOD.replace(
+            "drafter = { kind = \"tree\", branching = [3, 2, 1] }\nverifier = { kind = \"multi_round\" }",
+            &format!("drafter = {drafter}\nverifier = {{ kind = \"greedy\" }}"),
+        )
+        .replace("temperature = 0.7", "temperature = 0.0")
+    };
+    let good = with("{ kind = \"dynamic_tree\", nodes = 6, top_k = 3, depth = 3 }");
+    let config = parse(&good).unwrap();
+    assert!(
+        format!("{:?}", config.methods[2].drafter).contains("depth = 3"),
+        "{:?}",
+        config.methods[2].drafter
+    );
+    for (drafter, named) in [
+        (
+            "{ kind = \"dynamic_tree\", nodes = 6, top_k = 3, depth = 7 }",
+            &["dynamic_tree.depth = 7", "1..=6"][..],
+        ),
+        (
+            "{ kind = \"dynamic_tree\", nodes = 6, top_k = 3, depth = 0 }",
+            &["dynamic_tree.depth = 0"][..],
+        ),
+        (
+            "{ kind = \"eagle\", nodes = 6, top_k = 3, depth = 9 }",
+            &["eagle.depth = 9", "1..=6"][..],
+        ),
+        (
+            "{ kind = \"eagle\", depth = 2 }",
+            &["`depth` belongs to a dynamic tree"][..],
+        ),
+    ] {
+        let msg = error_of(&with(drafter));
+        for part in named {
+            assert!(msg.contains(part), "`{drafter}`: no `{part}` in {msg}");
+        }
+    }
+}

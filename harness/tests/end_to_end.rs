@@ -468,3 +468,61 @@ fn method_names_that_break_markdown_are_escaped() {
     assert!(md.contains("k\\|2 row"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `depth` bounds a dynamic tree's layers (one draft pass each): with `depth = 2` no step drafts
+/// deeper than 2, while the same 6-node tree (one child per layer) drafts deeper without it;
+/// both give plain decoding's greedy text.
+#[test]
+fn a_dynamic_tree_depth_bounds_the_drafted_layers() {
+    let text = include_str!("../../experiments/toy-chain.toml")
+        .replace("count = 20", "count = 3")
+        .replace("max_tokens = 200", "max_tokens = 40")
+        .replace("order = 0 ", "order = 1 ")
+        .replace("temperature = 1.0", "temperature = 0.0");
+    let methods_at = text.find("[[methods]]").unwrap();
+    let text = format!(
+        "{}{}",
+        &text[..methods_at],
+        r#"[[methods]]
+name = "plain"
+drafter = { kind = "plain" }
+
+[[methods]]
+name = "tree-6"
+drafter = { kind = "dynamic_tree", nodes = 6, top_k = 1 }
+verifier = { kind = "greedy" }
+policy = { kind = "fixed", k = 6 }
+
+[[methods]]
+name = "tree-6-depth-2"
+drafter = { kind = "dynamic_tree", nodes = 6, top_k = 1, depth = 2 }
+verifier = { kind = "greedy" }
+policy = { kind = "fixed", k = 6 }
+"#
+    );
+    let loaded = ExperimentConfig::from_toml(&text, "depth.toml").unwrap();
+    let dir = temp_dir("depth");
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let deepest = |method: &str| {
+        results
+            .steps
+            .iter()
+            .filter(|s| s.method == method)
+            .map(|s| s.draft_depth)
+            .max()
+            .unwrap()
+    };
+    assert!(deepest("tree-6") > 2, "deepest {}", deepest("tree-6"));
+    assert_eq!(deepest("tree-6-depth-2"), 2);
+    let texts = |method: &str| -> Vec<Option<String>> {
+        results
+            .requests
+            .iter()
+            .filter(|r| r.method == method)
+            .map(|r| r.text.clone())
+            .collect()
+    };
+    assert_eq!(texts("tree-6"), texts("plain"));
+    assert_eq!(texts("tree-6-depth-2"), texts("plain"));
+}

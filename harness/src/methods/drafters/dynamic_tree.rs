@@ -18,7 +18,8 @@ use crate::methods::Kind;
 pub const DYNAMIC_TREE_MAX_TOP_K: usize = 64;
 
 /// EAGLE-2-style dynamic tree (deterministic): expand the `top_k` children of the most probable
-/// nodes by cumulative draft probability, keep the best `nodes` nodes.
+/// nodes by cumulative draft probability, layer by layer down to `depth`, keep the best `nodes`
+/// nodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DynamicTree {
@@ -26,6 +27,9 @@ pub struct DynamicTree {
     pub nodes: usize,
     /// Children considered per expanded node (1..=[`DYNAMIC_TREE_MAX_TOP_K`]).
     pub top_k: usize,
+    /// Deepest layer expanded (1..=`nodes`), one draft-model pass per layer [default: `nodes`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
 }
 
 impl Kind for DynamicTree {
@@ -38,7 +42,8 @@ impl Kind for DynamicTree {
             return Err("dynamic_tree needs nodes ≥ 1 and top_k ≥ 1".into());
         }
         check_drafts("dynamic_tree.nodes", self.nodes)?;
-        check_top_k("dynamic_tree.top_k", self.top_k)
+        check_top_k("dynamic_tree.top_k", self.top_k)?;
+        check_depth("dynamic_tree.depth", self.depth, self.nodes)
     }
 }
 
@@ -54,7 +59,10 @@ impl DrafterKind for DynamicTree {
         let (lm, draft_pass_s) = model_drafter_setup(ctx, setup, model, true)?;
         Ok(BuiltDrafter {
             drafter: Box::new(DynamicTreeDrafter::new(
-                lm, self.nodes, self.top_k, self.top_k,
+                lm,
+                self.depth.unwrap_or(self.nodes),
+                self.top_k,
+                self.top_k,
             )?),
             is_chain: false,
             shape: Some(TreeShape::chain(self.nodes)),
@@ -75,4 +83,23 @@ pub(super) fn check_top_k(field: &str, top_k: usize) -> std::result::Result<(), 
         ));
     }
     Ok(())
+}
+
+/// Checks a dynamic tree's `depth` (also for `eagle`): absent, or 1..=`nodes` (a tree of
+/// `nodes` nodes is never deeper than `nodes`, so a larger depth would only cost passes).
+///
+/// # Errors
+/// The message names `field`, the value and the bound.
+pub(super) fn check_depth(
+    field: &str,
+    depth: Option<usize>,
+    nodes: usize,
+) -> std::result::Result<(), String> {
+    match depth {
+        Some(depth) if depth == 0 || depth > nodes => Err(format!(
+            "{field} = {depth}: must be in 1..={nodes} (the tree's nodes; each layer costs one \
+             draft pass)"
+        )),
+        _ => Ok(()),
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use specdec_kernels::TreeTopology;
 use specdec_models::heads::{DraftHead, EagleHead, HeadPrecision, HeadStep};
 
-use super::dynamic_tree::check_top_k;
+use super::dynamic_tree::{check_depth, check_top_k};
 use super::{chain_mode, tree_fill, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
 use crate::error::{HarnessError, Result};
 use crate::methods::limits::{branching_drafts, check_drafts};
@@ -19,7 +19,8 @@ use crate::methods::Kind;
 /// A trained EAGLE-style head (`specdec train-head --kind eagle`): one decoder layer over the
 /// pairs (target feature, token), its own KV cache, the draft vocabulary of its file. Drafts a
 /// chain of K (argmax at T = 0, sampled above), or with `nodes` an EAGLE-2 dynamic tree
-/// (deterministic: greedy / target-only verification), or with `branching` a static tree
+/// (deterministic: greedy / target-only verification; `top_k` children per expanded node,
+/// `depth` layers), or with `branching` a static tree
 /// (top-ranked at T = 0, sampled without replacement above: recursive rejection).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,6 +34,10 @@ pub struct Eagle {
     /// Children considered per expanded node of the dynamic tree [default: 4].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_k: Option<usize>,
+    /// Deepest layer of the dynamic tree (1..=`nodes`), one head pass per layer [default:
+    /// `nodes`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
     /// A static tree instead: children per node at each depth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branching: Option<Vec<usize>>,
@@ -84,14 +89,22 @@ impl Kind for Eagle {
                 "eagle: give `nodes` (dynamic tree) or `branching` (static), not both".into(),
             );
         }
-        if self.top_k.is_some() && self.nodes.is_none() {
-            return Err("eagle: `top_k` belongs to a dynamic tree; give `nodes` too".into());
+        if self.nodes.is_none() {
+            if let Some(key) = [("top_k", self.top_k), ("depth", self.depth)]
+                .iter()
+                .find_map(|(key, value)| value.map(|_| key))
+            {
+                return Err(format!(
+                    "eagle: `{key}` belongs to a dynamic tree; give `nodes` too"
+                ));
+            }
         }
         if self.nodes == Some(0) || self.top_k == Some(0) {
             return Err("eagle: nodes and top_k must be at least 1".into());
         }
         if let Some(nodes) = self.nodes {
             check_drafts("eagle.nodes", nodes)?;
+            check_depth("eagle.depth", self.depth, nodes)?;
         }
         if let Some(top_k) = self.top_k {
             check_top_k("eagle.top_k", top_k)?;
@@ -132,7 +145,12 @@ impl DrafterKind for Eagle {
             (Some(nodes), _) => {
                 let top_k = self.top_k.unwrap_or(4);
                 BuiltDrafter {
-                    drafter: Box::new(DynamicTreeDrafter::new(model, *nodes, top_k, top_k)?),
+                    drafter: Box::new(DynamicTreeDrafter::new(
+                        model,
+                        self.depth.unwrap_or(*nodes),
+                        top_k,
+                        top_k,
+                    )?),
                     is_chain: false,
                     shape: Some(TreeShape::chain(*nodes)),
                     draft_pass_s,
