@@ -460,29 +460,31 @@ pub(super) mod avx512 {
 
     /// Part `part` of `parts` of the tile-block of `bytes` at `ahead`, hinted into L2, when the
     /// kernel sweeps its tile for the first time (`first_sweep`: the first group of tokens; the
-    /// later groups find the tile in cache) with `G ≥ 3` tokens: a kernel calls it once per
-    /// step of its inner loop, so the hints for a tile-block further on are spread over the
-    /// arithmetic of this one instead of issued in a burst. A prefetch never faults, whatever
-    /// the address (a safe intrinsic).
+    /// later groups find the tile in cache), whatever the number of tokens `G`: a kernel calls
+    /// it once per step of its inner loop, so the hints for a tile-block further on are spread
+    /// over the arithmetic of this one instead of issued in a burst. A prefetch never faults,
+    /// whatever the address (a safe intrinsic), and never changes a result.
     ///
-    /// Measured here (2 threads, 16 distinct [8960 × 1536] matrices so that every sweep comes
-    /// from DRAM, the hint variants interleaved in one process, medians of 15 rounds): up to
-    /// two tokens the hardware prefetchers alone keep up with the loop and hints only cost; from
-    /// three tokens on the arithmetic holds the loads back, and spreading the hints over the
-    /// loop four tile-blocks ahead took 4 tokens from 2.16× to 1.18× the one-token time on
-    /// Q6_K and from 1.49× to 1.28× on Q4_K, against one burst of hints two tile-blocks
-    /// ahead at the start of each tile-block (the previous scheme); hints into L1 (`T0`) did
-    /// worse than into L2 (Q6_K 1.79×, Q4_K four tile-blocks ahead 1.75×).
+    /// Measured on an earlier development machine (2 threads, 16 distinct [8960 × 1536]
+    /// matrices so that every sweep comes from DRAM, variants interleaved, medians of 15
+    /// rounds): from three tokens on, spreading the hints four tile-blocks ahead took 4 tokens
+    /// from 2.16× to 1.18× the one-token time on Q6_K and from 1.49× to 1.28× on Q4_K (hints into
+    /// L1, `T0`, did worse); there up to two tokens ran as fast without hints. On the current
+    /// machine (`specdec bench model`, the three models, hints for every `G` against `G ≥ 3`
+    /// interleaved, 4 rounds of medians of 9) hints for one and two tokens pay as well: decode
+    /// 290 → 353 tokens/s on SmolLM2-135M (Q4_1, the 32-block kernels), 47 → 67 on
+    /// Qwen2.5-Coder-0.5B, 19.1 → 23.2 on the 1.5B; two tokens 25.1 → 17.6 ms on the 0.5B; three
+    /// and four unchanged. So the hints are on for every `G`.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(in crate::quant) fn prefetch_part<const G: usize>(
+    pub(in crate::quant) fn prefetch_part(
         first_sweep: bool,
         ahead: *const u8,
         bytes: usize,
         part: usize,
         parts: usize,
     ) {
-        if G >= 3 && first_sweep {
+        if first_sweep {
             let lines = bytes / 64;
             for line in part * lines / parts..(part + 1) * lines / parts {
                 _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * line).cast());
@@ -509,7 +511,7 @@ pub(super) mod avx512 {
             let ahead = tb.wrapping_add(KQ_AHEAD * super::Q4K_TILE_BLOCK);
             let mut isum = [_mm512_setzero_si512(); G];
             for j in 0..8 {
-                prefetch_part::<G>(first_sweep, ahead, super::Q4K_TILE_BLOCK, j, 8);
+                prefetch_part(first_sweep, ahead, super::Q4K_TILE_BLOCK, j, 8);
                 let mut dots = [[_mm512_setzero_si512(); 2]; G];
                 for p in 0..4 {
                     // SAFETY: `320 + 256j + 64p + 64 ≤ 2368` bytes of the tile-block.
@@ -579,7 +581,7 @@ pub(super) mod avx512 {
             let ahead = tb.wrapping_add(KQ_AHEAD * super::Q6K_TILE_BLOCK);
             let mut isum = [_mm512_setzero_si512(); G];
             for k in 0..16 {
-                prefetch_part::<G>(first_sweep, ahead, super::Q6K_TILE_BLOCK, k, 16);
+                prefetch_part(first_sweep, ahead, super::Q6K_TILE_BLOCK, k, 16);
                 // SAFETY: the group's 192 bytes end at `320 + 192k + 192 ≤ 3392`.
                 let (nib0, nib1, high) = unsafe {
                     let group = tb.add(super::Q6K_QUANTS + 192 * k);

@@ -320,7 +320,7 @@ mod avx512 {
             let e = b % Q32_TILE_BLOCKS;
             // SAFETY: tile-block `b / 2` lies inside the tile (caller).
             let tb = unsafe { tile.as_ptr().add(b / Q32_TILE_BLOCKS * tb_bytes) };
-            prefetch_part::<G>(
+            prefetch_part(
                 t0 == 0,
                 tb.wrapping_add(Q32_AHEAD * tb_bytes),
                 tb_bytes,
