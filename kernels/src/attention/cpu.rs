@@ -34,8 +34,33 @@ use crate::tree::{TreeTopology, MASK_WORD_BITS};
 /// the CUDA twin's reduction order): changing it changes results in the last bits.
 pub const KEY_CHUNK: usize = 64;
 
-/// Query rows (node × query head of one KV head) per rayon task. Does not affect results.
+/// The most query rows (node × query head of one KV head) per rayon task. Does not affect
+/// results.
 pub const ROW_TILE: usize = 16;
+
+/// Query rows per task for a batch whose sequences have `rows_per_kv_head` query rows each
+/// (nodes × query heads of one KV head) on `kv_heads` KV heads, on `threads` threads.
+/// [`ROW_TILE`] when its tasks already share out evenly over the threads (their number a
+/// multiple of `threads`: Qwen2.5's 2 KV heads on 2 threads). Otherwise smaller tiles, aiming at
+/// four tasks per thread, down to one row: a decode step of SmolLM2 (3 KV heads × 3 query heads)
+/// would make three tasks, two threads sharing them two to one. Smaller tiles read a KV head's
+/// rows once per tile (memory traffic), which is why balanced batches keep the large tile.
+pub(crate) fn row_tile(
+    rows_per_kv_head: impl Iterator<Item = usize> + Clone,
+    kv_heads: usize,
+    threads: usize,
+) -> usize {
+    let threads = threads.max(1);
+    let tasks: usize = rows_per_kv_head
+        .clone()
+        .map(|r| kv_heads * r.div_ceil(ROW_TILE))
+        .sum();
+    if tasks.is_multiple_of(threads) {
+        return ROW_TILE;
+    }
+    let rows: usize = rows_per_kv_head.sum::<usize>() * kv_heads;
+    rows.div_ceil(4 * threads).clamp(1, ROW_TILE)
+}
 
 /// One sequence of a ragged attention batch.
 #[derive(Debug, Clone, Copy)]
@@ -104,16 +129,21 @@ pub fn tree_attention_into(
         });
     }
 
+    let tile = row_tile(
+        batch.iter().map(|s| s.tree.len() * group),
+        kv_heads,
+        rayon::current_num_threads(),
+    );
     let tasks: Vec<Task> = batch
         .iter()
         .enumerate()
         .flat_map(|(seq, s)| {
             let rows = s.tree.len() * group;
             (0..kv_heads).flat_map(move |kv_head| {
-                (0..rows).step_by(ROW_TILE).map(move |start| Task {
+                (0..rows).step_by(tile).map(move |start| Task {
                     seq,
                     kv_head,
-                    rows: start..(start + ROW_TILE).min(rows),
+                    rows: start..(start + tile).min(rows),
                 })
             })
         })
@@ -262,32 +292,48 @@ struct ChunkLoader<'p, 'a> {
     scratch: Vec<f32>,
 }
 
+/// The K and V rows of one chunk of logical positions (at most [`KEY_CHUNK`]), in order, as
+/// [`ChunkLoader::load`] hands them out.
+struct ChunkRows<'s> {
+    keys: [&'s [f32]; KEY_CHUNK],
+    values: [&'s [f32]; KEY_CHUNK],
+    n: usize,
+}
+
+impl<'s> ChunkRows<'s> {
+    fn keys(&self) -> &[&'s [f32]] {
+        &self.keys[..self.n]
+    }
+
+    fn values(&self) -> &[&'s [f32]] {
+        &self.values[..self.n]
+    }
+}
+
 impl ChunkLoader<'_, '_> {
-    /// Calls `absorb(keys, values)` with the rows of `positions` (at most [`KEY_CHUNK`]), in
-    /// order.
+    /// The K and V rows of `positions` (at most [`KEY_CHUNK`]), in order. Returned rather than
+    /// handed to a callback, so that the arithmetic on them stays in the caller's function and
+    /// is compiled with its target features (a closure is compiled without them).
     #[inline(always)]
-    fn with_rows(
-        &mut self,
-        positions: impl Iterator<Item = usize>,
-        absorb: impl FnOnce(&[&[f32]], &[&[f32]]),
-    ) {
+    fn load(&mut self, positions: impl Iterator<Item = usize>) -> ChunkRows<'_> {
         let layout = self.pages.layout();
         let (dim, bs) = (layout.head_dim(), layout.block_size());
-        let (layer, kv_head) = (self.layer, self.kv_head);
-        let offset = |pos: usize, part| {
-            layout.row_offset(self.table[pos / bs], layer, part, kv_head, pos % bs)
+        let (layer, kv_head, table) = (self.layer, self.kv_head, self.table);
+        let offset =
+            |pos: usize, part| layout.row_offset(table[pos / bs], layer, part, kv_head, pos % bs);
+        let mut rows = ChunkRows {
+            keys: [&[]; KEY_CHUNK],
+            values: [&[]; KEY_CHUNK],
+            n: 0,
         };
         if let Some(data) = self.pages.data().as_f32() {
-            let mut keys: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
-            let mut values: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
-            let mut n = 0;
             for pos in positions {
                 let (k, v) = (offset(pos, KvPart::Key), offset(pos, KvPart::Value));
-                keys[n] = &data[k..k + dim];
-                values[n] = &data[v..v + dim];
-                n += 1;
+                rows.keys[rows.n] = &data[k..k + dim];
+                rows.values[rows.n] = &data[v..v + dim];
+                rows.n += 1;
             }
-            return absorb(&keys[..n], &values[..n]);
+            return rows;
         }
         let data = self.pages.data();
         let (key_rows, value_rows) = self.scratch.split_at_mut(KEY_CHUNK * dim);
@@ -304,23 +350,22 @@ impl ChunkLoader<'_, '_> {
             while i + run < n && chunk[i + run] == chunk[i] + run && (chunk[i] + run) % bs != 0 {
                 run += 1;
             }
-            let rows = i * dim..(i + run) * dim;
-            data.widen_into(offset(chunk[i], KvPart::Key), &mut key_rows[rows.clone()]);
-            data.widen_into(offset(chunk[i], KvPart::Value), &mut value_rows[rows]);
+            let span = i * dim..(i + run) * dim;
+            data.widen_into(offset(chunk[i], KvPart::Key), &mut key_rows[span.clone()]);
+            data.widen_into(offset(chunk[i], KvPart::Value), &mut value_rows[span]);
             i += run;
         }
-        let mut keys: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
-        let mut values: [&[f32]; KEY_CHUNK] = [&[]; KEY_CHUNK];
         for (i, (k, v)) in key_rows
             .chunks_exact(dim)
             .zip(value_rows.chunks_exact(dim))
             .take(n)
             .enumerate()
         {
-            keys[i] = k;
-            values[i] = v;
+            rows.keys[i] = k;
+            rows.values[i] = v;
         }
-        absorb(&keys[..n], &values[..n])
+        rows.n = n;
+        rows
     }
 }
 
@@ -368,6 +413,16 @@ impl RowState<'_> {
     }
 }
 
+/// The query of row `r` of a task on `kv_head` (node `r / group`, query head
+/// `kv_head * group + r % group`).
+#[inline(always)]
+fn query<'q>(seq: &AttentionSeq<'q>, ctx: &Context<'_, '_>, kv_head: usize, r: usize) -> &'q [f32] {
+    let dim = ctx.pages.layout().head_dim();
+    let (node, g) = (r / ctx.group, r % ctx.group);
+    let at = (node * ctx.params.num_q_heads + kv_head * ctx.group + g) * dim;
+    &seq.queries[at..at + dim]
+}
+
 #[inline(always)]
 fn run_task_body<D: simd::Dot>(
     ctx: &Context<'_, '_>,
@@ -378,7 +433,7 @@ fn run_task_body<D: simd::Dot>(
     let pages = ctx.pages;
     let layout = pages.layout();
     let dim = layout.head_dim();
-    let (layer, scale, nq) = (ctx.params.layer, ctx.params.scale, ctx.params.num_q_heads);
+    let (layer, scale) = (ctx.params.layer, ctx.params.scale);
     let kv_head = task.kv_head;
     let mut loader = ChunkLoader {
         pages,
@@ -389,11 +444,6 @@ fn run_task_body<D: simd::Dot>(
             KvDtype::F32 => Vec::new(),
             _ => vec![0.0; 2 * KEY_CHUNK * dim],
         },
-    };
-    let query = |r: usize| -> &[f32] {
-        let (node, g) = (r / ctx.group, r % ctx.group);
-        let at = (node * nq + kv_head * ctx.group + g) * dim;
-        &seq.queries[at..at + dim]
     };
 
     let mut out = vec![0.0f32; task.rows.len() * dim];
@@ -411,14 +461,11 @@ fn run_task_body<D: simd::Dot>(
     let prefix = seq.prefix_len;
     let whole_chunks = prefix / KEY_CHUNK;
     for chunk in 0..whole_chunks {
-        loader.with_rows(
-            chunk * KEY_CHUNK..(chunk + 1) * KEY_CHUNK,
-            |keys, values| {
-                for (r, state) in task.rows.clone().zip(states.iter_mut()) {
-                    state.absorb(kernel, query(r), keys, values, scale, &mut scores);
-                }
-            },
-        );
+        let rows = loader.load(chunk * KEY_CHUNK..(chunk + 1) * KEY_CHUNK);
+        for (r, state) in task.rows.clone().zip(states.iter_mut()) {
+            let q = query(seq, ctx, kv_head, r);
+            state.absorb(kernel, q, rows.keys(), rows.values(), scale, &mut scores);
+        }
     }
 
     // The rest: prefix tail, then the node's root-to-node path, chunked from a chunk boundary.
@@ -445,10 +492,10 @@ fn run_task_body<D: simd::Dot>(
             }
             positions_node = node;
         }
+        let q = query(seq, ctx, kv_head, r);
         for chunk in positions.chunks(KEY_CHUNK) {
-            loader.with_rows(chunk.iter().copied(), |keys, values| {
-                state.absorb(kernel, query(r), keys, values, scale, &mut scores);
-            });
+            let rows = loader.load(chunk.iter().copied());
+            state.absorb(kernel, q, rows.keys(), rows.values(), scale, &mut scores);
         }
     }
 

@@ -545,3 +545,47 @@ fn a_16_bit_pool_gives_the_f32_results_of_its_rounded_values() {
         }
     }
 }
+
+/// The task split changes with the thread count (`row_tile`), the results do not: a batch of
+/// three KV heads (SmolLM2's shape, where the split shrinks its tiles) gives the same bits on
+/// one, two and three threads.
+#[test]
+fn results_do_not_depend_on_the_threads_or_the_task_split() {
+    let mut rng = Rng(29);
+    let cases: Vec<Case> = [(300usize, 1usize), (40, 4), (7, 9)]
+        .iter()
+        .map(|&(prefix, n)| {
+            let tree = random_tree(&mut rng, n, 2);
+            random_case(&mut rng, prefix, tree, 3, 9, 64)
+        })
+        .collect();
+    let refs: Vec<&Case> = cases.iter().collect();
+    let logical: Vec<&Logical> = refs.iter().map(|c| &c.kv).collect();
+    let pool = scatter(&logical, 16, &mut rng);
+    let pages = KvPages::new(pool.layout, &pool.data).unwrap();
+    let on = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| attend(&pages, &pool.tables, &refs, 9))
+    };
+    let one = on(1);
+    for threads in [2, 3] {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&on(threads)), bits(&one), "{threads} threads");
+    }
+}
+
+#[test]
+fn the_row_tile_shrinks_only_for_batches_the_threads_would_share_unevenly() {
+    // two KV heads of 7 rows on two threads: already even
+    assert_eq!(cpu::row_tile([7].into_iter(), 2, 2), cpu::ROW_TILE);
+    // SmolLM2's decode step: 3 KV heads of 3 rows, 9 rows, on two threads
+    assert_eq!(cpu::row_tile([3].into_iter(), 3, 2), 2);
+    // never zero, never above cpu::ROW_TILE
+    assert_eq!(cpu::row_tile([0].into_iter(), 3, 2), cpu::ROW_TILE);
+    assert_eq!(cpu::row_tile([1].into_iter(), 1, 64), 1);
+    assert_eq!(cpu::row_tile([1].into_iter(), 3, 64), 1);
+    assert_eq!(cpu::row_tile([1000].into_iter(), 3, 2), cpu::ROW_TILE);
+}
