@@ -47,7 +47,21 @@ done
 LLAMA_VERSION=0.3.36
 LLAMA_HOME=${SPECDEC_LLAMACPP:-$HOME/.cache/specdec/llamacpp}
 SRC_DIR=$LLAMA_HOME/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp
-BIN_DIR=$SRC_DIR/build/bin
+# ggml's x86 levels. `-march=native` (GGML_NATIVE) also builds its AMX kernels where the CPU
+# advertises AMX, and on such a development VM (a Xeon listing amx_int8) llama-bench then died
+# with SIGILL (signal 4) before its first result. There the levels are named one by one, from
+# /proc/cpuinfo, without AMX, into their own build folder.
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+    BUILD=build-noamx
+    GGML_SIMD=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+    for level in avx512f:AVX512 avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 avx512vbmi:AVX512_VBMI; do
+        if grep -qw "${level%%:*}" /proc/cpuinfo; then GGML_SIMD+=("-DGGML_${level##*:}=ON"); fi
+    done
+else
+    BUILD=build
+    GGML_SIMD=(-DGGML_NATIVE=ON)
+fi
+BIN_DIR=$SRC_DIR/$BUILD/bin
 OUT_DIR=${OUT_DIR:-$REPO/target/bench-vs-llamacpp}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
 
@@ -88,11 +102,11 @@ build_llamacpp() {
             || die "cannot unpack $LLAMA_HOME/llama_cpp_python-$LLAMA_VERSION.tar.gz"
         [ -f "$SRC_DIR/CMakeLists.txt" ] || die "no vendor/llama.cpp in the source package"
     fi
-    log "building llama.cpp in $SRC_DIR/build (a few minutes on 2 cores)"
+    log "building llama.cpp in $SRC_DIR/$BUILD (${GGML_SIMD[*]}; a few minutes on 2 cores)"
     (cd "$SRC_DIR" \
-        && cmake -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF \
+        && cmake -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${GGML_SIMD[@]}" -DLLAMA_OPENSSL=OFF \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >build-cmake.log 2>&1 \
-        && cmake --build build -j2 --target "${targets[@]}" >build-ninja.log 2>&1) \
+        && cmake --build "$BUILD" -j2 --target "${targets[@]}" >build-ninja.log 2>&1) \
         || die "llama.cpp build failed; see $SRC_DIR/build-cmake.log and build-ninja.log"
     log "llama.cpp built"
 }
