@@ -111,6 +111,15 @@ impl DeviceBackend for CpuBackend<'_> {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let q_w = shape.q_width();
+        let rows: usize = self.seqs.iter().map(|s| s.tree.len()).sum();
+        if q.len() != rows * q_w {
+            return Err(KernelError::ShapeMismatch {
+                what: format!("queries ({rows} rows of {q_w})"),
+                expected: rows * q_w,
+                actual: q.len(),
+            }
+            .into());
+        }
         let mut batch = Vec::with_capacity(self.seqs.len());
         let mut first = 0;
         for seq in self.seqs {
@@ -251,6 +260,29 @@ mod tests {
             assert!(dev.write_kv(0, &k, &vec![0.5; 3]).is_err());
             assert!(dev.write_kv(0, &vec![0.5; 3], &vec![0.5; 3]).is_err());
             dev.write_kv(0, &k, &k).unwrap();
+        });
+    }
+
+    #[test]
+    fn attention_refuses_queries_of_another_shape_without_panicking() {
+        with_backend(2, |dev| {
+            let shape = BlockShape {
+                hidden: 2,
+                head_dim: 2,
+                q_heads: 1,
+                kv_heads: 1,
+                ffn: 2,
+                rms_eps: 1e-6,
+                rope_layout: specdec_kernels::ops::RopeLayout::Interleaved,
+            };
+            let mut out = vec![0.0; 4];
+            let err = dev
+                .attention(0, &shape, &vec![0.5; 3], &mut out)
+                .unwrap_err();
+            assert!(err.to_string().contains("queries"), "{err}");
+            dev.write_kv(0, &vec![0.5; 4], &vec![0.5; 4]).unwrap();
+            dev.attention(0, &shape, &vec![0.5; 4], &mut out).unwrap();
+            assert!(out.iter().all(|v| (v - 0.5).abs() < 1e-6), "{out:?}");
         });
     }
 }

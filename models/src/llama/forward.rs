@@ -6,8 +6,8 @@
 //! A block, for the `n` new rows `x` of a ragged batch ([`run_block`]): `h = rmsnorm(x)`,
 //! `q, k, v = h·Wᵀ (+b)`, RoPE on `q` and `k`, K/V written to the sequences' speculative slots,
 //! tree attention over the paged cache, `x += o·Woᵀ`, `h = rmsnorm(x)`,
-//! `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`. The decoder ([`run_decoder`]): the token embedding, the
-//! blocks, the final norm and the LM head.
+//! `x += (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ`. The decoder: the token embedding and the blocks
+//! ([`run_blocks`]), then the final norm and the LM head ([`DecoderRows::logits`]).
 //!
 //! The boundary is a trait with associated buffer and matrix types rather than one buffer enum
 //! matched at every kernel (as candle's storage does): the forward is monomorphised per device,
@@ -142,7 +142,7 @@ pub(crate) trait DeviceBackend {
 pub(crate) struct BlockWeights<'w, B: DeviceBackend> {
     /// RMSNorm gain before attention `[hidden]`.
     pub(crate) attn_norm: &'w B::Buffer,
-    /// Query, key and value projections.
+    /// Query projection.
     pub(crate) wq: &'w B::Matrix,
     /// Key projection.
     pub(crate) wk: &'w B::Matrix,
