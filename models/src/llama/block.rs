@@ -42,6 +42,11 @@ impl BlockShape {
         self.q_heads * self.head_dim
     }
 
+    /// The attention's multiplier of `q · k`: `1 / sqrt(head_dim)`.
+    pub(crate) fn attention_scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
+
     /// Width of this rank's keys and values (`kv_heads · head_dim`).
     pub(crate) fn kv_width(&self) -> usize {
         self.kv_heads * self.head_dim

@@ -3,6 +3,8 @@
 //! [`PagedKvCache`], the kernels crate's CPU references (rayon-parallel where it pays), and a
 //! tensor-parallel rank's collectives.
 
+use std::ops::Range;
+
 use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
 use specdec_kernels::kv::PagedKvCache;
 use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
@@ -28,6 +30,24 @@ pub(crate) struct CpuBackend<'a> {
     pub(crate) seqs: &'a [BlockSeq<'a>],
     /// Angles of every row (`committed_len + depth` of its sequence).
     pub(crate) angles: &'a RopeAngles,
+}
+
+impl CpuBackend<'_> {
+    /// The new rows of the batch, all sequences together.
+    fn rows(&self) -> usize {
+        self.seqs.iter().map(|s| s.tree.len()).sum()
+    }
+}
+
+/// Each sequence of `seqs` with its rows of the batch, in batch order.
+fn seq_rows<'s>(
+    seqs: &'s [BlockSeq<'s>],
+) -> impl Iterator<Item = (&'s BlockSeq<'s>, Range<usize>)> {
+    seqs.iter().scan(0, |first, seq| {
+        let own = *first..*first + seq.tree.len();
+        *first = own.end;
+        Some((seq, own))
+    })
 }
 
 impl DeviceBackend for CpuBackend<'_> {
@@ -56,11 +76,7 @@ impl DeviceBackend for CpuBackend<'_> {
         n: usize,
         pairs: &mut [(&WeightMatrix, &mut Vec<f32>)],
     ) -> Result<()> {
-        let mut pairs: Vec<(&WeightMatrix, &mut [f32])> = pairs
-            .iter_mut()
-            .map(|(w, out)| (*w, out.as_mut_slice()))
-            .collect();
-        ProductInput::new(x, n, self.path).products(&mut pairs)
+        ProductInput::new(x, n, self.path).products(pairs)
     }
 
     fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>) -> Result<()> {
@@ -83,7 +99,7 @@ impl DeviceBackend for CpuBackend<'_> {
     }
 
     fn write_kv(&mut self, layer: usize, k: &Vec<f32>, v: &Vec<f32>) -> Result<()> {
-        let rows: usize = self.seqs.iter().map(|s| s.tree.len()).sum();
+        let rows = self.rows();
         if rows == 0 || v.len() != k.len() || !k.len().is_multiple_of(rows) {
             return Err(KernelError::ShapeMismatch {
                 what: format!("new keys and values ({rows} rows each)"),
@@ -93,12 +109,10 @@ impl DeviceBackend for CpuBackend<'_> {
             .into());
         }
         let kv_w = k.len() / rows;
-        let mut first = 0;
-        for seq in self.seqs {
-            let r = first * kv_w..(first + seq.tree.len()) * kv_w;
+        for (seq, own) in seq_rows(self.seqs) {
+            let r = own.start * kv_w..own.end * kv_w;
             self.cache
                 .write_kv(seq.seq, layer, 0, &k[r.clone()], &v[r])?;
-            first += seq.tree.len();
         }
         Ok(())
     }
@@ -111,7 +125,7 @@ impl DeviceBackend for CpuBackend<'_> {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let q_w = shape.q_width();
-        let rows: usize = self.seqs.iter().map(|s| s.tree.len()).sum();
+        let rows = self.rows();
         if q.len() != rows * q_w {
             return Err(KernelError::ShapeMismatch {
                 what: format!("queries ({rows} rows of {q_w})"),
@@ -120,22 +134,20 @@ impl DeviceBackend for CpuBackend<'_> {
             }
             .into());
         }
-        let mut batch = Vec::with_capacity(self.seqs.len());
-        let mut first = 0;
-        for seq in self.seqs {
-            let rows = seq.tree.len();
-            batch.push(AttentionSeq {
-                queries: &q[first * q_w..(first + rows) * q_w],
-                block_table: self.cache.block_table(seq.seq)?,
-                prefix_len: self.cache.len(seq.seq)?,
-                tree: seq.tree,
-            });
-            first += rows;
-        }
+        let batch = seq_rows(self.seqs)
+            .map(|(seq, own)| {
+                Ok(AttentionSeq {
+                    queries: &q[own.start * q_w..own.end * q_w],
+                    block_table: self.cache.block_table(seq.seq)?,
+                    prefix_len: self.cache.len(seq.seq)?,
+                    tree: seq.tree,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let params = AttentionParams {
             layer,
             num_q_heads: shape.q_heads,
-            scale: 1.0 / (shape.head_dim as f32).sqrt(),
+            scale: shape.attention_scale(),
         };
         Ok(tree_attention_into(
             &self.cache.pages(),

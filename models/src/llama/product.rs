@@ -69,7 +69,11 @@ impl<'a> ProductInput<'a> {
     /// exactly as [`Self::product`] makes it. When every matrix is packed for the 8-bit path
     /// and of one activation format, they run as one fused call (one parallel region for all
     /// their tiles); otherwise one after the other.
-    pub(crate) fn products(&mut self, pairs: &mut [(&WeightMatrix, &mut [f32])]) -> Result<()> {
+    /// The outputs are any `[f32]` holders (slices, or a device backend's `Vec`s).
+    pub(crate) fn products<O: AsMut<[f32]>>(
+        &mut self,
+        pairs: &mut [(&WeightMatrix, O)],
+    ) -> Result<()> {
         let packed: Option<Vec<&Int8PackedMatrix>> =
             pairs.iter().map(|(w, _)| w.int8_packed()).collect();
         let fuse = self.path == MatmulPath::Int8 && pairs.len() > 1;
@@ -81,7 +85,10 @@ impl<'a> ProductInput<'a> {
             let mut fused: Vec<PackedProduct<'_>> = packed
                 .iter()
                 .zip(pairs.iter_mut())
-                .map(|(&w, (_, out))| PackedProduct { w, out })
+                .map(|(&w, (_, out))| PackedProduct {
+                    w,
+                    out: out.as_mut(),
+                })
                 .collect();
             if all(int8_supported) && cols.is_multiple_of(Q8_BLOCK) {
                 let acts = match &mut self.q8 {
@@ -99,7 +106,7 @@ impl<'a> ProductInput<'a> {
             }
         }
         for (w, out) in pairs.iter_mut() {
-            self.product(w, out)?;
+            self.product(w, out.as_mut())?;
         }
         Ok(())
     }

@@ -113,7 +113,7 @@ impl DeviceBackend for CudaBackend<'_> {
         q: &CudaSlice<f32>,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let scale = 1.0 / (shape.head_dim as f32).sqrt();
+        let scale = shape.attention_scale();
         Ok(self.plan.run(self.gpu, self.pool, layer, scale, q, out)?)
     }
 
