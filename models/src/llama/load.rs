@@ -14,9 +14,30 @@ use crate::gguf::{FromValue, GgufFile};
 pub struct SpecialTokens {
     /// `tokenizer.ggml.bos_token_id`.
     pub bos: Option<u32>,
-    /// `tokenizer.ggml.eos_token_id`, then `tokenizer.ggml.eot_token_id` when different.
+    /// The ids that end a generation: `tokenizer.ggml.eos_token_id`, then
+    /// `tokenizer.ggml.eot_token_id`, then every control token named in [`END_OF_GENERATION`]
+    /// (each id once, in that order).
     pub eos: Vec<u32>,
 }
+
+/// Texts of control tokens that end a generation whatever `eos_token_id` says (llama.cpp's
+/// end-of-generation set does the same). An instruct GGUF names its end of turn
+/// (`<|im_end|>`) as EOS, but a plain completion ends with the end of text (`<|endoftext|>`),
+/// after which the model writes unrelated text.
+pub const END_OF_GENERATION: [&str; 9] = [
+    "<|endoftext|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<EOT>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+];
+
+/// `tokenizer.ggml.token_type` of a control token.
+const CONTROL_TOKEN: i64 = 3;
 
 /// The configuration of the decoder in `file`.
 ///
@@ -46,11 +67,28 @@ pub fn read_special_tokens(file: &GgufFile) -> SpecialTokens {
     let md = file.metadata();
     let id = |key: &str| md.get_opt::<u32>(key).ok().flatten();
     let mut eos: Vec<u32> = id("tokenizer.ggml.eos_token_id").into_iter().collect();
-    if let Some(eot) = id("tokenizer.ggml.eot_token_id") {
-        if !eos.contains(&eot) {
-            eos.push(eot);
+    eos.extend(id("tokenizer.ggml.eot_token_id"));
+    // Control tokens by name: without a token-type list no token is known to be one.
+    let tokens = md
+        .get_str_array("tokenizer.ggml.tokens")
+        .unwrap_or_default();
+    let types = md
+        .get_opt::<Vec<i64>>("tokenizer.ggml.token_type")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    for (id, (token, _)) in tokens
+        .iter()
+        .zip(&types)
+        .enumerate()
+        .filter(|(_, (_, &ty))| ty == CONTROL_TOKEN)
+    {
+        if END_OF_GENERATION.contains(&token.as_str()) {
+            eos.push(id as u32);
         }
     }
+    let mut seen = std::collections::HashSet::new();
+    eos.retain(|id| seen.insert(*id));
     SpecialTokens {
         bos: id("tokenizer.ggml.bos_token_id"),
         eos,
@@ -164,5 +202,32 @@ mod tests {
             err.contains("half.weight") && err.contains("F32") && err.contains("F16"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn generation_ends_at_eos_eot_and_end_of_text_control_tokens() {
+        let tokens: Vec<String> = [
+            "<|endoftext|>",
+            "a",
+            "<|im_end|>",
+            "<|eot_id|>",
+            "<|endoftext|>x",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut w = GgufWriter::new();
+        w.metadata("tokenizer.ggml.tokens", tokens)
+            // <|eot_id|> (3) is spelled right but a normal token: not an end
+            .metadata("tokenizer.ggml.token_type", vec![3i32, 1, 3, 1, 3])
+            .metadata("tokenizer.ggml.eos_token_id", 2u32)
+            .metadata("tokenizer.ggml.eot_token_id", 2u32);
+        let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        let special = read_special_tokens(&file);
+        assert_eq!(special.eos, [2, 0], "eos first, each id once");
+        // without token types nothing is known to be a control token
+        let mut w = GgufWriter::new();
+        w.metadata("tokenizer.ggml.tokens", vec!["<|endoftext|>".to_string()]);
+        let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        assert!(read_special_tokens(&file).eos.is_empty());
     }
 }
