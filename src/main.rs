@@ -286,6 +286,12 @@ enum Command {
     ///
     /// Example, a run's held-out sequences: specdec eval-head --target smollm2-135m --skip 1968
     EvalHead(specdec::train::EvalHeadOptions),
+    /// Rank a model's vocabulary by frequency in ShareGPT (or any ShareGPT-format file), for a
+    /// draft model's limited LM head: `draft_vocab = N` with `draft_vocab_ranking = FILE` keeps
+    /// the N most frequent ids (FR-Spec), still lossless. Tokenizes only (no forward).
+    ///
+    /// Example: specdec rank-vocab --target qwen2.5-coder-0.5b
+    RankVocab(specdec::train::RankVocabOptions),
     /// Write a GGUF model as a Hugging Face model folder (config.json, tokenizer.json,
     /// tokenizer_config.json, model.safetensors), dequantised to --dtype, llama Q/K un-permuted
     /// to the rotate-half layout; no hub, no PyTorch. The folder then loads wherever a model is
@@ -510,6 +516,9 @@ fn run(args: Cli) -> anyhow::Result<()> {
         }
         Command::EvalHead(options) => {
             println!("{}", specdec::train::eval_head(&options)?.summary());
+        }
+        Command::RankVocab(options) => {
+            println!("{}", specdec::train::rank_vocab(&options)?.summary());
         }
     }
     Ok(())

@@ -493,3 +493,57 @@ fn a_dynamic_tree_depth_is_bounded_by_its_nodes_and_belongs_to_a_dynamic_tree() 
         }
     }
 }
+
+#[test]
+fn a_draft_vocabulary_ranking_is_read_when_the_config_is_checked() {
+    use specdec_models::VocabRanking;
+    let dir = std::env::temp_dir().join(format!("specdec-config-ranking-{}", std::process::id()));
+    let ranking_path = dir.join("ranking.json");
+    VocabRanking::from_counts(&[3, 1, 2, 0], &[3], "test counts".into())
+        .unwrap()
+        .write(&ranking_path)
+        .unwrap();
+    let with = |keys: &str| {
+        GOOD.replace(
+            "verifier = { kind = \"rejection\" }",
+            &format!("verifier = {{ kind = \"rejection\" }}\n{keys}"),
+        )
+    };
+    let shown = ranking_path.display();
+    let good = parse(&with(&format!(
+        "draft_vocab = 2\ndraft_vocab_ranking = \"{shown}\""
+    )))
+    .unwrap();
+    assert_eq!(good.methods[1].draft_vocab, Some(2));
+    assert_eq!(
+        good.methods[1].draft_vocab_ranking.as_deref(),
+        Some(ranking_path.as_path())
+    );
+    std::fs::write(dir.join("bad.json"), "{}").unwrap();
+    for (keys, named) in [
+        (
+            format!("draft_vocab_ranking = \"{shown}\""),
+            &["linear-k4", "set draft_vocab too"][..],
+        ),
+        (
+            format!(
+                "draft_vocab = 2\ndraft_vocab_ranking = \"{}\"",
+                dir.join("none.json").display()
+            ),
+            &["draft_vocab_ranking", "none.json"][..],
+        ),
+        (
+            format!(
+                "draft_vocab = 2\ndraft_vocab_ranking = \"{}\"",
+                dir.join("bad.json").display()
+            ),
+            &["bad.json", "not a vocabulary ranking"][..],
+        ),
+    ] {
+        let msg = error_of(&with(&keys));
+        for part in named {
+            assert!(msg.contains(part), "`{keys}`: no `{part}` in {msg}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -16,7 +16,11 @@ pub mod safetensors_file;
 pub mod shard;
 pub mod tokenizer;
 pub mod toy;
+pub mod vocab_ranking;
 
 pub use checkpoint::Checkpoint;
 pub use error::{HashMismatch, ModelError, Result};
-pub use model::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK};
+pub use model::{
+    check_logit_ids, Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK,
+};
+pub use vocab_ranking::VocabRanking;

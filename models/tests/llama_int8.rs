@@ -158,43 +158,60 @@ fn int8_logits_track_exact_on_smollm2() {
     int8_logits_track_exact("smollm2-135m", SMOLLM2_INT8_ABS_TOL);
 }
 
-/// A limited head ([`LanguageModel::limit_logits`]) computes the first `rows` logits bit for
-/// bit as the full head does, and `-inf` past them, on both paths; limits outside the
-/// vocabulary are refused; the full vocabulary lifts the limit.
+/// A limited head ([`LanguageModel::limit_logits`]) computes the logits of its ids bit for bit
+/// as the full head does, and `-inf` elsewhere, on both paths, for the first ids (the file's
+/// rows in place) and for scattered ids in any order (rows copied); bad id lists are refused
+/// naming the fault; the whole vocabulary lifts the limit.
 #[test]
-fn limited_logits_are_the_full_heads_first_rows() {
+fn limited_logits_are_the_full_heads_rows_of_its_ids() {
     for matmul in [MatmulPath::Exact, MatmulPath::Int8] {
         let mut full = synthetic(matmul);
-        let mut limited = synthetic(matmul);
         let vocab = full.vocab_size();
-        let rows = vocab / 2 + 3; // not a whole number of 16-row tiles
-        limited.limit_logits(rows).unwrap();
-        assert_eq!((full.logit_rows(), limited.logit_rows()), (vocab, rows));
         let tree = TreeTopology::chain(PROMPT.len());
-        let (sf, sl) = (
-            full.new_sequence().unwrap(),
-            limited.new_sequence().unwrap(),
-        );
+        let sf = full.new_sequence().unwrap();
         let a = forward_one(&mut full, sf, &PROMPT, &tree);
-        let b = forward_one(&mut limited, sl, &PROMPT, &tree);
-        assert_eq!(a.rows(), b.rows());
-        for r in 0..a.rows() {
-            assert_eq!(
-                bits(&a.row(r)[..rows]),
-                bits(&b.row(r)[..rows]),
-                "{matmul:?} row {r}"
-            );
-            assert!(b.row(r)[rows..].iter().all(|&l| l == f32::NEG_INFINITY));
+        let first: Vec<u32> = (0..(vocab / 2 + 3) as u32).collect(); // not whole 16-row tiles
+        let scattered: Vec<u32> = (0..vocab as u32).rev().step_by(3).collect();
+        for ids in [first, scattered] {
+            let mut limited = synthetic(matmul);
+            limited.limit_logits(&ids).unwrap();
+            assert_eq!(full.logit_ids(), None);
+            assert_eq!(limited.logit_ids(), Some(&ids[..]));
+            let sl = limited.new_sequence().unwrap();
+            let b = forward_one(&mut limited, sl, &PROMPT, &tree);
+            assert_eq!(a.rows(), b.rows());
+            for r in 0..a.rows() {
+                for id in 0..vocab {
+                    let (full_logit, limited_logit) = (a.row(r)[id], b.row(r)[id]);
+                    match ids.contains(&(id as u32)) {
+                        true => assert_eq!(
+                            full_logit.to_bits(),
+                            limited_logit.to_bits(),
+                            "{matmul:?} row {r} id {id}"
+                        ),
+                        false => assert_eq!(limited_logit, f32::NEG_INFINITY),
+                    }
+                }
+            }
         }
-        for bad in [0, vocab + 1] {
-            let err = limited.limit_logits(bad).unwrap_err().to_string();
-            assert!(
-                err.contains(&bad.to_string()) && err.contains("vocabulary"),
-                "{err}"
-            );
+        let mut limited = synthetic(matmul);
+        let outside = vocab as u32;
+        for (bad, names) in [
+            (vec![], "empty".to_string()),
+            (vec![1, outside], format!("id {outside}")),
+            (vec![4, 2, 4], "id 4 occurs twice".to_string()),
+        ] {
+            let err = limited.limit_logits(&bad).unwrap_err().to_string();
+            assert!(err.contains(&names), "{err}");
         }
-        limited.limit_logits(vocab).unwrap();
-        assert_eq!(limited.logit_rows(), vocab);
+        limited.limit_logits(&[0, 1]).unwrap();
+        let whole: Vec<u32> = (0..vocab as u32).rev().collect();
+        limited.limit_logits(&whole).unwrap();
+        assert_eq!(
+            limited.logit_ids(),
+            None,
+            "the whole vocabulary lifts the limit"
+        );
     }
 }
 

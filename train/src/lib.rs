@@ -32,6 +32,7 @@ mod options;
 mod params;
 mod plot;
 mod progress;
+mod ranking;
 pub mod regenerate;
 pub mod sharegpt;
 pub mod synthetic;
@@ -50,6 +51,7 @@ pub use medusa::medusa_logits;
 pub use options::{
     check_train_config, train_head, DataOptions, ExtractionReport, KindArg, TrainHeadOptions,
 };
+pub use ranking::{rank_vocab, RankReport, RankVocabOptions};
 pub use target::FrozenTarget;
 pub use trainer::{
     tenth_means, train, StopReason, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport,

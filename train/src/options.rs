@@ -374,12 +374,12 @@ pub fn check_train_config(c: &TrainConfig) -> Result<()> {
 }
 
 /// Where the ShareGPT data file is and what identifies it.
-struct DataSource {
-    path: PathBuf,
-    sha256: String,
+pub(crate) struct DataSource {
+    pub(crate) path: PathBuf,
+    pub(crate) sha256: String,
 }
 
-fn resolve_data(name_or_path: &str) -> Result<DataSource> {
+pub(crate) fn resolve_data(name_or_path: &str) -> Result<DataSource> {
     if let Some(entry) = registry::entry(name_or_path) {
         let path = entry
             .locate()

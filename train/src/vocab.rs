@@ -1,7 +1,9 @@
 //! The draft vocabulary: the target ids a head's distribution covers (`d2t`), most frequent
 //! training labels first.
 
-use crate::error::{Result, TrainError};
+use specdec_models::VocabRanking;
+
+use crate::error::{ModelContext, Result, TrainError};
 
 /// The largest draft vocabulary allowed for a target of `vocab_size` ids: 16,384 for
 /// vocabularies up to 65,536 ids (SmolLM2-sized: 49,152), 32,768 above (Qwen2.5: 151,936),
@@ -51,9 +53,10 @@ pub fn draft_vocabulary(
             })?;
         *slot += 1;
     }
-    let mut ids: Vec<u32> = (0..vocab_size as u32).collect();
-    // Stable sort by count descending keeps ascending ids among equal counts (zeros included).
-    ids.sort_by_key(|&id| std::cmp::Reverse(counts[id as usize]));
+    // by count descending, ascending ids among equal counts (zeros included)
+    let mut ids = VocabRanking::from_counts(&counts, &[], "training labels".into())
+        .model_context(|| "ranking the training labels".into())?
+        .ids;
     ids.truncate(draft_vocab);
     Ok(ids)
 }

@@ -21,13 +21,19 @@ pub struct MethodConfig {
     /// How the draft budget is chosen each step; required for every drafter but `none`.
     #[serde(default)]
     pub policy: Option<PolicyConfig>,
-    /// Model drafters only: the draft model computes the logits of token ids `0..draft_vocab`
-    /// alone, so its distribution `q` is zero past them (exact verification is unaffected).
-    /// Byte-level BPE ids follow merge order, so low ids are the frequent tokens: e.g. 32768 of
-    /// Qwen2.5's 151936 cuts the 0.5B draft's LM head, 37% of the bytes it reads per token, to
-    /// a fifth. Absent: the whole vocabulary.
+    /// Model drafters only: the draft model's LM head computes the logits of `draft_vocab`
+    /// token ids alone, so its distribution `q` is zero outside them (exact verification is
+    /// unaffected): the ids `0..draft_vocab`, or the first `draft_vocab` of
+    /// `draft_vocab_ranking`. Byte-level BPE ids follow merge order, so low ids are frequent
+    /// tokens: e.g. 32768 of Qwen2.5's 151936 cuts the LM head, 27% of the 0.5B draft's
+    /// weights, to a fifth. Absent: the whole vocabulary.
     #[serde(default)]
     pub draft_vocab: Option<usize>,
+    /// With `draft_vocab`: a vocabulary ranking file (`specdec rank-vocab`: ids by their
+    /// frequency in data, most frequent first) whose first `draft_vocab` ids the LM head keeps
+    /// instead of the lowest ids (FR-Spec). Absent: the lowest ids.
+    #[serde(default)]
+    pub draft_vocab_ranking: Option<std::path::PathBuf>,
     /// A second drafter that drafts on the steps where `policy` chooses plain decoding and its
     /// own policy does not, e.g. free n-gram lookup behind a model drafter under the cost-model
     /// policy. Each step is verified with the verifier paired with the drafter that drafted it,
@@ -65,6 +71,7 @@ impl MethodConfig {
             verifier: VerifierConfig::default(),
             policy,
             draft_vocab: None,
+            draft_vocab_ranking: None,
             fallback: None,
         }
     }

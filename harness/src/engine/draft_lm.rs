@@ -20,7 +20,7 @@
 //! Distributions are the model's logits, penalised like the target's ([`Penalties`], with each
 //! row's own generated history: the tokens after the prompt, as the verdicts report its
 //! length), then prepared with the drafter's [`SamplingParams`] (temperature, top-k, top-p,
-//! min-p), in f32; over the ids the model computes ([`LanguageModel::logit_rows`], a limited
+//! min-p), in f32; over the ids the model computes ([`LanguageModel::logit_ids`], a limited
 //! draft vocabulary), zero elsewhere. So a draft that is the target itself proposes exactly the
 //! target's distribution whatever the penalties. Before a sequence's first verdict its prompt
 //! length is unknown and its rows are not penalised (still lossless: only `q` changes).
@@ -93,13 +93,13 @@ impl<M: LanguageModel> LmDraftModel<M> {
         &self.model
     }
 
-    /// [`LanguageModel::limit_logits`] on the wrapped model: from now on `q` is zero past the
-    /// first `rows` ids. Cached logits are dropped (they were computed under the old limit).
+    /// [`LanguageModel::limit_logits`] on the wrapped model: from now on `q` is zero outside
+    /// `ids`. Cached logits are dropped (they were computed under the old limit).
     ///
     /// # Errors
     /// As the model's `limit_logits`.
-    pub fn limit_logits(&mut self, rows: usize) -> Result<(), specdec_models::ModelError> {
-        self.model.limit_logits(rows)?;
+    pub fn limit_logits(&mut self, ids: &[u32]) -> Result<(), specdec_models::ModelError> {
+        self.model.limit_logits(ids)?;
         for entry in self.entries.values_mut() {
             entry.last_logits = None;
         }
@@ -333,23 +333,38 @@ impl<M: LanguageModel> LmDraftModel<M> {
         path: &[u32],
         logits: &[f32],
     ) -> specdec_algorithms::Result<Vec<f32>> {
-        let rows = &logits[..self.model.logit_rows()];
-        let penalised;
-        let rows = match self.prompt_lens.get(&sequence) {
-            Some(&prompt_len) if !self.penalties.is_off() => {
-                let mut row = rows.to_vec();
+        // the logits computed, in the head's order (a limited head leaves -inf elsewhere)
+        let ids = self.model.logit_ids();
+        let mut row: Vec<f32> = match ids {
+            Some(ids) => ids.iter().map(|&id| logits[id as usize]).collect(),
+            None => logits.to_vec(),
+        };
+        if let Some(&prompt_len) = self.prompt_lens.get(&sequence) {
+            if !self.penalties.is_off() {
                 let generated = &tokens[prompt_len.min(tokens.len())..];
                 let history = generated.iter().chain(path).copied();
+                let slot: HashMap<u32, usize> = match ids {
+                    Some(ids) => ids.iter().enumerate().map(|(j, &id)| (id, j)).collect(),
+                    None => HashMap::new(),
+                };
                 self.penalties
-                    .apply_mapped(history, &mut row, |t| Some(t as usize));
-                penalised = row;
-                &penalised[..]
+                    .apply_mapped(history, &mut row, |t| match ids {
+                        Some(_) => slot.get(&t).copied(),
+                        None => Some(t as usize),
+                    });
             }
-            _ => rows,
-        };
-        let mut probs = prepare_logits(rows, &self.params)?;
-        probs.resize(self.model.vocab_size(), 0.0);
-        Ok(probs)
+        }
+        let computed = prepare_logits(&row, &self.params)?;
+        Ok(match ids {
+            Some(ids) => {
+                let mut probs = vec![0.0; self.model.vocab_size()];
+                for (&id, p) in ids.iter().zip(computed) {
+                    probs[id as usize] = p;
+                }
+                probs
+            }
+            None => computed,
+        })
     }
 }
 

@@ -134,36 +134,47 @@ fn greedy_speculation_equals_plain_decoding_for_every_drafter_and_batch() {
     }
 }
 
+/// Two limited draft vocabularies of half the ids: the first ids, and scattered ids in a ranked
+/// (not ascending) order.
+fn limited_vocabularies() -> [Vec<u32>; 2] {
+    let first = (0..(VOCAB / 2) as u32).collect();
+    let scattered = (0..VOCAB as u32).rev().filter(|id| id % 2 == 1).collect();
+    [first, scattered]
+}
+
 #[test]
-fn a_draft_limited_to_the_first_ids_keeps_greedy_output_and_proposes_only_them() {
+fn a_draft_limited_to_some_ids_keeps_greedy_output_and_proposes_only_them() {
     let greedy = SamplingParams::greedy();
-    let rows = VOCAB / 2;
-    for seed in 0..4 {
-        let pair = pair(seed);
-        let reqs = requests(4, 12);
-        let expected = plain(&pair, options(greedy, 1), &reqs);
-        let mut lm = draft_lm(&pair, SamplingParams::default());
-        lm.limit_logits(rows).unwrap();
-        // q: a distribution over the first ids only
-        let q = lm.next_probs(0, &[1, 2]).unwrap();
-        assert_eq!(q.len(), VOCAB);
-        assert!(q[rows..].iter().all(|&p| p == 0.0), "{q:?}");
-        assert!((q.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{q:?}");
-        let mut limited = draft_lm(&pair, greedy);
-        limited.limit_logits(rows).unwrap();
-        let mut chain = ChainDrafter::new(limited, ChainMode::Argmax);
-        let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
-        let policy = Box::new(FixedPolicy::chain(3));
-        let got = run(
-            &pair,
-            &mut chain,
-            verifier,
-            policy,
-            options(greedy, 2),
-            &reqs,
-        );
-        let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
-        assert_eq!(got, expected, "seed {seed}");
+    for ids in limited_vocabularies() {
+        for seed in 0..4 {
+            let pair = pair(seed);
+            let reqs = requests(4, 12);
+            let expected = plain(&pair, options(greedy, 1), &reqs);
+            let mut lm = draft_lm(&pair, SamplingParams::default());
+            lm.limit_logits(&ids).unwrap();
+            // q: a distribution over those ids only
+            let q = lm.next_probs(0, &[1, 2]).unwrap();
+            assert_eq!(q.len(), VOCAB);
+            for (id, &p) in q.iter().enumerate() {
+                assert!(p == 0.0 || ids.contains(&(id as u32)), "{q:?}");
+            }
+            assert!((q.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{q:?}");
+            let mut limited = draft_lm(&pair, greedy);
+            limited.limit_logits(&ids).unwrap();
+            let mut chain = ChainDrafter::new(limited, ChainMode::Argmax);
+            let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+            let policy = Box::new(FixedPolicy::chain(3));
+            let got = run(
+                &pair,
+                &mut chain,
+                verifier,
+                policy,
+                options(greedy, 2),
+                &reqs,
+            );
+            let got: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+            assert_eq!(got, expected, "seed {seed}, ids {ids:?}");
+        }
     }
 }
 
@@ -180,20 +191,28 @@ fn sampled_chain_speculation_matches_the_target_distribution() {
             stop: StopRule::new(3, &[]),
         })
         .collect();
-    let mut drafter = ChainDrafter::new(draft_lm(&pair, sampling), ChainMode::Sample);
-    let verifier = paired(VerifyMethod::ChainRejection, DraftKind::Iid);
-    let got = run(
-        &pair,
-        &mut drafter,
-        verifier,
-        Box::new(FixedPolicy::chain(2)),
-        options(sampling, 4),
-        &reqs,
-    );
-    let samples: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
     let expected = target_distribution::<f64>(&pair.target, &sampling, &[1, 2], 3).unwrap();
-    let test = g_test_samples(&samples, &expected, 1e-3);
-    assert!(test.passed(), "{test}");
+    // the whole draft vocabulary, and a draft limited to scattered ids (q = 0 elsewhere)
+    let [_, scattered] = limited_vocabularies();
+    for ids in [None, Some(scattered)] {
+        let mut lm = draft_lm(&pair, sampling);
+        if let Some(ids) = &ids {
+            lm.limit_logits(ids).unwrap();
+        }
+        let mut drafter = ChainDrafter::new(lm, ChainMode::Sample);
+        let verifier = paired(VerifyMethod::ChainRejection, DraftKind::Iid);
+        let got = run(
+            &pair,
+            &mut drafter,
+            verifier,
+            Box::new(FixedPolicy::chain(2)),
+            options(sampling, 4),
+            &reqs,
+        );
+        let samples: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+        let test = g_test_samples(&samples, &expected, 1e-3);
+        assert!(test.passed(), "limited to {ids:?}: {test}");
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use super::drafters::{DraftContext, DraftSetup, Plain};
 use super::policies::{PolicyContext, PolicyCosts};
 use super::verifiers::Pairing;
 use super::{DrafterEntry, SpecError};
-use specdec_models::LanguageModel;
+use specdec_models::{LanguageModel, VocabRanking};
 
 use crate::config::MethodConfig;
 use crate::engine::{Engine, EngineOptions};
@@ -110,8 +110,9 @@ pub fn validate_method(method: &mut MethodConfig) -> std::result::Result<(), Met
     Ok(())
 }
 
-/// Refuses `draft_vocab = 0`, and `draft_vocab` on a drafter that runs no model (a vocabulary
-/// past the model's is refused when the model is opened).
+/// Refuses `draft_vocab = 0`, `draft_vocab` on a drafter that runs no model (a vocabulary
+/// past the model's is refused when the model is opened), and `draft_vocab_ranking` without
+/// `draft_vocab` or naming a file that is not a ranking ([`read_ranking`]).
 fn check_draft_vocab(
     method: &MethodConfig,
     drafter: &dyn DrafterEntry,
@@ -129,7 +130,30 @@ fn check_draft_vocab(
             drafter.name()
         ));
     }
+    if method.draft_vocab_ranking.is_some() {
+        if method.draft_vocab.is_none() {
+            return Err(format!(
+                "method `{}`: draft_vocab_ranking orders the ids draft_vocab keeps; set \
+                 draft_vocab too (e.g. 32768)",
+                method.name
+            ));
+        }
+        read_ranking(method)?;
+    }
     Ok(())
+}
+
+/// The method's `draft_vocab_ranking`, read and checked, if it has one.
+///
+/// # Errors
+/// The file's fault, naming the method.
+fn read_ranking(method: &MethodConfig) -> std::result::Result<Option<VocabRanking>, String> {
+    method
+        .draft_vocab_ranking
+        .as_deref()
+        .map(VocabRanking::read)
+        .transpose()
+        .map_err(|err| format!("method `{}`: draft_vocab_ranking: {err}", method.name))
 }
 
 /// A method ready for the engine.
@@ -186,6 +210,7 @@ pub fn build_method(method: &MethodConfig, ctx: &mut dyn DraftContext) -> Result
         |what: String| HarnessError::InvalidEngine(format!("method `{}`: {what}", method.name));
     let drafter_entry = method.drafter.entry().map_err(invalid)?;
     check_draft_vocab(method, drafter_entry).map_err(HarnessError::InvalidEngine)?;
+    let ranking = read_ranking(method).map_err(HarnessError::InvalidEngine)?;
     let policy_entry = match &method.policy {
         Some(policy) => Some(policy.entry().map_err(invalid)?),
         None => None,
@@ -198,6 +223,7 @@ pub fn build_method(method: &MethodConfig, ctx: &mut dyn DraftContext) -> Result
     let setup = DraftSetup {
         method: &method.name,
         draft_vocab: method.draft_vocab,
+        draft_vocab_ranking: ranking.as_ref(),
         time_passes: prices_drafts,
     };
     let built = drafter_entry.build(method.drafter.params(), ctx, &setup)?;

@@ -23,7 +23,8 @@ use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::{
-    prefill_in_chunks, Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep,
+    check_logit_ids, prefill_in_chunks, Features, KvRoom, LanguageModel, Logits, SeqId,
+    SequenceStep,
 };
 use crate::shard::{Communicator, ShardPlan, SingleRank};
 
@@ -117,7 +118,7 @@ pub struct LlamaModel {
     matmul: MatmulPath,
     /// The LM head's first rows when only the logits of token ids `0..rows` are computed
     /// ([`LanguageModel::limit_logits`]).
-    limited_head: Option<WeightMatrix>,
+    limited_head: Option<LimitedHead>,
     /// Blocks (indices into `weights.layers`) whose outputs a forward hands back
     /// ([`LanguageModel::tap_features`]).
     taps: Vec<usize>,
@@ -130,6 +131,13 @@ impl std::fmt::Debug for LlamaModel {
             .field("plan", &self.plan)
             .finish_non_exhaustive()
     }
+}
+
+/// A limited LM head ([`LanguageModel::limit_logits`]): row `j` of `head` is the full head's
+/// row `ids[j]`.
+struct LimitedHead {
+    head: WeightMatrix,
+    ids: Vec<u32>,
 }
 
 impl LlamaModel {
@@ -324,7 +332,10 @@ impl LlamaModel {
         }
         let n = tokens.len();
         let angles = RopeAngles::scaled(&positions, c.head_dim, c.rope_base, &c.rope_scaling)?;
-        let head = self.limited_head.as_ref().unwrap_or(&self.weights.output);
+        let head = self
+            .limited_head
+            .as_ref()
+            .map_or(&self.weights.output, |limited| &limited.head);
         let decoder = self.weights.on_cpu(&self.layers, head);
         let mut dev = CpuBackend {
             path: self.matmul,
@@ -374,8 +385,8 @@ impl LlamaModel {
         }
         let vocab = c.vocab_size;
         if let Some(limited) = &self.limited_head {
-            // the ids past the limit were not computed: -inf, which no sampler takes
-            logits = widen_rows(&logits, limited.rows(), vocab, f32::NEG_INFINITY);
+            // the ids outside the limit were not computed: -inf, which no sampler takes
+            logits = scatter_rows(&logits, &limited.ids, vocab, f32::NEG_INFINITY);
         }
         let mut out = Vec::with_capacity(steps.len());
         let mut first = 0;
@@ -400,11 +411,12 @@ impl LlamaModel {
 }
 
 /// `[n, width]` rows widened to `[n, to]`, the new entries `fill`.
-fn widen_rows(rows: &[f32], width: usize, to: usize, fill: f32) -> Vec<f32> {
-    let mut out = Vec::with_capacity(rows.len() / width * to);
-    for row in rows.chunks_exact(width) {
-        out.extend_from_slice(row);
-        out.resize(out.len() + (to - width), fill);
+fn scatter_rows(rows: &[f32], ids: &[u32], to: usize, fill: f32) -> Vec<f32> {
+    let mut out = vec![fill; rows.len() / ids.len() * to];
+    for (row, wide) in rows.chunks_exact(ids.len()).zip(out.chunks_exact_mut(to)) {
+        for (&value, &id) in row.iter().zip(ids) {
+            wide[id as usize] = value;
+        }
     }
     out
 }
@@ -431,33 +443,40 @@ impl LanguageModel for LlamaModel {
         self.config.vocab_size
     }
 
-    fn logit_rows(&self) -> usize {
-        self.limited_head
-            .as_ref()
-            .map_or(self.config.vocab_size, WeightMatrix::rows)
+    fn logit_ids(&self) -> Option<&[u32]> {
+        self.limited_head.as_ref().map(|limited| &limited.ids[..])
     }
 
-    /// Slices the LM head to its first `rows` rows (repacked like the full head when the
-    /// 8-bit path reads a packed copy); the logits computed are bit-identical to the full
-    /// head's first `rows` (each output row is its own dot product).
-    fn limit_logits(&mut self, rows: usize) -> Result<()> {
+    /// Builds an LM head of the rows `ids` (the file's first rows in place when `ids` is
+    /// `0..n`, else a copy of those rows; repacked like the full head when the 8-bit path reads
+    /// a packed copy); each logit computed is bit-identical to the full head's (each output row
+    /// is its own dot product).
+    fn limit_logits(&mut self, ids: &[u32]) -> Result<()> {
         let vocab = self.config.vocab_size;
-        if rows == 0 || rows > vocab {
-            return Err(ModelError::Config(format!(
-                "logit limit {rows}: must be in 1..={vocab} (the vocabulary)"
-            )));
+        if check_logit_ids(ids, vocab)? {
+            self.limited_head = None;
+            return Ok(());
         }
         if self.plan.world > 1 {
             return Err(ModelError::Config(format!(
-                "logit limit {rows}: a sharded model ({} ranks) computes the whole vocabulary",
+                "limited vocabulary of {} ids: a sharded model ({} ranks) computes the whole \
+                 vocabulary",
+                ids.len(),
                 self.plan.world
             )));
         }
-        let mut head = self.weights.output.slice_rows(0..rows)?;
+        let prefix = ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+        let mut head = match prefix {
+            true => self.weights.output.slice_rows(0..ids.len())?,
+            false => self.weights.output.gather_rows(ids)?,
+        };
         if self.weights.output.int8_packed().is_some() {
             head.pack_for_int8()?;
         }
-        self.limited_head = (rows < vocab).then_some(head);
+        self.limited_head = Some(LimitedHead {
+            head,
+            ids: ids.to_vec(),
+        });
         Ok(())
     }
 

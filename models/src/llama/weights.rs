@@ -319,6 +319,25 @@ impl WeightMatrix {
         })
     }
 
+    /// Rows `ids` in that order as a new matrix (their bytes copied): a draft model's LM head
+    /// over a chosen vocabulary ([`crate::LanguageModel::limit_logits`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when an id is not a row.
+    pub fn gather_rows(&self, ids: &[u32]) -> Result<Self> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.rows) {
+            return Err(ModelError::Shape {
+                what: format!("{self:?}"),
+                reason: format!("row {bad} is not one of its {} rows", self.rows),
+            });
+        }
+        let mut bytes = Vec::with_capacity(ids.len() * self.row_bytes());
+        for &id in ids {
+            bytes.extend_from_slice(self.row(id as usize));
+        }
+        Self::from_bytes(self.ty, ids.len(), self.cols, bytes)
+    }
+
     /// Columns `range` as a new matrix, copying the covered blocks of every row (row-parallel
     /// sharding). Both ends must fall on block boundaries of the storage format.
     ///

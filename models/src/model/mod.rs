@@ -68,23 +68,27 @@ pub trait LanguageModel: Send {
     /// Number of rows of the output logits (the vocabulary size, padding ids included).
     fn vocab_size(&self) -> usize;
 
-    /// How many logits per row are computed: the ids `0..logit_rows()`; the rest of each row is
-    /// `-inf`. The whole vocabulary unless [`LanguageModel::limit_logits`] was called.
-    fn logit_rows(&self) -> usize {
-        self.vocab_size()
+    /// The ids whose logits are computed, in the order of the LM head's rows, when the head is
+    /// limited ([`LanguageModel::limit_logits`]); every other logit of a row is `-inf`. `None`:
+    /// the whole vocabulary (the default).
+    fn logit_ids(&self) -> Option<&[u32]> {
+        None
     }
 
-    /// From now on computes only the logits of token ids `0..rows` (the rest of each row is
-    /// `-inf`): for a draft model, whose distribution may be anything the verifier is told
-    /// (rejection sampling stays exact when `q` is zero outside a subset), a cheaper LM head.
-    /// With byte-level BPE vocabularies, whose ids follow merge order, low ids are the frequent
-    /// tokens (the idea of FR-Spec, Zhao et al. 2025). `rows = vocab_size()` lifts the limit.
+    /// From now on computes only the logits of token `ids` ([`check_logit_ids`]: distinct, each
+    /// below `vocab_size()`), the rest of each row `-inf`: for a draft model, whose distribution
+    /// may be anything the verifier is told (rejection sampling stays exact when `q` is zero
+    /// outside a subset), a cheaper LM head. The frequent tokens keep most of the acceptance
+    /// (FR-Spec, Zhao et al. 2025): with byte-level BPE vocabularies, whose ids follow merge
+    /// order, the lowest ids; better, ids ranked by their frequency in text like the workload's.
+    /// The whole vocabulary (in any order) lifts the limit.
     ///
     /// # Errors
-    /// `rows` outside `1..=vocab_size()`; a model that cannot limit its head (the default).
-    fn limit_logits(&mut self, rows: usize) -> Result<()> {
+    /// `ids` refused by [`check_logit_ids`]; a model that cannot limit its head (the default).
+    fn limit_logits(&mut self, ids: &[u32]) -> Result<()> {
         Err(crate::error::ModelError::Config(format!(
-            "this model computes the whole vocabulary (asked to limit it to {rows} logits)"
+            "this model computes the whole vocabulary (asked to limit it to {} logits)",
+            ids.len()
         )))
     }
 
@@ -233,17 +237,44 @@ pub fn prefill_in_chunks(
         .transpose()
 }
 
+/// Checks a limited vocabulary for [`LanguageModel::limit_logits`] of a model of `vocab` ids:
+/// non-empty, every id below `vocab`, none twice. Returns whether it is the whole vocabulary
+/// (no limit).
+///
+/// # Errors
+/// [`ModelError::Config`](crate::error::ModelError::Config) naming the first offending id.
+pub fn check_logit_ids(ids: &[u32], vocab: usize) -> Result<bool> {
+    let refuse = |reason: String| {
+        Err(crate::error::ModelError::Config(format!(
+            "limited vocabulary of {} ids: {reason}",
+            ids.len()
+        )))
+    };
+    if ids.is_empty() {
+        return refuse("it is empty".into());
+    }
+    let mut seen = vec![false; vocab];
+    for (at, &id) in ids.iter().enumerate() {
+        match seen.get_mut(id as usize) {
+            None => return refuse(format!("id {id} (at {at}) is outside the {vocab} ids")),
+            Some(true) => return refuse(format!("id {id} occurs twice (again at {at})")),
+            Some(slot) => *slot = true,
+        }
+    }
+    Ok(ids.len() == vocab)
+}
+
 /// A boxed model is a model: what [`crate::llama::load_on_device`] returns can drive the engine
 /// and the drafters, which take any `M: LanguageModel`.
 impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     fn vocab_size(&self) -> usize {
         (**self).vocab_size()
     }
-    fn logit_rows(&self) -> usize {
-        (**self).logit_rows()
+    fn logit_ids(&self) -> Option<&[u32]> {
+        (**self).logit_ids()
     }
-    fn limit_logits(&mut self, rows: usize) -> Result<()> {
-        (**self).limit_logits(rows)
+    fn limit_logits(&mut self, ids: &[u32]) -> Result<()> {
+        (**self).limit_logits(ids)
     }
     fn tap_features(&mut self, blocks: &[usize]) -> Result<()> {
         (**self).tap_features(blocks)

@@ -33,8 +33,9 @@ pub struct ToyLanguageModel {
     next_id: u64,
     forwarded_tokens: u64,
     forward_calls: u64,
-    /// Logits computed per row ([`LanguageModel::limit_logits`]); the rest are `-inf`.
-    logit_rows: Option<usize>,
+    /// The ids whose logits are computed ([`LanguageModel::limit_logits`]); the rest are
+    /// `-inf`.
+    logit_ids: Option<Vec<u32>>,
 }
 
 impl ToyLanguageModel {
@@ -49,7 +50,7 @@ impl ToyLanguageModel {
             next_id: 0,
             forwarded_tokens: 0,
             forward_calls: 0,
-            logit_rows: None,
+            logit_ids: None,
         }
     }
 
@@ -85,12 +86,15 @@ impl ToyLanguageModel {
     }
 
     fn logits_after(&self, context: &[u32]) -> Vec<f32> {
-        let computed = self.logit_rows();
+        let mut computed = vec![self.logit_ids.is_none(); self.table.vocab()];
+        for &id in self.logit_ids.iter().flatten() {
+            computed[id as usize] = true;
+        }
         self.table
             .next_probs_as::<f64>(context)
             .iter()
-            .enumerate()
-            .map(|(id, &p)| match (id < computed, p > 0.0) {
+            .zip(computed)
+            .map(|(&p, computed)| match (computed, p > 0.0) {
                 (false, _) => f32::NEG_INFINITY,
                 (true, true) => p.ln() as f32,
                 (true, false) => ZERO_PROB_LOGIT,
@@ -111,18 +115,13 @@ impl LanguageModel for ToyLanguageModel {
         self.table.vocab()
     }
 
-    fn logit_rows(&self) -> usize {
-        self.logit_rows.unwrap_or(self.table.vocab())
+    fn logit_ids(&self) -> Option<&[u32]> {
+        self.logit_ids.as_deref()
     }
 
-    fn limit_logits(&mut self, rows: usize) -> Result<()> {
-        let vocab = self.table.vocab();
-        if rows == 0 || rows > vocab {
-            return Err(ModelError::Config(format!(
-                "logit limit {rows}: must be in 1..={vocab} (the vocabulary)"
-            )));
-        }
-        self.logit_rows = (rows < vocab).then_some(rows);
+    fn limit_logits(&mut self, ids: &[u32]) -> Result<()> {
+        let whole = crate::model::check_logit_ids(ids, self.table.vocab())?;
+        self.logit_ids = (!whole).then(|| ids.to_vec());
         Ok(())
     }
 

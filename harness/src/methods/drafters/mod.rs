@@ -33,7 +33,7 @@ use specdec_algorithms::drafters::{ChainDrafter, ChainMode, Drafter, ShapeDrafte
 use specdec_algorithms::trees::TreeShape;
 use specdec_kernels::sampling::SamplingParams;
 use specdec_models::heads::{EagleHead, HeadPrecision, MedusaHeads};
-use specdec_models::LanguageModel;
+use specdec_models::{LanguageModel, VocabRanking};
 
 use super::spec::{Entry, Kind, Registered, Role};
 use crate::engine::{LmDraftModel, Penalties};
@@ -140,8 +140,11 @@ pub trait DraftContext {
 pub struct DraftSetup<'a> {
     /// The method's name (for messages).
     pub method: &'a str,
-    /// `MethodConfig::draft_vocab`: compute only the first ids' logits.
+    /// `MethodConfig::draft_vocab`: how many ids' logits the draft model computes.
     pub draft_vocab: Option<usize>,
+    /// `MethodConfig::draft_vocab_ranking`, read: which ids (its first `draft_vocab`; the
+    /// lowest ids without it).
+    pub draft_vocab_ranking: Option<&'a VocabRanking>,
     /// Whether the policy prices draft passes (time one).
     pub time_passes: bool,
 }
@@ -285,10 +288,15 @@ pub fn model_drafter_setup(
     mut model: DeviceModel,
     ranked: bool,
 ) -> Result<(LmDraftModel<DeviceModel>, Option<f64>)> {
-    if let Some(rows) = setup.draft_vocab {
-        model.limit_logits(rows).map_err(|err| {
-            HarnessError::InvalidEngine(format!("method `{}`: draft_vocab: {err}", setup.method))
-        })?;
+    if let Some(size) = setup.draft_vocab {
+        draft_vocab_ids(setup, size, model.vocab_size())
+            .and_then(|ids| model.limit_logits(&ids).map_err(|err| err.to_string()))
+            .map_err(|err| {
+                HarnessError::InvalidEngine(format!(
+                    "method `{}`: draft_vocab: {err}",
+                    setup.method
+                ))
+            })?;
     }
     let pass_s = match setup.time_passes {
         true => Some(ctx.time_draft_pass(model.as_mut())?),
@@ -301,6 +309,31 @@ pub fn model_drafter_setup(
     let lm =
         LmDraftModel::new(model, sampling, ctx.batch_size() + 2).with_penalties(ctx.penalties());
     Ok((lm, pass_s))
+}
+
+/// The `size` ids a draft model of `vocab` ids keeps: the first `size` of the setup's ranking
+/// (made for a vocabulary of this size), else `0..size`.
+///
+/// # Errors
+/// `size` past the vocabulary or the ranking; a ranking of another vocabulary size.
+fn draft_vocab_ids(
+    setup: &DraftSetup<'_>,
+    size: usize,
+    vocab: usize,
+) -> std::result::Result<Vec<u32>, String> {
+    if size > vocab {
+        return Err(format!(
+            "{size} ids exceed the draft model's vocabulary of {vocab}"
+        ));
+    }
+    match setup.draft_vocab_ranking {
+        Some(ranking) if ranking.vocab_size != vocab => Err(format!(
+            "the ranking is of a vocabulary of {} ids ({}), the draft model's has {vocab}",
+            ranking.vocab_size, ranking.source
+        )),
+        Some(ranking) => Ok(ranking.top(size).map_err(|e| e.to_string())?.to_vec()),
+        None => Ok((0..size as u32).collect()),
+    }
 }
 
 /// A chain drafter over `model` ([`model_drafter_setup`], drawn as [`chain_mode`] says).
@@ -341,4 +374,35 @@ pub fn shape_over(
         shape: Some(shape),
         draft_pass_s,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_draft_vocabulary_is_the_rankings_first_ids_or_the_lowest() {
+        let ranking = VocabRanking::from_counts(&[1, 9, 4, 0], &[], "counts".into()).unwrap();
+        let setup = |ranking| DraftSetup {
+            method: "m",
+            draft_vocab: Some(2),
+            draft_vocab_ranking: ranking,
+            time_passes: false,
+        };
+        assert_eq!(draft_vocab_ids(&setup(None), 2, 4).unwrap(), [0, 1]);
+        assert_eq!(
+            draft_vocab_ids(&setup(Some(&ranking)), 2, 4).unwrap(),
+            [1, 2]
+        );
+        let err = draft_vocab_ids(&setup(Some(&ranking)), 2, 5).unwrap_err();
+        assert!(
+            err.contains("4 ids (counts)") && err.contains("has 5"),
+            "{err}"
+        );
+        let err = draft_vocab_ids(&setup(None), 6, 4).unwrap_err();
+        assert!(
+            err.contains("6 ids exceed") && err.contains("of 4"),
+            "{err}"
+        );
+    }
 }
