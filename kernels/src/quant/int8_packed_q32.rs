@@ -31,7 +31,8 @@
 //! against a broadcast word of the token's quants) start from `−offset · asum`, which turns the
 //! unsigned weights back into the signed ones; one `fma` (two for Q4_1) folds the block into
 //! sixteen accumulators. Q5_0's fifth bits join their nibbles with one shift and one ternary
-//! logic operation per group.
+//! logic operation per group. Up to eight tokens share each decoded block (as in
+//! [`super::int8_packed`]).
 
 use super::dequant::le_f16;
 use super::int8_packed::{par_over_packed_tiles, Int8PackedMatrix, PackedProduct, TILE_ROWS};
@@ -224,7 +225,7 @@ fn q32_packed_many_with(
         return Ok(());
     }
     par_over_packed_tiles(products, n, |p, _, tile, tile_out| {
-        for_token_groups!(n, [1, 2, 3, 4], t, G => {
+        for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
             let sums = match formats[p] {
                 Format::Q8_0 => tile_sums::<Q8_0, G>(level, tile, acts, t),
                 Format::Q4_0 => tile_sums::<Q4_0, G>(level, tile, acts, t),

@@ -56,7 +56,7 @@ fn packed_product_is_bit_identical_to_the_gguf_layout_product() {
             let data: Vec<u8> = (0..rows)
                 .flat_map(|_| random_row(ty, cols, &mut rng))
                 .collect();
-            let n = 9;
+            let n = 11; // every group size of up to 8 tokens, and 8 + 3
             let x: Vec<f32> = (0..n * cols).map(|_| rng.uniform(-3.0, 3.0)).collect();
             check_packed(ty, &data, rows, cols, &x, n);
         }
