@@ -3,7 +3,9 @@
 use specdec_kernels::sampling::{argmax, Decisions, DrawKey, Prob, Purpose};
 use specdec_kernels::verification::{DraftKind, DraftTree};
 
-use crate::drafters::{check_distinct, DraftModel, DraftRequest, Drafter, TreeBuilder};
+use crate::drafters::{
+    check_distinct, propose_alone, DraftModel, DraftRequest, Drafter, TreeBuilder,
+};
 use crate::error::Result;
 
 /// How a chain drafter picks each token.
@@ -57,8 +59,7 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
         request: &DraftRequest<'_>,
         decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>> {
-        let mut trees = self.propose_batch(std::slice::from_ref(request), decisions)?;
-        Ok(trees.pop().expect("one tree per request"))
+        propose_alone(self, request, decisions)
     }
 
     /// Depth by depth for the whole batch: one [`DraftModel::next_probs_batch`] per depth over

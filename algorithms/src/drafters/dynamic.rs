@@ -3,7 +3,10 @@
 use specdec_kernels::sampling::{Decisions, Prob};
 use specdec_kernels::verification::{DraftKind, DraftTree};
 
-use crate::drafters::{ranked_tokens, DraftModel, DraftRequest, Drafter, TreeBuilder};
+use crate::drafters::{
+    check_distinct, propose_alone, ranked_tokens, DraftModel, DraftRequest, Drafter, PathsQuery,
+    TreeBuilder,
+};
 use crate::error::{ensure_param, Result};
 
 /// Grows a tree by **cumulative draft probability** (the product of `q` along a node's path, an
@@ -53,6 +56,107 @@ struct Candidate<N> {
     score: N,
 }
 
+/// One request's tree while it grows (see [`DynamicTreeDrafter`]): every candidate so far
+/// (candidate 0 the root), `q` at the expanded ones, the last layer, and the nodes being
+/// expanded now.
+struct Growing<N> {
+    root: u32,
+    budget: usize,
+    cands: Vec<Candidate<N>>,
+    probs: Vec<Option<Vec<N>>>,
+    layer: Vec<usize>,
+    expanding: Vec<usize>,
+    done: bool,
+}
+
+impl<N: Prob> Growing<N> {
+    fn new(root: u32, budget: usize) -> Self {
+        Self {
+            root,
+            budget,
+            cands: vec![Candidate {
+                parent: usize::MAX,
+                token: root,
+                score: N::one(),
+            }],
+            probs: vec![None],
+            layer: vec![0],
+            expanding: Vec::new(),
+            done: budget == 0,
+        }
+    }
+
+    /// The draft path (below the root) of candidate `c`.
+    fn path_of(&self, mut c: usize) -> Vec<u32> {
+        let mut path = Vec::new();
+        while c != 0 {
+            path.push(self.cands[c].token);
+            c = self.cands[c].parent;
+        }
+        path.reverse();
+        path
+    }
+
+    /// Picks the `expand_top` best nodes of the last layer and returns their paths: the
+    /// layer's query (one model call).
+    fn next_paths(&mut self, expand_top: usize) -> Vec<Vec<u32>> {
+        self.expanding = by_score(&self.layer, |c| self.cands[c].score.clone())
+            .into_iter()
+            .take(expand_top)
+            .collect();
+        self.expanding.iter().map(|&c| self.path_of(c)).collect()
+    }
+
+    /// Scores the `branch` best children of each expanded node from its `q` (`layer_q`, in
+    /// the order of [`Growing::next_paths`]); the tree is done when no child has mass.
+    fn absorb(&mut self, layer_q: Vec<Vec<N>>, branch: usize) {
+        let mut next = Vec::new();
+        for (c, q) in std::mem::take(&mut self.expanding).into_iter().zip(layer_q) {
+            for token in ranked_tokens(&q, branch) {
+                let p = q[token as usize].clone();
+                if !p.is_positive() {
+                    break;
+                }
+                let score = self.cands[c].score.clone() * p;
+                self.cands.push(Candidate {
+                    parent: c,
+                    token,
+                    score,
+                });
+                self.probs.push(None);
+                next.push(self.cands.len() - 1);
+            }
+            self.probs[c] = Some(q);
+        }
+        self.done = next.is_empty();
+        self.layer = next;
+    }
+
+    /// The tree of the `budget` best candidates (each kept node's ancestors are kept: a child
+    /// never outscores its parent and comes after it), `q` at its expanded nodes.
+    fn finish(self, kind: DraftKind) -> Result<DraftTree<N>> {
+        let all: Vec<usize> = (1..self.cands.len()).collect();
+        let mut kept: Vec<usize> = by_score(&all, |c| self.cands[c].score.clone())
+            .into_iter()
+            .take(self.budget)
+            .collect();
+        kept.sort_unstable();
+        let mut tree = TreeBuilder::new(self.root);
+        let mut placed = vec![None; self.cands.len()];
+        placed[0] = Some(0);
+        for &c in &kept {
+            let parent = placed[self.cands[c].parent].expect("kept nodes' ancestors are kept");
+            placed[c] = Some(tree.push(parent, self.cands[c].token));
+        }
+        for (c, q) in self.probs.into_iter().enumerate() {
+            if let (Some(node), Some(q)) = (placed[c], q) {
+                tree.set_draft_probs(node, q);
+            }
+        }
+        tree.finish(kind)
+    }
+}
+
 /// Indices of `items` ordered by decreasing score, ties to the lower index.
 fn by_score<N: Prob>(indices: &[usize], score: impl Fn(usize) -> N) -> Vec<usize> {
     let mut sorted = indices.to_vec();
@@ -82,81 +186,47 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for DynamicTreeDrafter<M> {
     fn propose(
         &mut self,
         request: &DraftRequest<'_>,
-        _decisions: &mut dyn Decisions<N>,
+        decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>> {
-        let root = request.root()?;
-        let budget = request.budget.max_drafts();
-        // Candidate 0 is the root.
-        let mut cands = vec![Candidate {
-            parent: usize::MAX,
-            token: root,
-            score: N::one(),
-        }];
-        let mut probs: Vec<Option<Vec<N>>> = vec![None];
-        let mut layer = vec![0usize];
-        let path_of = |cands: &[Candidate<N>], mut c: usize| {
-            let mut path = Vec::new();
-            while c != 0 {
-                path.push(cands[c].token);
-                c = cands[c].parent;
-            }
-            path.reverse();
-            path
-        };
+        propose_alone(self, request, decisions)
+    }
+
+    /// Layer by layer for the whole batch: one [`DraftModel::next_probs_paths_batch`] per depth
+    /// over the trees still growing.
+    fn propose_batch(
+        &mut self,
+        requests: &[DraftRequest<'_>],
+        _decisions: &mut dyn Decisions<N>,
+    ) -> Result<Vec<DraftTree<N>>> {
+        check_distinct(requests.iter().map(|r| r.sequence))?;
+        let mut trees = requests
+            .iter()
+            .map(|r| Ok(Growing::new(r.root()?, r.budget.max_drafts())))
+            .collect::<Result<Vec<Growing<N>>>>()?;
         for _depth in 0..self.max_depth {
-            if budget == 0 {
+            let growing: Vec<usize> = (0..trees.len()).filter(|&i| !trees[i].done).collect();
+            if growing.is_empty() {
                 break;
             }
-            let expand: Vec<usize> = by_score(&layer, |c| cands[c].score.clone())
-                .into_iter()
-                .take(self.expand_top)
+            let paths: Vec<Vec<Vec<u32>>> = growing
+                .iter()
+                .map(|&i| trees[i].next_paths(self.expand_top))
                 .collect();
-            // the layer's distributions in one call (one pass of a tree-forwarding model)
-            let paths: Vec<Vec<u32>> = expand.iter().map(|&c| path_of(&cands, c)).collect();
-            let layer_q = self
-                .model
-                .next_probs_paths(request.sequence, request.context, &paths)?;
-            let mut next = Vec::new();
-            for (c, q) in expand.into_iter().zip(layer_q) {
-                for token in ranked_tokens(&q, self.branch) {
-                    let p = q[token as usize].clone();
-                    if !p.is_positive() {
-                        break;
-                    }
-                    let score = cands[c].score.clone() * p;
-                    cands.push(Candidate {
-                        parent: c,
-                        token,
-                        score,
-                    });
-                    probs.push(None);
-                    next.push(cands.len() - 1);
-                }
-                probs[c] = Some(q);
-            }
-            if next.is_empty() {
-                break;
-            }
-            layer = next;
-        }
-        let all: Vec<usize> = (1..cands.len()).collect();
-        let mut kept: Vec<usize> = by_score(&all, |c| cands[c].score.clone())
-            .into_iter()
-            .take(budget)
-            .collect();
-        kept.sort_unstable();
-        let mut tree = TreeBuilder::new(root);
-        let mut placed = vec![None; cands.len()];
-        placed[0] = Some(0);
-        for &c in &kept {
-            let parent = placed[cands[c].parent].expect("kept nodes' ancestors are kept");
-            placed[c] = Some(tree.push(parent, cands[c].token));
-        }
-        for (c, q) in probs.into_iter().enumerate() {
-            if let (Some(node), Some(q)) = (placed[c], q) {
-                tree.set_draft_probs(node, q);
+            let queries: Vec<PathsQuery<'_>> = growing
+                .iter()
+                .zip(&paths)
+                .map(|(&i, paths)| PathsQuery {
+                    sequence: requests[i].sequence,
+                    context: requests[i].context,
+                    paths,
+                })
+                .collect();
+            let answers = self.model.next_probs_paths_batch(&queries)?;
+            for (&i, layer_q) in growing.iter().zip(answers) {
+                trees[i].absorb(layer_q, self.branch);
             }
         }
-        tree.finish(self.kind())
+        let kind = Drafter::<N>::kind(self);
+        trees.into_iter().map(|tree| tree.finish(kind)).collect()
     }
 }

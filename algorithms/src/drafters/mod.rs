@@ -94,7 +94,9 @@ pub use chain::{ChainDrafter, ChainMode};
 pub use dynamic::DynamicTreeDrafter;
 pub use feature::{FeatureDraftModel, FeatureHead, FeatureOutput};
 pub use heads::{EagleFeatureHead, MedusaDraftModel};
-pub use model::{check_along, check_distinct, ranked_tokens, DraftModel, FnModel, Namespaced};
+pub use model::{
+    check_along, check_distinct, ranked_tokens, DraftModel, FnModel, Namespaced, PathsQuery,
+};
 pub use ngram::{
     find_matches, ngram_chain, ngram_tree, NgramConfig, NgramDrafter, NgramMatch, TokenTree,
 };
@@ -231,6 +233,21 @@ pub trait Drafter<N> {
         let _ = sequence;
         Ok(())
     }
+}
+
+/// [`Drafter::propose`] of a drafter that drafts batches depth by depth: its
+/// [`Drafter::propose_batch`] of the one request, so a request drafts the same tree alone and
+/// in a batch.
+///
+/// # Errors
+/// As the drafter's `propose_batch`.
+pub(crate) fn propose_alone<N, D: Drafter<N> + ?Sized>(
+    drafter: &mut D,
+    request: &DraftRequest<'_>,
+    decisions: &mut dyn Decisions<N>,
+) -> Result<DraftTree<N>> {
+    let mut trees = drafter.propose_batch(std::slice::from_ref(request), decisions)?;
+    Ok(trees.pop().expect("one tree per request"))
 }
 
 #[cfg(test)]

@@ -111,6 +111,35 @@ pub trait DraftModel<N> {
             })
             .collect()
     }
+
+    /// [`DraftModel::next_probs_paths`] for several sequences at once: answer `i` is
+    /// `next_probs_paths(queries[i].sequence, queries[i].context, queries[i].paths)`. The
+    /// sequences must differ. Tree drafters drafting for a whole batch ask for one depth of
+    /// every sequence's tree at once, and a model that forwards several token trees in one pass
+    /// answers with one pass (the rows must be the ones `next_probs_paths` gives, which
+    /// batch-invariant models guarantee). The default answers one query after another.
+    ///
+    /// # Errors
+    /// A sequence appearing twice ([`check_distinct`]); as [`DraftModel::next_probs_paths`].
+    fn next_probs_paths_batch(&mut self, queries: &[PathsQuery<'_>]) -> Result<Vec<Vec<Vec<N>>>> {
+        check_distinct(queries.iter().map(|q| q.sequence))?;
+        queries
+            .iter()
+            .map(|q| self.next_probs_paths(q.sequence, q.context, q.paths))
+            .collect()
+    }
+}
+
+/// One sequence's query of [`DraftModel::next_probs_paths_batch`]: the distributions after
+/// `context ++ path` for each of `paths`.
+#[derive(Debug, Clone, Copy)]
+pub struct PathsQuery<'a> {
+    /// The drafted-for sequence.
+    pub sequence: u64,
+    /// Its context (non-empty).
+    pub context: &'a [u32],
+    /// The paths below the context's last token.
+    pub paths: &'a [Vec<u32>],
 }
 
 /// The precondition of a batched query ([`DraftModel::next_probs_batch`],
@@ -203,6 +232,10 @@ impl<N, M: DraftModel<N> + ?Sized> DraftModel<N> for &mut M {
 
     fn next_probs_batch(&mut self, queries: &[(u64, &[u32])]) -> Result<Vec<Vec<N>>> {
         (**self).next_probs_batch(queries)
+    }
+
+    fn next_probs_paths_batch(&mut self, queries: &[PathsQuery<'_>]) -> Result<Vec<Vec<Vec<N>>>> {
+        (**self).next_probs_paths_batch(queries)
     }
 
     fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use specdec_kernels::sampling::{Decisions, DrawKey, Prob, Purpose};
 use specdec_kernels::verification::{DraftKind, DraftTree};
 
-use crate::drafters::{ranked_tokens, DraftModel, DraftRequest, Drafter, TreeBuilder};
+use crate::drafters::{
+    check_distinct, propose_alone, ranked_tokens, DraftModel, DraftRequest, Drafter, PathsQuery,
+    TreeBuilder,
+};
 use crate::error::Result;
 use crate::policy::Budget;
 use crate::trees::TreeShape;
@@ -95,64 +98,141 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ShapeDrafter<M> {
         request: &DraftRequest<'_>,
         decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>> {
-        let shape = self.shape_for(request.budget)?;
-        let topology = shape.topology();
-        let mut tree = TreeBuilder::new(request.root()?);
-        // Builder node of each shape node (None: dropped).
-        let mut placed: Vec<Option<usize>> = vec![None; shape.len()];
-        placed[0] = Some(0);
-        // One depth at a time: the placed nodes of this depth that have children, whose
-        // distributions the model gives in one call.
-        let mut depth_nodes = vec![0usize];
-        while !depth_nodes.is_empty() {
-            let expand: Vec<(usize, usize)> = depth_nodes
-                .iter()
-                .filter(|&&node| !topology.children(node).is_empty())
-                .filter_map(|&node| placed[node].map(|at| (node, at)))
+        propose_alone(self, request, decisions)
+    }
+
+    /// Depth by depth for the whole batch: one [`DraftModel::next_probs_paths_batch`] per depth
+    /// over the trees with nodes left to expand.
+    fn propose_batch(
+        &mut self,
+        requests: &[DraftRequest<'_>],
+        decisions: &mut dyn Decisions<N>,
+    ) -> Result<Vec<DraftTree<N>>> {
+        check_distinct(requests.iter().map(|r| r.sequence))?;
+        let mut trees = requests
+            .iter()
+            .map(|r| Ok(Filling::new(self.shape_for(r.budget)?, r.root()?)))
+            .collect::<Result<Vec<Filling<N>>>>()?;
+        loop {
+            let paths: Vec<(usize, Vec<Vec<u32>>)> = trees
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, tree)| tree.next_paths().map(|paths| (i, paths)))
                 .collect();
-            if expand.is_empty() {
+            if paths.is_empty() {
                 break;
             }
-            let paths: Vec<Vec<u32>> = expand.iter().map(|&(_, at)| tree.path_tokens(at)).collect();
-            let level_q = self
-                .model
-                .next_probs_paths(request.sequence, request.context, &paths)?;
-            depth_nodes.clear();
-            for ((node, at), q) in expand.into_iter().zip(level_q) {
-                let children = topology.children(node);
-                depth_nodes.extend_from_slice(children);
-                match self.fill {
-                    TreeFill::TopRanked => {
-                        let mut ordered: Vec<usize> = children.to_vec();
-                        ordered.sort_by_key(|&c| shape.rank(c));
-                        let ranks = ordered.last().map_or(0, |&c| shape.rank(c) + 1);
-                        let ranked = ranked_tokens(&q, ranks);
-                        for child in ordered {
-                            if let Some(&token) = ranked.get(shape.rank(child)) {
-                                if q[token as usize].is_positive() {
-                                    placed[child] = Some(tree.push(at, token));
-                                }
+            let queries: Vec<PathsQuery<'_>> = paths
+                .iter()
+                .map(|(i, paths)| PathsQuery {
+                    sequence: requests[*i].sequence,
+                    context: requests[*i].context,
+                    paths,
+                })
+                .collect();
+            let answers = self.model.next_probs_paths_batch(&queries)?;
+            for ((i, _), level_q) in paths.iter().zip(answers) {
+                trees[*i].absorb(level_q, self.fill, &requests[*i], decisions);
+            }
+        }
+        let kind = Drafter::<N>::kind(self);
+        trees
+            .into_iter()
+            .map(|tree| tree.tree.finish(kind))
+            .collect()
+    }
+}
+
+/// One request's tree while it is filled (see [`ShapeDrafter`]): the shape, the builder, the
+/// builder node of each shape node (None: dropped), the shape nodes of the current depth, and
+/// those being expanded now with their builder nodes.
+struct Filling<N> {
+    shape: Arc<TreeShape>,
+    tree: TreeBuilder<N>,
+    placed: Vec<Option<usize>>,
+    depth_nodes: Vec<usize>,
+    expanding: Vec<(usize, usize)>,
+}
+
+impl<N: Prob> Filling<N> {
+    fn new(shape: Arc<TreeShape>, root: u32) -> Self {
+        let mut placed = vec![None; shape.len()];
+        placed[0] = Some(0);
+        Self {
+            shape,
+            tree: TreeBuilder::new(root),
+            placed,
+            depth_nodes: vec![0],
+            expanding: Vec::new(),
+        }
+    }
+
+    /// The paths of this depth's placed nodes that have children (the depth's query, one
+    /// model call), or None when none is left.
+    fn next_paths(&mut self) -> Option<Vec<Vec<u32>>> {
+        let topology = self.shape.topology();
+        self.expanding = self
+            .depth_nodes
+            .iter()
+            .filter(|&&node| !topology.children(node).is_empty())
+            .filter_map(|&node| self.placed[node].map(|at| (node, at)))
+            .collect();
+        if self.expanding.is_empty() {
+            return None;
+        }
+        Some(
+            self.expanding
+                .iter()
+                .map(|&(_, at)| self.tree.path_tokens(at))
+                .collect(),
+        )
+    }
+
+    /// Places the children of each expanded node from its `q` (`level_q`, in the order of
+    /// [`Filling::next_paths`]) as `fill` says, and records `q` there.
+    fn absorb(
+        &mut self,
+        level_q: Vec<Vec<N>>,
+        fill: TreeFill,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn Decisions<N>,
+    ) {
+        let shape = Arc::clone(&self.shape);
+        let topology = shape.topology();
+        self.depth_nodes.clear();
+        for ((node, at), q) in std::mem::take(&mut self.expanding).into_iter().zip(level_q) {
+            let children = topology.children(node);
+            self.depth_nodes.extend_from_slice(children);
+            match fill {
+                TreeFill::TopRanked => {
+                    let mut ordered: Vec<usize> = children.to_vec();
+                    ordered.sort_by_key(|&c| shape.rank(c));
+                    let ranks = ordered.last().map_or(0, |&c| shape.rank(c) + 1);
+                    let ranked = ranked_tokens(&q, ranks);
+                    for child in ordered {
+                        if let Some(&token) = ranked.get(shape.rank(child)) {
+                            if q[token as usize].is_positive() {
+                                self.placed[child] = Some(self.tree.push(at, token));
                             }
-                        }
-                    }
-                    TreeFill::Iid | TreeFill::WithoutReplacement => {
-                        let mut weights = q.clone();
-                        for &child in children {
-                            let key =
-                                DrawKey::new(request.sequence, request.step, child, Purpose::Draft);
-                            let Some(token) = decisions.categorical(key, &weights) else {
-                                break;
-                            };
-                            if self.fill == TreeFill::WithoutReplacement {
-                                weights[token] = N::zero();
-                            }
-                            placed[child] = Some(tree.push(at, token as u32));
                         }
                     }
                 }
-                tree.set_draft_probs(at, q);
+                TreeFill::Iid | TreeFill::WithoutReplacement => {
+                    let mut weights = q.clone();
+                    for &child in children {
+                        let key =
+                            DrawKey::new(request.sequence, request.step, child, Purpose::Draft);
+                        let Some(token) = decisions.categorical(key, &weights) else {
+                            break;
+                        };
+                        if fill == TreeFill::WithoutReplacement {
+                            weights[token] = N::zero();
+                        }
+                        self.placed[child] = Some(self.tree.push(at, token as u32));
+                    }
+                }
             }
+            self.tree.set_draft_probs(at, q);
         }
-        tree.finish(self.kind())
     }
 }

@@ -322,10 +322,12 @@ fn tree_drafters_ask_for_one_depth_per_call() {
     assert_eq!((dynamic.model().single, dynamic.model().levels), (0, 3));
 }
 
-/// Counts the batched queries a drafter makes (and how many sequences each holds).
+/// Counts the batched queries a drafter makes (and how many sequences each holds): chains'
+/// ([`DraftModel::next_probs_batch`]) and trees' ([`DraftModel::next_probs_paths_batch`]).
 struct BatchCounting<M> {
     inner: M,
     batches: Vec<usize>,
+    tree_batches: Vec<usize>,
 }
 
 impl<M: DraftModel<f64>> DraftModel<f64> for BatchCounting<M> {
@@ -341,6 +343,31 @@ impl<M: DraftModel<f64>> DraftModel<f64> for BatchCounting<M> {
         self.batches.push(queries.len());
         self.inner.next_probs_batch(queries)
     }
+
+    fn next_probs_paths_batch(&mut self, queries: &[PathsQuery<'_>]) -> Result<Vec<Vec<Vec<f64>>>> {
+        self.tree_batches.push(queries.len());
+        self.inner.next_probs_paths_batch(queries)
+    }
+}
+
+/// A batch's requests at `step`: sequence `10 + i` drafts after `contexts[i]` within
+/// `budgets[i]`.
+fn batch_requests<'a>(
+    contexts: &[&'a [u32]],
+    budgets: &'a [Budget],
+    step: u64,
+) -> Vec<DraftRequest<'a>> {
+    contexts
+        .iter()
+        .zip(budgets)
+        .enumerate()
+        .map(|(i, (context, budget))| DraftRequest {
+            sequence: 10 + i as u64,
+            step,
+            context,
+            budget,
+        })
+        .collect()
 }
 
 #[test]
@@ -356,17 +383,7 @@ fn a_batched_chain_draft_equals_each_request_drafted_alone() {
     ];
     for mode in [ChainMode::Sample, ChainMode::Argmax] {
         for seed in 0..20 {
-            let requests: Vec<DraftRequest<'_>> = contexts
-                .iter()
-                .zip(&budgets)
-                .enumerate()
-                .map(|(i, (context, budget))| DraftRequest {
-                    sequence: 10 + i as u64,
-                    step: 7,
-                    context,
-                    budget,
-                })
-                .collect();
+            let requests = batch_requests(&contexts, &budgets, 7);
             let mut alone = ChainDrafter::new(table_model(), mode);
             let want: Vec<DraftTree<f64>> = requests
                 .iter()
@@ -375,19 +392,13 @@ fn a_batched_chain_draft_equals_each_request_drafted_alone() {
             let counting = BatchCounting {
                 inner: table_model(),
                 batches: Vec::new(),
+                tree_batches: Vec::new(),
             };
             let mut batched = ChainDrafter::new(counting, mode);
             let got = batched
                 .propose_batch(&requests, &mut Replay::production(seed))
                 .unwrap();
-            assert_eq!(got.len(), want.len());
-            for (g, w) in got.iter().zip(&want) {
-                assert_eq!(g.tokens(), w.tokens(), "{mode:?} seed {seed}");
-                assert_eq!(g.kind(), w.kind());
-                for node in 0..g.len() {
-                    assert_eq!(g.draft_probs(node), w.draft_probs(node));
-                }
-            }
+            assert_same_trees(&got, &want, &format!("{mode:?} seed {seed}"));
             // one query per depth, holding the chains still growing at that depth
             assert_eq!(batched.model_mut().batches, vec![4, 3, 3, 2, 1]);
         }
@@ -405,4 +416,81 @@ fn a_batched_chain_draft_equals_each_request_drafted_alone() {
         err.to_string().contains("sequence 3 appears twice"),
         "{err}"
     );
+}
+
+/// Compares every tree of `got` with `want`: tokens, shape, kind and `q` at every node.
+fn assert_same_trees(got: &[DraftTree<f64>], want: &[DraftTree<f64>], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!(g.tokens(), w.tokens(), "{what}");
+        assert_eq!(g.topology().parents(), w.topology().parents(), "{what}");
+        assert_eq!(g.kind(), w.kind(), "{what}");
+        for node in 0..g.len() {
+            assert_eq!(g.draft_probs(node), w.draft_probs(node), "{what}");
+        }
+    }
+}
+
+#[test]
+fn batched_tree_drafts_equal_each_request_drafted_alone() {
+    let contexts: [&[u32]; 4] = [&[0], &[1], &[2, 2], &[3]];
+    let budgets = [
+        Budget::Chain(6),
+        Budget::Plain,
+        Budget::Chain(2),
+        Budget::Chain(14),
+    ];
+    let requests = batch_requests(&contexts, &budgets, 3);
+    let counting = || BatchCounting {
+        inner: table_model(),
+        batches: Vec::new(),
+        tree_batches: Vec::new(),
+    };
+    for fill in [
+        TreeFill::TopRanked,
+        TreeFill::Iid,
+        TreeFill::WithoutReplacement,
+    ] {
+        for seed in 0..10 {
+            let shape = || TreeShape::from_branching(&[2, 2, 2]);
+            let mut alone = ShapeDrafter::new(table_model(), fill, shape());
+            let want: Vec<DraftTree<f64>> = requests
+                .iter()
+                .map(|r| alone.propose(r, &mut Replay::production(seed)).unwrap())
+                .collect();
+            let mut batched = ShapeDrafter::new(counting(), fill, shape());
+            let got = batched
+                .propose_batch(&requests, &mut Replay::production(seed))
+                .unwrap();
+            assert_same_trees(&got, &want, &format!("{fill:?} seed {seed}"));
+            // a query per depth over the trees with nodes to expand (the plain budget has none)
+            let depths = batched.model().tree_batches.len();
+            assert!(
+                (1..=3).contains(&depths),
+                "{:?}",
+                batched.model().tree_batches
+            );
+            assert!(batched.model().tree_batches.iter().all(|&n| n <= 3));
+        }
+    }
+    let mut alone = DynamicTreeDrafter::new(table_model(), 3, 2, 2).unwrap();
+    let want: Vec<DraftTree<f64>> = requests
+        .iter()
+        .map(|r| alone.propose(r, &mut production()).unwrap())
+        .collect();
+    let mut batched = DynamicTreeDrafter::new(counting(), 3, 2, 2).unwrap();
+    let got = batched.propose_batch(&requests, &mut production()).unwrap();
+    assert_same_trees(&got, &want, "dynamic tree");
+    // three depths, each one query over the three trees with a budget
+    assert_eq!(batched.model().tree_batches, vec![3, 3, 3]);
+
+    let twice = [
+        request(&[0], &Budget::Chain(2)),
+        request(&[1], &Budget::Chain(2)),
+    ];
+    let err = batched
+        .propose_batch(&twice, &mut production())
+        .map(|_: Vec<DraftTree<f64>>| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("appears twice"), "{err}");
 }

@@ -27,7 +27,9 @@
 
 use std::collections::HashMap;
 
-use specdec_algorithms::drafters::{check_along, check_distinct, DraftFeedback, DraftModel};
+use specdec_algorithms::drafters::{
+    check_along, check_distinct, DraftFeedback, DraftModel, PathsQuery,
+};
 use specdec_algorithms::AlgorithmError;
 use specdec_kernels::sampling::{prepare_logits, SamplingParams};
 use specdec_kernels::TreeTopology;
@@ -276,51 +278,69 @@ impl<M: LanguageModel> LmDraftModel<M> {
             .collect())
     }
 
-    /// Logits after `context ++ path` for each of `paths` (`context` non-empty) for
-    /// `sequence`, from one forward of the token tree whose root is the context's last token and
-    /// whose other nodes are the trie of the paths (shared prefixes forwarded once). The KV
-    /// sequence holds the context but its root before ([`LmDraftModel::hold_prefix`]) and the
-    /// whole context after (the root committed, the branches discarded), with the logits after
-    /// the context cached.
-    fn logits_tree(
+    /// Logits after `context ++ path` for each of `paths` (`context` non-empty) for each
+    /// query's sequence (distinct), from one forward of every query's token tree: the tree's
+    /// root is the context's last token and its other nodes the trie of the paths (shared
+    /// prefixes forwarded once). Each KV sequence holds its context but the root before
+    /// ([`LmDraftModel::hold_prefix`]) and the whole context after (the root committed, the
+    /// branches discarded), with the logits after the context cached.
+    fn logits_trees(
         &mut self,
-        sequence: u64,
-        context: &[u32],
-        paths: &[Vec<u32>],
-    ) -> specdec_models::Result<Vec<Vec<f32>>> {
-        let root_at = context.len() - 1;
-        self.hold_prefix(sequence, context, root_at)?;
-        let mut tokens = vec![context[root_at]];
-        let mut parents = vec![None];
-        let mut child_of: HashMap<(usize, u32), usize> = HashMap::new();
-        let ends: Vec<usize> = paths
-            .iter()
-            .map(|path| {
-                path.iter().fold(0, |parent, &token| {
-                    *child_of.entry((parent, token)).or_insert_with(|| {
-                        tokens.push(token);
-                        parents.push(Some(parent));
-                        tokens.len() - 1
+        queries: &[PathsQuery<'_>],
+    ) -> specdec_models::Result<Vec<Vec<Vec<f32>>>> {
+        struct Trie {
+            tokens: Vec<u32>,
+            tree: TreeTopology,
+            ends: Vec<usize>,
+        }
+        let mut tries = Vec::with_capacity(queries.len());
+        for q in queries {
+            let root_at = q.context.len() - 1;
+            self.hold_prefix(q.sequence, q.context, root_at)?;
+            let mut tokens = vec![q.context[root_at]];
+            let mut parents = vec![None];
+            let mut child_of: HashMap<(usize, u32), usize> = HashMap::new();
+            let ends: Vec<usize> = q
+                .paths
+                .iter()
+                .map(|path| {
+                    path.iter().fold(0, |parent, &token| {
+                        *child_of.entry((parent, token)).or_insert_with(|| {
+                            tokens.push(token);
+                            parents.push(Some(parent));
+                            tokens.len() - 1
+                        })
                     })
                 })
+                .collect();
+            let tree = TreeTopology::from_parents(&parents)?;
+            tries.push(Trie { tokens, tree, ends });
+        }
+        let steps: Vec<SequenceStep<'_>> = queries
+            .iter()
+            .zip(&tries)
+            .map(|(q, trie)| SequenceStep {
+                seq: self.entries[&q.sequence].seq,
+                tokens: &trie.tokens,
+                tree: &trie.tree,
             })
             .collect();
-        let tree = TreeTopology::from_parents(&parents)?;
-        let entry = self.entries.get_mut(&sequence).expect("held above");
-        let step = SequenceStep {
-            seq: entry.seq,
-            tokens: &tokens,
-            tree: &tree,
-        };
-        let logits = self.model.forward(&[step])?;
-        self.model.commit(entry.seq, &[0])?;
-        self.forwarded_tokens += tokens.len() as u64;
-        entry.tokens.push(context[root_at]);
-        entry.last_logits = Some(logits[0].row(0).to_vec());
-        Ok(ends
-            .iter()
-            .map(|&node| logits[0].row(node).to_vec())
-            .collect())
+        let logits = self.model.forward(&steps)?;
+        let mut answers = Vec::with_capacity(queries.len());
+        for ((q, trie), rows) in queries.iter().zip(&tries).zip(&logits) {
+            let entry = self.entries.get_mut(&q.sequence).expect("held above");
+            self.model.commit(entry.seq, &[0])?;
+            self.forwarded_tokens += trie.tokens.len() as u64;
+            entry.tokens.push(trie.tokens[0]);
+            entry.last_logits = Some(rows.row(0).to_vec());
+            answers.push(
+                trie.ends
+                    .iter()
+                    .map(|&node| rows.row(node).to_vec())
+                    .collect(),
+            );
+        }
+        Ok(answers)
     }
 
     /// `q` after `tokens ++ path` (the sequence's context and draft path) from the logits
@@ -446,10 +466,45 @@ impl<M: LanguageModel> DraftModel<f32> for LmDraftModel<M> {
             let probs = self.next_probs(sequence, context)?;
             return Ok(vec![probs; paths.len()]);
         }
-        self.logits_tree(sequence, context, paths)?
+        let query = PathsQuery {
+            sequence,
+            context,
+            paths,
+        };
+        let mut answers = self.next_probs_paths_batch(std::slice::from_ref(&query))?;
+        Ok(answers.pop().expect("one query"))
+    }
+
+    /// One forward of every query's token tree (see [`LmDraftModel::logits_trees`]); a batch
+    /// larger than the sequences kept at once, or one whose paths are all empty, is served one
+    /// query at a time.
+    fn next_probs_paths_batch(
+        &mut self,
+        queries: &[PathsQuery<'_>],
+    ) -> specdec_algorithms::Result<Vec<Vec<Vec<f32>>>> {
+        check_distinct(queries.iter().map(|q| q.sequence))?;
+        if queries.iter().any(|q| q.context.is_empty()) {
+            return Err(empty_context());
+        }
+        // every sequence of the batch must stay open while it drafts
+        if queries.len() > self.max_sequences
+            || queries.iter().all(|q| q.paths.iter().all(Vec::is_empty))
+        {
+            return queries
+                .iter()
+                .map(|q| self.next_probs_paths(q.sequence, q.context, q.paths))
+                .collect();
+        }
+        let logits = self.logits_trees(queries)?;
+        queries
             .iter()
-            .zip(paths)
-            .map(|(logits, path)| self.probs(sequence, context, path, logits))
+            .zip(logits)
+            .map(|(q, rows)| {
+                rows.iter()
+                    .zip(q.paths)
+                    .map(|(logits, path)| self.probs(q.sequence, q.context, path, logits))
+                    .collect()
+            })
             .collect()
     }
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use specdec_algorithms::drafters::{
-    ChainDrafter, ChainMode, DraftModel, NgramConfig, NgramDrafter, ShapeDrafter, StagedDrafter,
-    TreeFill,
+    ChainDrafter, ChainMode, DraftModel, NgramConfig, NgramDrafter, PathsQuery, ShapeDrafter,
+    StagedDrafter, TreeFill,
 };
 use specdec_algorithms::policy::{FixedPolicy, SpeculationPolicy};
 use specdec_algorithms::proof::{g_test_samples, target_distribution};
@@ -1216,4 +1216,69 @@ fn a_batched_query_comes_from_one_pass_and_equals_each_sequence_asked_alone() {
     // bad batches are refused
     assert!(batched.next_probs_batch(&[(0, &[1]), (0, &[2])]).is_err());
     assert!(batched.next_probs_batch(&[(0, &[1]), (1, &[])]).is_err());
+}
+
+#[test]
+fn a_batch_of_tree_queries_comes_from_one_pass_and_equals_each_asked_alone() {
+    let pair = pair(8);
+    let params = SamplingParams {
+        temperature: 0.8,
+        ..SamplingParams::greedy()
+    };
+    // sequence 0: nothing kept; 1: a kept prefix that diverges; 2: only the context's own row
+    let contexts: Vec<(u64, Vec<u32>)> =
+        vec![(0, vec![3, 1, 4]), (1, vec![2, 5, 0]), (2, vec![4, 4])];
+    let paths: Vec<Vec<Vec<u32>>> = vec![
+        vec![vec![2], vec![5, 1], vec![2, 2]],
+        vec![vec![], vec![1, 1, 1]],
+        vec![vec![]],
+    ];
+    let prepare = |model: &mut LmDraftModel<ToyLanguageModel>| {
+        model.next_probs(1, &[2, 5, 3]).unwrap();
+    };
+    let mut alone = draft_lm(&pair, params);
+    prepare(&mut alone);
+    let want: Vec<Vec<Vec<f32>>> = contexts
+        .iter()
+        .zip(&paths)
+        .map(|((sequence, context), paths)| {
+            alone.next_probs_paths(*sequence, context, paths).unwrap()
+        })
+        .collect();
+    let mut batched = draft_lm(&pair, params);
+    prepare(&mut batched);
+    let calls = batched.model().forward_calls();
+    let queries: Vec<PathsQuery<'_>> = contexts
+        .iter()
+        .zip(&paths)
+        .map(|((sequence, context), paths)| PathsQuery {
+            sequence: *sequence,
+            context,
+            paths,
+        })
+        .collect();
+    let got = batched.next_probs_paths_batch(&queries).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(bits(g), bits(w));
+    }
+    // sequences 0 and 2 prefill their contexts but the root (a call each: the toy model
+    // prefills through forward), sequence 1 only rewinds its divergent token; then one pass
+    // for the three trees
+    assert_eq!(
+        batched.model().forward_calls(),
+        calls + 3,
+        "one pass for the batch"
+    );
+    // afterwards each context's own row is cached, as after asking one by one
+    for (sequence, context) in &contexts {
+        let before = batched.forwarded_tokens();
+        assert_eq!(
+            bits(&[batched.next_probs(*sequence, context).unwrap()]),
+            bits(&[alone.next_probs(*sequence, context).unwrap()])
+        );
+        assert_eq!(batched.forwarded_tokens(), before, "sequence {sequence}");
+    }
+    let twice = [queries[0], queries[0]];
+    let err = batched.next_probs_paths_batch(&twice).unwrap_err();
+    assert!(err.to_string().contains("appears twice"), "{err}");
 }
