@@ -876,6 +876,7 @@ impl<'a> Engine<'a> {
                 commit_s,
                 overhead_s: 0.0,
                 prefill_s: if first { seq.prefill_wall_s } else { 0.0 },
+                prefill_work_s: Some(if first { seq.prefill_s } else { 0.0 }),
                 kv_blocks: kv_blocks_used,
                 batch,
                 drafter: std::mem::take(&mut drafters[position]),

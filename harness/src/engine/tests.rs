@@ -1101,6 +1101,7 @@ fn recorded_decisions_refuse_records_they_cannot_replay() {
         commit_s: 0.0,
         overhead_s: 0.0,
         prefill_s: 0.0,
+        prefill_work_s: None,
         kv_blocks: 0,
         batch: 1,
         drafter: "d".into(),

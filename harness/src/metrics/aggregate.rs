@@ -375,7 +375,15 @@ pub fn summarize(
             HarnessError::Metrics(format!("method `{}` has no request records", run.method))
         })?;
         let tokens: usize = reqs.iter().map(|r| r.generated_tokens).sum();
-        let prefill: f64 = reqs.iter().map(|r| r.prefill_s).sum();
+        // the prompts' own prefill work: a batched request's prefill wall time also holds
+        // the other requests' steps, which are decode time
+        let prefill: f64 = match steps_by_method.get(run.method.as_str()) {
+            Some(steps) => steps
+                .iter()
+                .map(|s| s.prefill_work_s.unwrap_or(s.prefill_s))
+                .sum(),
+            None => reqs.iter().map(|r| r.prefill_s).sum(),
+        };
         let seconds = run.elapsed_s - prefill;
         if seconds <= 0.0 {
             return Err(HarnessError::Metrics(format!(
@@ -501,6 +509,7 @@ mod tests {
             commit_s: 0.0,
             overhead_s: 0.0,
             prefill_s: 0.0,
+            prefill_work_s: None,
             kv_blocks: 1,
             batch: 1,
             drafter: "d".into(),
@@ -652,6 +661,41 @@ mod tests {
         assert_eq!(s.tpot_s.unwrap().mean, 1.0);
         // plain steps: no histogram, no depths
         assert!(s.accepted_lengths.is_empty() && s.acceptance_by_depth.is_empty());
+    }
+
+    #[test]
+    fn a_batched_runs_decode_time_leaves_out_only_the_prompts_own_prefill_work() {
+        // two requests in one batch: each waited 2 s for its prompt to be in (its chunks and
+        // the other's steps in between), of which 0.5 s forwarding its own chunks; the run
+        // took 4 s in all, so 3 s of it decoded their 3 + 3 tokens
+        let steps_of = |request| {
+            let mut first = step("m", request, 0, 0);
+            (first.prefill_s, first.prefill_work_s) = (2.0, Some(0.5));
+            vec![first, step("m", request, 0, 0), step("m", request, 0, 0)]
+        };
+        let steps: Vec<StepRecord> = [steps_of(0), steps_of(1)].concat();
+        let requests = [request("m", 0, &steps[..3]), request("m", 1, &steps[3..])];
+        let runs = [MethodRun {
+            method: "m".into(),
+            description: String::new(),
+            is_baseline: true,
+            elapsed_s: 4.0,
+            setup_s: 0.0,
+            repeat_elapsed_s: Vec::new(),
+        }];
+        let s = &summarize(&runs, &requests, &steps).unwrap()[0];
+        assert_eq!(s.tokens_per_s, 2.0);
+        // records without the work figure fall back to the wall time (equal unbatched)
+        let old: Vec<StepRecord> = steps
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.prefill_work_s = None;
+                s
+            })
+            .collect();
+        let err = summarize(&runs, &requests, &old).unwrap_err().to_string();
+        assert!(err.contains("of which 4 s prefill"), "{err}");
     }
 
     #[test]

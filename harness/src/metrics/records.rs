@@ -46,6 +46,13 @@ pub struct StepRecord {
     /// the target's KV cache, the drafters told) before this step: on step 0 only, else 0.
     #[serde(default)]
     pub prefill_s: f64,
+    /// Of `prefill_s`, the seconds spent forwarding this request's own prompt chunks, without
+    /// the other requests' steps a batched engine ran in between (so a run's decode time is its
+    /// wall time minus the sum of these): on step 0 only. Absent in simulated records and in
+    /// records written before it was recorded (then `prefill_s` stands for it, which it equals
+    /// without batching).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_work_s: Option<f64>,
     /// Blocks of the target's paged KV cache in use after the step, over every sequence in
     /// flight (measured from the model's pool; the simulation, which runs one request at a
     /// time, counts this sequence's; 0 when the model has no paged cache, as the toy models).

@@ -67,6 +67,7 @@ pub fn simulate_request(
             commit_s: c.commit_s,
             overhead_s: c.overhead_s,
             prefill_s: 0.0,
+            prefill_work_s: None,
             kv_blocks: (prompt_tokens + generated).div_ceil(SIM_BLOCK_TOKENS),
             batch: 1,
             drafter: if k > 0 { "simulated" } else { "none" }.into(),
