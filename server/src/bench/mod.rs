@@ -25,11 +25,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use specdec_harness::config::{
-    ExperimentConfig, ModelsConfig, Prompt, PromptSet, SamplingConfig, MAX_BATCH_SIZE,
-    MAX_TOKENS_LIMIT,
+    ExperimentConfig, MethodConfig, ModelsConfig, Prompt, PromptSet, SamplingConfig,
+    MAX_BATCH_SIZE, MAX_TOKENS_LIMIT,
 };
 use specdec_harness::generate::method_for;
 use specdec_harness::methods::kinds::Plain;
+use specdec_harness::methods::validate_method;
 use specdec_harness::report::{write_provenance, Provenance};
 
 use crate::error::{Result, ServerError};
@@ -63,6 +64,14 @@ pub struct ServeBenchArgs {
     /// Drafts per step of the fixed-budget methods.
     #[arg(long, default_value_t = 4)]
     pub k: usize,
+    /// The speculative server's draft model computes only this many ids' logits (a method's
+    /// `draft_vocab`: the lowest ids, or the first of --draft-vocab-ranking).
+    #[arg(long)]
+    pub draft_vocab: Option<usize>,
+    /// With --draft-vocab: a vocabulary ranking (`specdec rank-vocab`) whose most frequent ids
+    /// the draft keeps (a method's `draft_vocab_ranking`).
+    #[arg(long)]
+    pub draft_vocab_ranking: Option<PathBuf>,
     /// Requests per engine run of both servers; plain decoding's capacity is measured with
     /// this many closed-loop clients.
     #[arg(long, default_value_t = 8)]
@@ -143,6 +152,8 @@ impl ServeBenchArgs {
             draft: None,
             method: "ngram".into(),
             k: 4,
+            draft_vocab: None,
+            draft_vocab_ranking: None,
             batch_size: 8,
             min_acceptance: 0.3,
             prompts: "both".into(),
@@ -239,7 +250,7 @@ impl ServeBenchArgs {
             return Err(invalid("--timeout must be at least 1 second"));
         }
         prompt_sets(&self.prompts)?;
-        let method = method_for(&self.method, self.k, self.draft.as_deref())?;
+        let method = self.speculative_method()?;
         if method.drafter.is::<Plain>() {
             return Err(invalid(format!(
                 "--method {}: the benchmark compares a speculative method with plain decoding; \
@@ -253,10 +264,33 @@ impl ServeBenchArgs {
         Ok(())
     }
 
-    fn serve_options(&self, method: &str, queue: usize) -> ServeOptions {
+    /// The speculative server's method: `--method` with `--k`, its draft vocabulary as
+    /// --draft-vocab and --draft-vocab-ranking say (checked as a config's method is).
+    ///
+    /// # Errors
+    /// An unknown method; a draft vocabulary the method refuses (no model, no such file).
+    fn speculative_method(&self) -> Result<MethodConfig> {
+        let mut method = MethodConfig {
+            draft_vocab: self.draft_vocab,
+            draft_vocab_ranking: self.draft_vocab_ranking.clone(),
+            ..method_for(&self.method, self.k, self.draft.as_deref())?
+        };
+        validate_method(&mut method).map_err(|p| {
+            invalid(format!(
+                "--method {}{}: {}",
+                self.method, p.field, p.problem
+            ))
+        })?;
+        Ok(method)
+    }
+
+    fn serve_options(&self, method: Option<MethodConfig>, queue: usize) -> ServeOptions {
         ServeOptions {
             draft: self.draft.clone(),
-            method: method.into(),
+            method: method
+                .as_ref()
+                .map_or_else(|| "plain".into(), |m| m.name.clone()),
+            method_config: method,
             k: self.k,
             host: "127.0.0.1".into(),
             port: 0,
@@ -296,7 +330,7 @@ impl ServeBenchArgs {
             toy: None,
             methods: vec![
                 method_for("plain", self.k, None)?,
-                method_for(&self.method, self.k, self.draft.as_deref())?,
+                self.speculative_method()?,
             ],
         })
     }
@@ -533,8 +567,8 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
             source,
         })?;
     let servers = Servers {
-        plain: start(&args.serve_options("plain", queue))?,
-        speculative: start(&args.serve_options(&args.method, queue))?,
+        plain: start(&args.serve_options(None, queue))?,
+        speculative: start(&args.serve_options(Some(args.speculative_method()?), queue))?,
     };
     eprintln!(
         "bench serve: plain on http://{}, {} on http://{}; loading the models…",
@@ -554,6 +588,14 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
                 args.draft.clone().unwrap_or_else(|| "none".into()),
             ),
             ("method".into(), format!("{} (k = {})", args.method, args.k)),
+            (
+                "draft vocabulary".into(),
+                match (args.draft_vocab, &args.draft_vocab_ranking) {
+                    (None, _) => "whole".into(),
+                    (Some(n), None) => format!("the lowest {n} ids"),
+                    (Some(n), Some(file)) => format!("{n} ids of {}", file.display()),
+                },
+            ),
             ("batch size".into(), args.batch_size.to_string()),
             ("min acceptance".into(), args.min_acceptance.to_string()),
             (
@@ -738,7 +780,7 @@ mod tests {
     #[test]
     fn bad_options_are_refused_naming_the_option() {
         type Change = fn(&mut ServeBenchArgs);
-        let cases: [(Change, &str); 18] = [
+        let cases: [(Change, &str); 20] = [
             (|a| a.requests = 0, "--requests"),
             (|a| a.requests = MAX_REQUESTS + 1, "--requests"),
             (|a| a.rates = vec![], "--rates is empty"),
@@ -759,6 +801,17 @@ mod tests {
             (|a| a.prompts = "sharegpt".into(), "--prompts sharegpt"),
             (|a| a.method = "plain".into(), "--method plain"),
             (|a| a.method = "nonesuch".into(), "unknown method"),
+            (
+                |a| a.draft_vocab = Some(1024),
+                "--method ngram.draft_vocab: method `ngram`: draft_vocab applies to drafters with a model",
+            ),
+            (
+                |a| {
+                    (a.method, a.draft) = ("chain".into(), Some("qwen2.5-coder-0.5b".into()));
+                    (a.draft_vocab, a.draft_vocab_ranking) = (Some(8), Some("/no/such.json".into()));
+                },
+                "/no/such.json",
+            ),
             // every option valid but the model: the model is checked last, without loading
             (|_| {}, "no-such-model"),
         ];
