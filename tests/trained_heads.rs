@@ -78,6 +78,7 @@ fn requests(target: &FrozenTarget) -> Vec<Request> {
         .enumerate()
         .map(|(i, prompt)| Request {
             id: i as u64,
+            seed: None,
             prompt,
             stop: StopRule::new(20, &[]),
         })

@@ -381,6 +381,7 @@ pub fn generate(
         .unwrap_or_else(|| backend.tokenizer().chat_template().is_some());
     let request = Request {
         id: 0,
+        seed: None,
         prompt: backend.encode(&options.prompt, chat)?,
         stop: backend.stop_rule(options.max_tokens),
     };

@@ -43,6 +43,7 @@ fn requests() -> Vec<Request> {
     (0..4u32)
         .map(|i| Request {
             id: u64::from(i),
+            seed: None,
             prompt: (0..4 + 3 * i).map(|t| (t * 5 + i * 13) % 60).collect(),
             stop: StopRule::new(18, &[]),
         })

@@ -70,6 +70,7 @@ fn prompt(n: usize, salt: u32) -> Vec<u32> {
 fn request(id: u64, prompt_tokens: usize, max_tokens: usize) -> Request {
     Request {
         id,
+        seed: None,
         prompt: prompt(prompt_tokens, id as u32 * 77),
         stop: StopRule::new(max_tokens, &[]),
     }

@@ -72,6 +72,7 @@ fn humaneval_requests(backend: &EngineBackend, n: usize, max_tokens: usize) -> V
         .enumerate()
         .map(|(i, p)| Request {
             id: i as u64,
+            seed: None,
             prompt: backend.encode(&p.text, false).expect("tokenize"),
             stop: backend.stop_rule(max_tokens),
         })
@@ -252,6 +253,7 @@ fn first_token_counts(
     let requests: Vec<Request> = (0..n as u64)
         .map(|id| Request {
             id,
+            seed: None,
             prompt: prompt.to_vec(),
             stop: backend.stop_rule(1),
         })

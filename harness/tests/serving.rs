@@ -38,6 +38,7 @@ fn request(id: u64, prompt_tokens: usize, max_tokens: usize) -> Request {
         .collect();
     Request {
         id,
+        seed: None,
         prompt,
         stop: StopRule::new(max_tokens, &[]),
     }

@@ -7,9 +7,10 @@
 //! closed: a cancelled stream, a dropped connection) is dropped before the next step and its KV
 //! blocks freed. Stop strings are the engine's own stop rule, so a stop inside an accepted
 //! draft ends the computation there and the KV past it is rewound. Jobs of one run share the
-//! sampling settings (temperature, top-k, top-p, seed); a job with other settings ends the
+//! sampling settings (temperature, top-k, top-p); a job with other settings ends the
 //! admission of the current run (which then drains) and starts the next: arrival order is kept
-//! across settings. A job whose prompt and `max_tokens` do not fit the model's context (or the
+//! across settings. Seeds do not split runs: a job's `seed` is its engine request's own
+//! ([`Request::seed`]), so its text depends on the seed, not on the jobs beside it. A job whose prompt and `max_tokens` do not fit the model's context (or the
 //! KV pool) is refused alone, naming the numbers, before it is admitted.
 
 use std::collections::HashMap;
@@ -180,7 +181,7 @@ pub fn run(
         };
         let settings_key = first.settings_key();
         backend.set_sampling(first.sampling);
-        backend.set_seed(first.seed.unwrap_or(settings.seed));
+        backend.set_seed(settings.seed);
         let mut queue = JobQueue {
             jobs: &jobs,
             pending: Some(first),
@@ -217,8 +218,8 @@ struct Limits {
 
 impl Job {
     /// The settings a run's jobs share.
-    fn settings_key(&self) -> (SamplingParams, Option<u64>) {
-        (self.sampling, self.seed)
+    fn settings_key(&self) -> SamplingParams {
+        self.sampling
     }
 }
 
@@ -228,7 +229,7 @@ struct JobQueue<'q> {
     /// A job taken from the channel but not admitted: the first of the next run when its
     /// settings differ from this one's.
     pending: Option<Job>,
-    settings_key: (SamplingParams, Option<u64>),
+    settings_key: SamplingParams,
     /// Jobs admitted and not yet finished, by request id.
     running: HashMap<u64, Progress>,
     next_id: u64,
@@ -251,6 +252,7 @@ impl JobQueue<'_> {
                 let decoder = Arc::clone(tokenizer);
                 let request = Request {
                     id: self.next_id,
+                    seed: job.seed,
                     prompt,
                     stop: StopRule {
                         max_new_tokens: job.max_tokens,

@@ -192,6 +192,34 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
     });
     assert_eq!(together, alone);
 
+    // sampled requests with seeds of their own share the batch, and each samples as alone
+    let sampled = |i: usize| {
+        json!({"model": MODEL, "prompt": prompts[i], "max_tokens": 12, "temperature": 1.0,
+               "seed": 1000 + i})
+    };
+    let steps = || metric(addr, "specdec_engine_steps_total");
+    let before = steps();
+    let alone: Vec<String> = (0..8)
+        .map(|i| post(addr, "/v1/completions", &sampled(i)).1["choices"][0]["text"].to_string())
+        .collect();
+    let steps_alone = steps() - before;
+    let before = steps();
+    let together: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| s.spawn(move || post(addr, "/v1/completions", &sampled(i))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().1["choices"][0]["text"].to_string())
+            .collect()
+    });
+    let steps_together = steps() - before;
+    assert_eq!(together, alone);
+    assert!(
+        steps_together < 0.75 * steps_alone,
+        "seeded requests did not share steps: {steps_together} together, {steps_alone} alone"
+    );
+
     // a stop string: the text is cut before it
     let full = served.clone();
     let stop = full.chars().skip(10).take(3).collect::<String>();

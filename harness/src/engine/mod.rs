@@ -36,7 +36,9 @@
 //! output equals greedy plain output token for token.
 //!
 //! Randomness: one production [`Replay`] generator keyed by (seed, request id, step, node,
-//! purpose), so results do not depend on batch composition or order.
+//! purpose), so results do not depend on batch composition or order; a request with its own
+//! seed ([`Request::seed`]) draws from that seed instead, so requests with different seeds share
+//! a batch and each still decides as it would alone.
 
 mod draft_lm;
 mod recorded;
@@ -55,7 +57,7 @@ use specdec_algorithms::policy::{
     Budget, DrafterChoice, FallbackPolicy, SpeculationPolicy, StepOutcome, StepTiming,
 };
 use specdec_algorithms::verify::PairedVerifier;
-use specdec_kernels::sampling::{prepare_logits, Production, Replay, SamplingParams};
+use specdec_kernels::sampling::{prepare_logits, Replay, SamplingParams, SeededSequences};
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
 use specdec_models::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK};
 
@@ -102,7 +104,7 @@ pub struct EngineOptions {
     pub sampling: SamplingParams,
     /// Penalties applied to the target's logits at each node.
     pub penalties: Penalties,
-    /// Seed of the production random generator.
+    /// Seed of the production random generator (of the requests without a seed of their own).
     pub seed: u64,
     /// Most requests in flight at once (≥ 1).
     pub batch_size: usize,
@@ -120,6 +122,10 @@ pub struct Request {
     pub prompt: Vec<u32>,
     /// When to stop.
     pub stop: StopRule,
+    /// The request's own seed: with one, its random decisions are those of request 0 of a run
+    /// seeded with it, whatever its id, the run's seed or the requests sharing its batch
+    /// ([`SeededSequences`]); `None` draws from the run's seed by its id.
+    pub seed: Option<u64>,
 }
 
 /// What one request produced.
@@ -396,7 +402,7 @@ impl<'a> Engine<'a> {
     /// Any model, drafter or verifier error (NaN logits included): the run stops, and the
     /// requests in flight are released from the target's KV cache before the error returns.
     pub fn serve(&mut self, queue: &mut dyn RequestQueue) -> Result<()> {
-        let mut decisions = Replay::production(self.options.seed);
+        let mut decisions = Replay::new(SeededSequences::new(self.options.seed));
         // requests in flight: decoding, and still prefilling their prompts
         let mut active: Vec<Active> = Vec::new();
         let mut prefilling: Vec<Active> = Vec::new();
@@ -405,8 +411,9 @@ impl<'a> Engine<'a> {
         let mut arrived = 0;
         let outcome = (|| -> Result<()> {
             loop {
-                let cancelled = self.drop_cancelled(&mut active, queue)?
-                    + self.drop_cancelled(&mut prefilling, queue)?;
+                let seeds = decisions.source_mut();
+                let cancelled = self.drop_cancelled(&mut active, queue, seeds)?
+                    + self.drop_cancelled(&mut prefilling, queue, seeds)?;
                 if cancelled > 0 {
                     queue.stepped(&BatchStatus {
                         cancelled,
@@ -433,6 +440,9 @@ impl<'a> Engine<'a> {
                             break;
                         }
                     }
+                    decisions
+                        .source_mut()
+                        .seed_sequence(request.id, request.seed);
                     prefilling.push(self.admit(arrived, request)?);
                     arrived += 1;
                 }
@@ -463,6 +473,7 @@ impl<'a> Engine<'a> {
                 }
                 for (position, finish) in finished.into_iter().rev() {
                     let done = active.swap_remove(position);
+                    decisions.source_mut().seed_sequence(done.request.id, None);
                     if let Some(recorded) = &self.options.replay {
                         recorded.check_finished(done.request.id, done.step)?;
                     }
@@ -487,16 +498,18 @@ impl<'a> Engine<'a> {
     /// Drops the requests of `in_flight` that `queue` says were cancelled: their target
     /// sequences and drafter state are released, and they are handed back as finished with
     /// [`FinishReason::Cancelled`].
-    /// Returns how many were.
+    /// Returns how many were. Their own seeds are dropped from `seeds`.
     fn drop_cancelled(
         &mut self,
         in_flight: &mut Vec<Active>,
         queue: &mut dyn RequestQueue,
+        seeds: &mut SeededSequences,
     ) -> Result<usize> {
         let before = in_flight.len();
         for position in (0..in_flight.len()).rev() {
             if queue.cancelled(in_flight[position].request.id) {
                 let gone = in_flight.swap_remove(position);
+                seeds.seed_sequence(gone.request.id, None);
                 self.retire(&gone)?;
                 queue.finished(gone.index, gone.into_generation(FinishReason::Cancelled));
             }
@@ -614,7 +627,7 @@ impl<'a> Engine<'a> {
     fn step(
         &mut self,
         active: &mut [Active],
-        decisions: &mut Production,
+        decisions: &mut Replay<SeededSequences>,
     ) -> Result<Vec<(usize, FinishReason)>> {
         let max_context = self.target.max_context();
         // KV blocks free beyond what the requests in flight have reserved (between steps the

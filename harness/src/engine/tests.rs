@@ -43,6 +43,7 @@ fn requests(n: usize, max_new_tokens: usize) -> Vec<Request> {
     (0..n)
         .map(|i| Request {
             id: i as u64,
+            seed: None,
             prompt: vec![(i % VOCAB) as u32, ((i * 7 + 1) % VOCAB) as u32, 2],
             stop: StopRule::new(max_new_tokens, &[]),
         })
@@ -187,6 +188,7 @@ fn sampled_chain_speculation_matches_the_target_distribution() {
     let reqs: Vec<Request> = (0..3000)
         .map(|id| Request {
             id,
+            seed: None,
             prompt: vec![1, 2],
             stop: StopRule::new(3, &[]),
         })
@@ -213,6 +215,60 @@ fn sampled_chain_speculation_matches_the_target_distribution() {
         let test = g_test_samples(&samples, &expected, 1e-3);
         assert!(test.passed(), "limited to {ids:?}: {test}");
     }
+}
+
+#[test]
+fn a_seeded_request_samples_by_its_seed_alone_whatever_shares_its_batch() {
+    // T = 1, sampled chains: a request with its own seed gives the text that request 0 of a
+    // run with that seed gives alone, at another id, beside other requests (one seeded too),
+    // under another run seed; without its seed the same request samples otherwise.
+    let pair = pair(5);
+    let sampling = SamplingParams::with_temperature(1.0);
+    let request = |id: u64, seed: Option<u64>| Request {
+        id,
+        seed,
+        prompt: vec![1, 2, 3],
+        stop: StopRule::new(24, &[]),
+    };
+    let sampled = |run_seed: u64, batch: usize, reqs: &[Request]| -> Vec<Vec<u32>> {
+        let mut drafter = ChainDrafter::new(draft_lm(&pair, sampling), ChainMode::Sample);
+        let options = EngineOptions {
+            seed: run_seed,
+            ..options(sampling, batch)
+        };
+        run(
+            &pair,
+            &mut drafter,
+            paired(VerifyMethod::ChainRejection, DraftKind::Iid),
+            Box::new(FixedPolicy::chain(3)),
+            options,
+            reqs,
+        )
+        .into_iter()
+        .map(|g| g.tokens)
+        .collect()
+    };
+    let alone = sampled(42, 1, &[request(0, None)]).remove(0);
+    let batch = |own: Option<u64>| {
+        let reqs = [
+            request(0, None),
+            request(1, Some(9)),
+            request(2, None),
+            request(3, own),
+        ];
+        sampled(7, 4, &reqs)
+    };
+    let seeded = batch(Some(42));
+    assert_eq!(seeded[3], alone);
+    assert_eq!(seeded[1], sampled(9, 1, &[request(0, None)]).remove(0));
+    // the others keep the run seed's words by id, as before
+    let unseeded = batch(None);
+    assert_eq!(seeded[0], unseeded[0]);
+    assert_eq!(seeded[2], unseeded[2]);
+    assert_ne!(
+        unseeded[3], alone,
+        "the negative control: no own seed, other words"
+    );
 }
 
 #[test]
@@ -356,6 +412,7 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     .unwrap();
     let long = Request {
         id: 9,
+        seed: None,
         prompt: vec![1; 8],
         stop: StopRule::new(4, &[]),
     };
@@ -366,6 +423,7 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     );
     let empty = Request {
         id: 3,
+        seed: None,
         prompt: vec![],
         stop: StopRule::new(4, &[]),
     };
@@ -375,11 +433,13 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     // (the first request fits, the second does not: nothing runs), naming both numbers.
     let fits = Request {
         id: 5,
+        seed: None,
         prompt: vec![1; 6],
         stop: StopRule::new(2, &[]),
     };
     let near = Request {
         id: 4,
+        seed: None,
         prompt: vec![1; 6],
         stop: StopRule::new(10, &[]),
     };
@@ -625,6 +685,7 @@ fn a_fallback_drafter_drafts_where_the_first_steps_aside_and_keeps_greedy_output
         let reqs: Vec<Request> = (0..4)
             .map(|i| Request {
                 id: i,
+                seed: None,
                 prompt: vec![1, 2, 3, 1, 2, 3, 1, 2, (i % 3) as u32],
                 stop: StopRule::new(16, &[]),
             })
@@ -662,6 +723,7 @@ fn sampled_speculation_with_a_fallback_matches_the_target_distribution() {
     let reqs: Vec<Request> = (0..3000)
         .map(|id| Request {
             id,
+            seed: None,
             prompt: prompt.clone(),
             stop: StopRule::new(3, &[]),
         })
@@ -1011,6 +1073,7 @@ fn a_replay_repeats_a_sampled_run_whatever_the_policy_would_decide_now() {
     let reqs: Vec<Request> = (0..3)
         .map(|i| Request {
             id: i,
+            seed: None,
             prompt: vec![1, 2, 3, 1, 2, 3, 1, 2, (i % 3) as u32],
             stop: StopRule::new(24, &[]),
         })

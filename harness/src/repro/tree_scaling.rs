@@ -258,6 +258,7 @@ pub fn measure_table(
     for (i, prompt) in prompts.iter().enumerate() {
         let request = Request {
             id: i as u64,
+            seed: None,
             prompt: backend.encode(&prompt.text, false)?,
             stop: backend.stop_rule(size.max_tokens),
         };

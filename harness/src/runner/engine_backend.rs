@@ -432,6 +432,7 @@ impl Backend for EngineBackend {
             .map(|spec| {
                 Ok(Request {
                     id: spec.index as u64,
+                    seed: None,
                     prompt: self.encode_prompt(spec.prompt)?,
                     stop: stop.clone(),
                 })

@@ -146,6 +146,7 @@ impl Backend for ToyBackend {
             .iter()
             .map(|spec| Request {
                 id: spec.index as u64,
+                seed: None,
                 prompt: toy_tokens(&spec.prompt.text, spec.index, vocab),
                 stop: StopRule::new(self.max_tokens, &[]),
             })

@@ -17,6 +17,8 @@
 //! seed give distinct words up to the 64-bit mixing quality. A word is turned into decisions by
 //! [`crate::sampling::Replay`].
 
+use std::collections::HashMap;
+
 use super::decisions::DrawKey;
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -60,6 +62,50 @@ impl CounterRng {
 }
 
 impl UniformSource for CounterRng {
+    fn raw(&mut self, key: DrawKey) -> u64 {
+        self.word(key)
+    }
+}
+
+/// A run's [`CounterRng`] in which some sequences draw from seeds of their own (a server's
+/// requests that carry a `seed`): such a sequence draws exactly the words that sequence 0 of a
+/// run seeded with its seed draws, so its decisions depend on that seed alone, not on its id,
+/// the run's seed or the requests that share its batch. Every other sequence draws the run's
+/// words. A sequence with its own seed may share words with another that has the same seed
+/// (both then decide alike, as equal seeds should).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeededSequences {
+    run: CounterRng,
+    own: HashMap<u64, u64>,
+}
+
+impl SeededSequences {
+    /// The run's generator for `seed`, no sequence seeded on its own yet.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            run: CounterRng::new(seed),
+            own: HashMap::new(),
+        }
+    }
+
+    /// Gives `sequence` its own `seed`, or (`None`) returns it to the run's words.
+    pub fn seed_sequence(&mut self, sequence: u64, seed: Option<u64>) {
+        match seed {
+            Some(seed) => self.own.insert(sequence, seed),
+            None => self.own.remove(&sequence),
+        };
+    }
+
+    /// The word for `key` (a pure function of the seeds and the key).
+    pub fn word(&self, key: DrawKey) -> u64 {
+        match self.own.get(&key.sequence) {
+            Some(&seed) => CounterRng::new(seed).word(DrawKey { sequence: 0, ..key }),
+            None => self.run.word(key),
+        }
+    }
+}
+
+impl UniformSource for SeededSequences {
     fn raw(&mut self, key: DrawKey) -> u64 {
         self.word(key)
     }
@@ -131,6 +177,23 @@ mod tests {
             CounterRng::new(seed).raw(key),
             CounterRng::new(seed).word(key)
         );
+    }
+
+    #[test]
+    fn a_seeded_sequence_draws_sequence_zero_of_its_seed_and_the_others_the_runs() {
+        let mut source = SeededSequences::new(7);
+        source.seed_sequence(5, Some(42));
+        for (step, node) in [(0, 0), (3, 1), (9, 4)] {
+            let key = DrawKey::new(5, step, node, Purpose::Draft);
+            let alone = DrawKey::new(0, step, node, Purpose::Draft);
+            assert_eq!(source.raw(key), CounterRng::new(42).word(alone));
+            assert_ne!(source.raw(key), CounterRng::new(7).word(key));
+            let other = DrawKey::new(6, step, node, Purpose::Draft);
+            assert_eq!(source.raw(other), CounterRng::new(7).word(other));
+        }
+        source.seed_sequence(5, None);
+        let key = DrawKey::new(5, 1, 2, Purpose::Accept);
+        assert_eq!(source.raw(key), CounterRng::new(7).word(key));
     }
 
     #[test]

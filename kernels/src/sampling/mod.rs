@@ -22,7 +22,7 @@ pub mod rejection;
 pub mod replay;
 pub mod rules;
 
-pub use counter::{mix64, CounterRng, UniformSource};
+pub use counter::{mix64, CounterRng, SeededSequences, UniformSource};
 pub use decisions::{Decisions, DrawKey, Purpose};
 pub use num_rational::BigRational;
 pub use number::{ratio, KernelFloat, Mass, Prob, FIXED_POINT_ONE};

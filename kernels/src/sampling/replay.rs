@@ -54,6 +54,11 @@ impl<S: UniformSource> Replay<S> {
     pub fn source(&self) -> &S {
         &self.source
     }
+
+    /// The underlying source, to change (e.g. [`SeededSequences::seed_sequence`](super::SeededSequences::seed_sequence)).
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.source
+    }
 }
 
 /// The accept rule on a raw word (see the module docs): [`accept_rule`] over [`Uniform24`].
