@@ -76,9 +76,11 @@ impl Prober {
 /// past; see [`AcceptanceStats::pooled_alpha_raw`]) drops below `threshold` after at least
 /// `min_trials` weighted position tries, speculation is switched off (budget [`Budget::Plain`]).
 /// While off, every `probe_every` plain steps one short speculative step (`probe`, default a
-/// chain of 1) is taken; when the last `probe_window` probes together show α̂ ≥ `threshold`
-/// (over at least 2 tries), speculation is switched back on, with the statistics restarted from
-/// those probes.
+/// chain of 1) is taken, if the inner policy would speculate at that step (it is asked then,
+/// and only then): a probe the inner policy judges not to pay, such as one that would widen a
+/// full batch's forward under a cost model, is skipped. When the last `probe_window` probes
+/// together show α̂ ≥ `threshold` (over at least 2 tries), speculation is switched back on, with
+/// the statistics restarted from those probes.
 ///
 /// The inner policy chooses every budget while speculation is on and observes every outcome.
 #[derive(Debug, Clone)]
@@ -180,7 +182,8 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
         if !self.disabled {
             return self.inner.next_budget();
         }
-        if self.prober.probe_due() {
+        // a due probe is taken only where the inner policy would speculate at all
+        if self.prober.probe_due() && !self.inner.next_budget().is_plain() {
             self.probe.clone()
         } else {
             Budget::Plain
@@ -273,6 +276,8 @@ mod tests {
     use super::*;
     use crate::policy::test_rng::SplitMix;
     use crate::policy::FixedPolicy;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn prober_cadence() {
@@ -323,6 +328,82 @@ mod tests {
         // Back on after acceptance recovers.
         let late = &budgets[150..];
         assert!(late.iter().all(|b| *b == Budget::Chain(4)), "{late:?}");
+    }
+
+    /// A policy that speculates (a chain of 3) while its flag is set, and decodes plainly
+    /// otherwise; counts how often it is asked.
+    struct Switch {
+        speculate: Arc<AtomicBool>,
+        asked: Arc<AtomicUsize>,
+    }
+
+    impl SpeculationPolicy for Switch {
+        fn name(&self) -> String {
+            "switch".into()
+        }
+        fn next_budget(&mut self) -> Budget {
+            self.asked.fetch_add(1, Ordering::Relaxed);
+            match self.speculate.load(Ordering::Relaxed) {
+                true => Budget::Chain(3),
+                false => Budget::Plain,
+            }
+        }
+        fn observe(&mut self, _outcome: &StepOutcome) {}
+        fn fork(&self) -> Box<dyn SpeculationPolicy> {
+            Box::new(Switch {
+                speculate: Arc::clone(&self.speculate),
+                asked: Arc::clone(&self.asked),
+            })
+        }
+    }
+
+    #[test]
+    fn a_probe_is_skipped_where_the_inner_policy_would_not_speculate() {
+        let speculate = Arc::new(AtomicBool::new(true));
+        let asked = Arc::new(AtomicUsize::new(0));
+        let inner = Switch {
+            speculate: Arc::clone(&speculate),
+            asked: Arc::clone(&asked),
+        };
+        let mut gate = DisableGate::new(inner)
+            .with_probe(2, Budget::Chain(1))
+            .unwrap()
+            .with_evidence(1.0, 1.0)
+            .unwrap();
+        assert_eq!(gate.next_budget(), Budget::Chain(3));
+        gate.observe(&StepOutcome::chain(3, 0).unwrap());
+        assert!(gate.is_disabled());
+        let mut budgets = |n: usize| -> Vec<Budget> {
+            (0..n)
+                .map(|_| {
+                    let b = gate.next_budget();
+                    // probes keep failing: the gate stays off
+                    let outcome = match b.max_drafts() {
+                        0 => StepOutcome::plain(),
+                        k => StepOutcome::chain(k, 0).unwrap(),
+                    };
+                    gate.observe(&outcome);
+                    b
+                })
+                .collect()
+        };
+        // the inner policy would speculate: a 1-draft probe every third step
+        let probing = budgets(6);
+        assert_eq!(
+            probing.iter().filter(|b| **b == Budget::Chain(1)).count(),
+            2
+        );
+        // it would not (e.g. under load): due probes are skipped, and it is asked only then
+        speculate.store(false, Ordering::Relaxed);
+        let asked_before = asked.load(Ordering::Relaxed);
+        assert!(budgets(12).iter().all(Budget::is_plain));
+        assert_eq!(
+            asked.load(Ordering::Relaxed) - asked_before,
+            4,
+            "asked at the 4 due probes only"
+        );
+        speculate.store(true, Ordering::Relaxed);
+        assert!(budgets(3).contains(&Budget::Chain(1)));
     }
 
     #[test]
