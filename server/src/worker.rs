@@ -10,8 +10,9 @@
 //! sampling settings (temperature, top-k, top-p); a job with other settings ends the
 //! admission of the current run (which then drains) and starts the next: arrival order is kept
 //! across settings. Seeds do not split runs: a job's `seed` is its engine request's own
-//! ([`Request::seed`]), so its text depends on the seed, not on the jobs beside it. A job whose prompt and `max_tokens` do not fit the model's context (or the
-//! KV pool) is refused alone, naming the numbers, before it is admitted.
+//! ([`Request::seed`]), so its text depends on the seed, not on the jobs beside it. A job whose
+//! prompt and `max_tokens` do not fit the model's context (or the KV pool) is refused alone,
+//! naming the numbers, before it is admitted.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -473,11 +473,10 @@ impl<'a> Engine<'a> {
                 }
                 for (position, finish) in finished.into_iter().rev() {
                     let done = active.swap_remove(position);
-                    decisions.source_mut().seed_sequence(done.request.id, None);
                     if let Some(recorded) = &self.options.replay {
                         recorded.check_finished(done.request.id, done.step)?;
                     }
-                    self.retire(&done)?;
+                    self.retire(&done, decisions.source_mut())?;
                     queue.finished(done.index, done.into_generation(finish));
                 }
                 queue.stepped(&BatchStatus {
@@ -488,7 +487,7 @@ impl<'a> Engine<'a> {
         })();
         if let Err(err) = outcome {
             for in_flight in active.iter().chain(&prefilling) {
-                let _ = self.retire(in_flight);
+                let _ = self.retire(in_flight, decisions.source_mut());
             }
             return Err(err);
         }
@@ -498,7 +497,7 @@ impl<'a> Engine<'a> {
     /// Drops the requests of `in_flight` that `queue` says were cancelled: their target
     /// sequences and drafter state are released, and they are handed back as finished with
     /// [`FinishReason::Cancelled`].
-    /// Returns how many were. Their own seeds are dropped from `seeds`.
+    /// Returns how many were.
     fn drop_cancelled(
         &mut self,
         in_flight: &mut Vec<Active>,
@@ -509,8 +508,7 @@ impl<'a> Engine<'a> {
         for position in (0..in_flight.len()).rev() {
             if queue.cancelled(in_flight[position].request.id) {
                 let gone = in_flight.swap_remove(position);
-                seeds.seed_sequence(gone.request.id, None);
-                self.retire(&gone)?;
+                self.retire(&gone, seeds)?;
                 queue.finished(gone.index, gone.into_generation(FinishReason::Cancelled));
             }
         }
@@ -528,8 +526,9 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Releases a request's target sequence and its drafters' state.
-    fn retire(&mut self, seq: &Active) -> Result<()> {
+    /// Releases a request's target sequence, its drafters' state and its own seed in `seeds`.
+    fn retire(&mut self, seq: &Active, seeds: &mut SeededSequences) -> Result<()> {
+        seeds.seed_sequence(seq.request.id, None);
         self.target.release(seq.seq)?;
         self.release_drafts(seq.request.id)
     }

@@ -55,7 +55,8 @@ impl<S: UniformSource> Replay<S> {
         &self.source
     }
 
-    /// The underlying source, to change (e.g. [`SeededSequences::seed_sequence`](super::SeededSequences::seed_sequence)).
+    /// The underlying source, to change
+    /// (e.g. [`SeededSequences::seed_sequence`](super::SeededSequences::seed_sequence)).
     pub fn source_mut(&mut self) -> &mut S {
         &mut self.source
     }
