@@ -711,6 +711,47 @@ mod tests {
         assert!(left >= 2.5, "left alone: K = {left}");
     }
 
+    #[test]
+    fn under_load_a_cheap_prompt_prefill_does_not_make_drafts_look_cheap() {
+        // A CPU-like batch: every decoded token costs 1.4 ms more (compute-bound at 8
+        // sequences), while one sequence's 99-token prompt is prefilled at 0.5 ms a token.
+        let decode = |tokens: usize| 0.002 + 0.0014 * tokens as f64;
+        let mut policy =
+            CostModelPolicy::measured(TreeSearch::Chain { max_k: 4 }, Some(0.0)).unwrap();
+        policy.observe_load(8);
+        let step = |tokens: usize| StepTiming {
+            target_s: decode(tokens) / 8.0,
+            forward_tokens: tokens,
+            forward_s: decode(tokens),
+            remaining_tokens: Some(10_000),
+            ..StepTiming::default()
+        };
+        let first = StepTiming {
+            prefill_tokens: 99,
+            prefill_s: 99.0 * 0.0005,
+            prefill_forwards: 1,
+            ..step(8)
+        };
+        policy.observe_measured(&StepOutcome::plain(), &first);
+        // one draft, accepted, in a forward of 9 tokens; then plain steps
+        policy.observe_measured(&StepOutcome::chain(1, 1).unwrap(), &step(9));
+        for _ in 0..4 {
+            policy.observe_measured(&StepOutcome::plain(), &step(8));
+        }
+        // a draft of k costs c(8 (k + 1)) / c(8) ≈ 1.85 k + 1: no acceptance below ≈ 0.85
+        // repays it; priced along the prefill's 0.5 ms a token it looked 1.3× for k = 1
+        let curve = policy.learned().forward.clone();
+        let c16 = curve.seconds(16).unwrap() / curve.seconds(8).unwrap();
+        assert!(
+            (c16 - decode(16) / decode(8)).abs() < 1e-9,
+            "c(16) / c(8) = {c16}"
+        );
+        for _ in 0..20 {
+            assert_eq!(policy.next_budget(), Budget::Plain);
+            policy.observe_measured(&StepOutcome::plain(), &step(8));
+        }
+    }
+
     fn warm(alpha: f64, k: usize, steps: usize) -> AcceptanceStats {
         let mut rng = SplitMix::new(9);
         let mut stats = AcceptanceStats::new();

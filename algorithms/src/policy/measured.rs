@@ -62,11 +62,11 @@ pub struct StepTiming {
     pub prefill_forwards: usize,
 }
 
-/// What a target forward costs by the tokens in it, all sequences of a batch together: the
+/// What a batch's decoding forward costs by the tokens in it, all sequences together: the
 /// median of recent samples per size, linear between measured sizes and, beyond the largest,
-/// along the last segment. Shared by every sequence of a method (one machine, one model), it is
-/// what prices speculation under load: at batch size `B`, a sequence drafting `K` shares a
-/// forward of about `B·(K + 1)` tokens instead of `B`.
+/// never flatter than it was (see [`ForwardCurve::seconds`]). Shared by every sequence of a
+/// method (one machine, one model), it is what prices speculation under load: at batch size
+/// `B`, a sequence drafting `K` shares a forward of about `B·(K + 1)` tokens instead of `B`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ForwardCurve {
     sizes: std::collections::BTreeMap<usize, Window>,
@@ -88,17 +88,12 @@ impl ForwardCurve {
             .push(seconds, FORWARD_WINDOW);
     }
 
-    /// Records what one step's timing says about the forwards: the shared forward, and the
-    /// prefill's forwards (their mean size and time).
+    /// Records the shared forward of one step. A prompt's prefill forwards are left out: one
+    /// sequence's prompt costs far less per token than as many tokens spread over a batch's
+    /// sequences (each with its own context), so pricing drafts by it would make extra tokens
+    /// look cheap under load.
     pub fn record_step(&mut self, timing: &StepTiming) {
         self.record(timing.forward_tokens, timing.forward_s);
-        if timing.prefill_forwards > 0 && timing.prefill_tokens > 0 {
-            let forwards = timing.prefill_forwards;
-            self.record(
-                timing.prefill_tokens.div_ceil(forwards),
-                timing.prefill_s / forwards as f64,
-            );
-        }
     }
 
     /// Sizes measured.
@@ -107,9 +102,11 @@ impl ForwardCurve {
     }
 
     /// Seconds of a forward of `tokens` tokens: the median where measured, linear between
-    /// measured sizes, along the last segment beyond the largest (never below the largest
-    /// size's time), the smallest size's time below it; `None` with fewer than two sizes
-    /// measured (no slope) unless `tokens` itself was.
+    /// measured sizes, the smallest size's time below them; beyond the largest, rising by the
+    /// steeper of the last segment and the chord from the smallest size (a batch's forward grows
+    /// at least as steeply with its tokens as it did from the smallest size on, so two noisy
+    /// neighbours never make extra tokens look free); `None` with fewer than two sizes measured
+    /// (no slope) unless `tokens` itself was.
     pub fn seconds(&self, tokens: usize) -> Option<f64> {
         interpolate(&self.medians(), tokens)
     }
@@ -139,9 +136,12 @@ fn interpolate(points: &[(usize, f64)], tokens: usize) -> Option<f64> {
         Some(w) => (w[0], w[1]),
         None => (points[points.len() - 2], last),
     };
-    let slope = ((t1 - t0) / (n1 - n0) as f64).max(0.0);
-    let at = t0 + slope * (tokens as f64 - n0 as f64);
-    Some(if tokens > last.0 { at.max(last.1) } else { at })
+    let segment = ((t1 - t0) / (n1 - n0) as f64).max(0.0);
+    if tokens < last.0 {
+        return Some(t0 + segment * (tokens - n0) as f64);
+    }
+    let chord = ((last.1 - first.1) / (last.0 - first.0) as f64).max(0.0);
+    Some(last.1 + segment.max(chord) * (tokens - last.0) as f64)
 }
 
 /// A short window of recent samples with a median.
@@ -453,28 +453,38 @@ mod tests {
     }
 
     #[test]
-    fn the_forward_curve_interpolates_extrapolates_and_takes_prefill_forwards() {
+    fn the_forward_curve_interpolates_extrapolates_and_leaves_prefill_out() {
         let mut curve = ForwardCurve::default();
         assert_eq!(curve.seconds(4), None);
         curve.record(4, 0.010);
         assert_eq!(curve.seconds(4), Some(0.010));
         assert_eq!(curve.seconds(8), None, "one size: no slope");
+        // a prompt's prefill forwards are no decoding forwards: not recorded
         curve.record_step(&StepTiming {
             prefill_tokens: 1000,
             prefill_s: 0.5,
             prefill_forwards: 2,
             ..StepTiming::default()
         });
-        // the prefill's two forwards of 500 tokens, 0.25 s each
-        assert_eq!(curve.seconds(500), Some(0.25));
-        let at_252 = curve.seconds(252).unwrap();
-        assert!(
-            (at_252 - (0.010 + 248.0 * 0.24 / 496.0)).abs() < 1e-12,
-            "{at_252}"
-        );
+        assert_eq!(curve.sizes(), 1);
+        assert_eq!(curve.seconds(500), None);
+        curve.record_step(&StepTiming {
+            forward_tokens: 12,
+            forward_s: 0.018,
+            ..StepTiming::default()
+        });
+        // between sizes, linear: 1 ms per token from 4 to 12
+        assert!((curve.seconds(8).unwrap() - 0.014).abs() < 1e-12);
         // beyond the largest size along the last segment; below the smallest, flat
-        assert!((curve.seconds(996).unwrap() - (0.25 + 496.0 * 0.24 / 496.0)).abs() < 1e-12);
+        assert!((curve.seconds(20).unwrap() - 0.026).abs() < 1e-12);
         assert_eq!(curve.seconds(1), Some(0.010));
+        // a flat (noisy) last segment does not make more tokens free: the chord from the
+        // smallest size (1 ms per token) is the least slope beyond the largest
+        let mut noisy = curve.clone();
+        noisy.record(13, 0.0179);
+        let at_21 = noisy.seconds(21).unwrap();
+        let chord = (0.0179 - 0.010) / 9.0;
+        assert!((at_21 - (0.0179 + 8.0 * chord)).abs() < 1e-12, "{at_21}");
         // medians per size; nonsense ignored
         for s in [0.012, 0.5, f64::NAN, -1.0] {
             curve.record(4, s);
