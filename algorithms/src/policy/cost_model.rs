@@ -254,23 +254,35 @@ impl CostModelPolicy {
         Ok(policy)
     }
 
-    /// Measured mode: the target's relative forward costs `ratios[n - 1] = t(n) / t(1)` taken up
-    /// front (e.g. by timing forwards of `n` tokens at set-up): every sequence starts from them
-    /// for the sizes it has not timed itself, instead of the chord between one token and the
-    /// prompt's prefill. On a CPU the first few extra tokens cost little and the chord prices
-    /// them several times too high, so small budgets would never be tried and never measured.
-    /// What the sequences time replaces the curve size by size.
+    /// Measured mode: the target's relative forward costs `points` = `(n, t(n) / t(1))` taken up
+    /// front (e.g. by timing forwards of `n` tokens at set-up; sizes ascending from 1, up to the
+    /// largest batch's largest tree). Every sequence starts from them for the sizes it has not
+    /// timed itself, instead of the chord between one token and the prompt's prefill: on a CPU
+    /// the first few extra tokens cost little and the chord prices them several times too high,
+    /// so small budgets would never be tried and never measured. What the sequences time
+    /// replaces the curve size by size. Under load they are the shape of the batch's forward
+    /// curve ([`crate::policy::ForwardCurve::with_shape`]).
     ///
     /// # Errors
-    /// [`crate::AlgorithmError::InvalidParameter`] unless every ratio is finite and positive,
-    /// or if the policy is not in measured mode.
-    pub fn with_verify_curve(mut self, ratios: &[f64]) -> Result<Self> {
+    /// [`crate::AlgorithmError::InvalidParameter`] unless the sizes ascend from 1 and every
+    /// ratio is finite and positive, or if the policy is not in measured mode.
+    pub fn with_verify_curve(mut self, points: &[(usize, f64)]) -> Result<Self> {
         ensure_param(
-            ratios.iter().all(|r| r.is_finite() && *r > 0.0),
+            points.first().is_some_and(|&(n, _)| n == 1)
+                && points.windows(2).all(|w| w[0].0 < w[1].0),
+            "verify_curve",
+            "sizes must ascend from 1",
+        )?;
+        ensure_param(
+            points.iter().all(|(_, r)| r.is_finite() && *r > 0.0),
             "verify_curve",
             "every t(n) / t(1) must be finite and positive",
         )?;
-        let prior: Vec<Option<f64>> = ratios.iter().map(|&r| Some(r)).collect();
+        let largest = points.last().map_or(0, |&(n, _)| n);
+        let mut prior: Vec<Option<f64>> = vec![None; largest];
+        for &(n, ratio) in points {
+            prior[n - 1] = Some(ratio);
+        }
         let Some(live) = self.live.as_mut() else {
             return Err(crate::AlgorithmError::InvalidParameter {
                 name: "verify_curve",
@@ -279,7 +291,10 @@ impl CostModelPolicy {
         };
         // forks take it from the shared state (`forked`); the template itself from its costs
         live.costs = live.costs.clone().with_verify_prior(prior.clone());
-        self.learned().verify_ratios = prior;
+        let mut learned = self.learned();
+        learned.verify_ratios = prior;
+        learned.forward = std::mem::take(&mut learned.forward).with_shape(points);
+        drop(learned);
         Ok(self)
     }
 
@@ -752,6 +767,51 @@ mod tests {
         }
     }
 
+    #[test]
+    fn under_load_the_shape_timed_at_set_up_prices_drafts_where_stale_live_sizes_would_not() {
+        // A CPU-like target: flat to 4 tokens, then 1.3 ms a token (SmolLM2 on this host).
+        let cpu = |n: usize| 0.004 + 0.0013 * n.saturating_sub(4) as f64;
+        let shape: Vec<(usize, f64)> = [1, 2, 3, 4, 5, 8, 12, 18, 27, 40]
+            .iter()
+            .map(|&n| (n, cpu(n) / cpu(1)))
+            .collect();
+        // What a served batch of 8 measured (bench serve, SmolLM2): its contexts grew while
+        // the other sizes went stale, so 8 tokens now look dearer than 9.
+        let step = |tokens: usize, seconds: f64| StepTiming {
+            target_s: seconds / 8.0,
+            forward_tokens: tokens,
+            forward_s: seconds,
+            remaining_tokens: Some(10_000),
+            ..StepTiming::default()
+        };
+        let serve = |mut policy: CostModelPolicy| {
+            policy.observe_load(8);
+            policy.observe_measured(&StepOutcome::plain(), &step(1, 0.00418));
+            for _ in 0..6 {
+                policy.observe_measured(&StepOutcome::chain(1, 1).unwrap(), &step(9, 0.01114));
+            }
+            policy.observe_measured(&StepOutcome::chain(1, 1).unwrap(), &step(14, 0.01753));
+            for _ in 0..9 {
+                policy.observe_measured(&StepOutcome::plain(), &step(8, 0.01567));
+            }
+            (0..20)
+                .map(|_| {
+                    let budget = policy.next_budget();
+                    policy.observe_measured(&StepOutcome::plain(), &step(8, 0.01567));
+                    budget
+                })
+                .collect::<Vec<_>>()
+        };
+        // With the shape, one draft costs c(16) / c(8) ≈ 2.1 plain steps: nothing pays.
+        let shaped = chain_policy(4, 0.0).with_verify_curve(&shape).unwrap();
+        let budgets = serve(shaped);
+        assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
+        // From the live medians alone (9 tokens cheaper than 8), c(16) / c(8) ≈ 1.3 and the
+        // well-accepted chain looks worth it.
+        let budgets = serve(chain_policy(4, 0.0));
+        assert!(!budgets[0].is_plain(), "{budgets:?}");
+    }
+
     fn warm(alpha: f64, k: usize, steps: usize) -> AcceptanceStats {
         let mut rng = SplitMix::new(9);
         let mut stats = AcceptanceStats::new();
@@ -1039,7 +1099,7 @@ mod tests {
 
     #[test]
     fn a_verify_curve_taken_up_front_is_the_first_sequences_prior() {
-        let curve: Vec<f64> = (1..=9).map(knee_verify).collect();
+        let curve: Vec<(usize, f64)> = (1..=9).map(|n| (n, knee_verify(n))).collect();
         // Well-matched drafter, cheap drafts: the first sequence explores at once with the curve
         // (a chain of up to 3, cost(4) ≈ 1.15) ...
         let template = chain_policy(3, 0.1).with_verify_curve(&curve).unwrap();
@@ -1051,10 +1111,17 @@ mod tests {
         let budgets = Sim::new(0.1, 0.0, 0.9, knee_verify).run(chord_only.as_mut(), 2, 10_000);
         assert!(budgets[1].max_drafts() < 3, "{budgets:?}");
         // Bad curves and a policy that is not measured are refused.
-        assert!(chain_policy(3, 0.1)
-            .with_verify_curve(&[1.0, f64::NAN])
-            .is_err());
-        assert!(chain_policy(3, 0.1).with_verify_curve(&[1.0, 0.0]).is_err());
+        let refused = |points: &[(usize, f64)]| chain_policy(3, 0.1).with_verify_curve(points);
+        assert!(refused(&[(1, 1.0), (2, f64::NAN)]).is_err());
+        assert!(refused(&[(1, 1.0), (2, 0.0)]).is_err());
+        assert!(
+            refused(&[(2, 1.0), (3, 1.1)]).is_err(),
+            "must start at one token"
+        );
+        assert!(
+            refused(&[(1, 1.0), (3, 1.1), (3, 1.2)]).is_err(),
+            "sizes must ascend"
+        );
         let modelled = CostModelPolicy::new(
             CostModel::new(CostCurve::linear(1.0).unwrap(), 1.0, 0.0).unwrap(),
             TreeSearch::Chain { max_k: 3 },

@@ -11,9 +11,10 @@
 //!   beyond the largest one it runs along the chord to the prompt-prefill point (`P` tokens in
 //!   `prefill_s`), which never overstates a concave cost curve, so unmeasured sizes look at least
 //!   as cheap as they are and get tried. A size this sequence has not measured yet but earlier
-//!   sequences of the same method did comes from their relative cost (`t(n) / t(1)`, see
-//!   [`LiveCosts::with_verify_prior`]) times this sequence's `t(1)`: the real curve on a CPU is
-//!   flat for a few tokens, then steep, which the chord overstates at small `n`;
+//!   sequences of the same method did (or a curve timed at set-up) comes from their relative
+//!   cost (`t(n) / t(1)`, see [`LiveCosts::with_verify_prior`]) times this sequence's `t(1)`:
+//!   the real curve on a CPU is flat for a few tokens, then steep, which the chord overstates
+//!   at small `n`;
 //! - **draft pass**: `draft_s / passes` of *steady* speculative steps (the drafter was in sync:
 //!   at most two tokens arrived since it last drafted), else a prior given at construction (a
 //!   one-token forward the backend timed), else unknown;
@@ -24,7 +25,9 @@
 //!   target pass ratio.
 //!
 //! [`LiveCosts::cost_model`] turns these into the relative [`CostModel`] the policy optimises,
-//! [`LiveCosts::switch_cost`] prices the catch-up a speculative step would pay now.
+//! [`LiveCosts::switch_cost`] prices the catch-up a speculative step would pay now, and
+//! [`LiveCosts::cost_model_under_load`] prices a step in a batch by the [`ForwardCurve`] all
+//! sequences share (its shape timed at set-up, its level live).
 
 use std::collections::VecDeque;
 
@@ -67,9 +70,18 @@ pub struct StepTiming {
 /// never flatter than it was (see [`ForwardCurve::seconds`]). Shared by every sequence of a
 /// method (one machine, one model), it is what prices speculation under load: at batch size
 /// `B`, a sequence drafting `K` shares a forward of about `B·(K + 1)` tokens instead of `B`.
+///
+/// Given a **shape** timed at set-up ([`ForwardCurve::with_shape`]: `t(n) / t(1)` at sizes up
+/// to the largest batch's largest tree), the load pricing takes the curve's shape from it and
+/// only its level from the live medians. Live samples alone cannot give the slope under load:
+/// a full batch forwards nearly always the same size, the few other sizes are sampled minutes
+/// apart while contexts grow and the host's speed drifts by a third, so neighbouring medians
+/// differ by more than the slope between them (measured: 15.7 ms at 8 tokens, 11.1 ms at 9).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ForwardCurve {
     sizes: std::collections::BTreeMap<usize, Window>,
+    /// `(tokens, t(n) / t(1))` timed at set-up, sizes ascending from 1; empty when not given.
+    shape: Vec<(usize, f64)>,
 }
 
 /// Samples kept per forward size.
@@ -96,9 +108,35 @@ impl ForwardCurve {
         self.record(timing.forward_tokens, timing.forward_s);
     }
 
+    /// The relative forward costs `points` = `(n, t(n) / t(1))` timed at set-up (sizes
+    /// ascending, the first 1 with ratio 1) as the curve's shape under load. Points that are not
+    /// finite and positive, or out of order, leave the curve without a shape (live medians only).
+    pub fn with_shape(mut self, points: &[(usize, f64)]) -> Self {
+        let valid = points.first().is_some_and(|&(n, _)| n == 1)
+            && points.iter().all(|&(_, r)| r.is_finite() && r > 0.0)
+            && points.windows(2).all(|w| w[0].0 < w[1].0);
+        self.shape = if valid { points.to_vec() } else { Vec::new() };
+        self
+    }
+
     /// Sizes measured.
     pub fn sizes(&self) -> usize {
         self.sizes.len()
+    }
+
+    /// Seconds of a batch forward of `tokens` tokens for load pricing at `sequences` sequences:
+    /// with a shape, the shape at `tokens` scaled to the live median of the measured size
+    /// nearest to `sequences` (`None` before any size was measured); without one, `medians`
+    /// interpolated ([`ForwardCurve::seconds`]).
+    fn priced(&self, medians: &[(usize, f64)], sequences: usize, tokens: usize) -> Option<f64> {
+        if self.shape.is_empty() {
+            return interpolate(medians, tokens);
+        }
+        let &(anchor, seconds) = medians
+            .iter()
+            .min_by_key(|(n, _)| (n.abs_diff(sequences), usize::MAX - n))?;
+        let level = seconds / interpolate(&self.shape, anchor)?;
+        Some(level * interpolate(&self.shape, tokens)?)
     }
 
     /// Seconds of a forward of `tokens` tokens: the median where measured, linear between
@@ -362,20 +400,27 @@ impl LiveCosts {
     /// sequence's plain step costs its share `c(B) / B` of a forward of `B` tokens, a step
     /// with an `n`-token tree `c(B·n) / B` (every sequence assumed to draft alike), and a draft
     /// pass its own measured time, so the budget shrinks as the batch grows and the forward
-    /// stops being flat. `None` when the curve cannot price `c(B)` and `c(B·n)` yet or the draft
-    /// cost is unknown: then [`Self::cost_model`] decides.
+    /// stops being flat. With a shape timed at set-up, `c` is that shape scaled to the live
+    /// forward nearest `B` tokens ([`ForwardCurve::with_shape`]). `None` when the curve cannot
+    /// price `c(B)` and `c(B·n)` yet or the draft cost is unknown: then [`Self::cost_model`]
+    /// decides.
     pub fn cost_model_under_load(
         &self,
         sequences: usize,
         forward: &ForwardCurve,
         max_tokens: usize,
     ) -> Option<CostModel> {
-        if sequences < 2 || forward.sizes() < 2 {
+        let least_sizes = if forward.shape.is_empty() { 2 } else { 1 };
+        if sequences < 2 || forward.sizes() < least_sizes {
             return None;
         }
         // the medians once, not once per size asked for
         let medians = forward.medians();
-        let share = |n: usize| interpolate(&medians, sequences * n).map(|t| t / sequences as f64);
+        let share = |n: usize| {
+            forward
+                .priced(&medians, sequences, sequences * n)
+                .map(|t| t / sequences as f64)
+        };
         let t1 = share(1).filter(|t| *t > 0.0)?;
         let mut points = vec![(1, t1)];
         let mut last = t1;

@@ -46,7 +46,7 @@ pub struct EngineBackend {
     kv: KvPlan,
     calibration: Option<Vec<u32>>,
     /// The target's verify-cost curve timed so far (`ModelSet::verify_curve`).
-    verify_curve: Vec<f64>,
+    verify_curve: Vec<(usize, f64)>,
     /// Methods built by [`Backend::prepare`] or [`Backend::run_method`], by name: an
     /// interleaved schedule calls `run_method` once per prompt group, and the drafters (with
     /// their draft-model KV pools) are built once.

@@ -49,9 +49,9 @@ pub struct ModelSet<'m> {
     pub device: Device,
     /// A prompt to calibrate on (layer-skip tuning), usually the run's first.
     pub calibration: Option<&'m [u32]>,
-    /// The target's relative forward costs `t(n) / t(1)` (index `n - 1`) timed so far, shared by
-    /// the run's cost-model policies (timed on first use, `ModelSet::verify_curve`).
-    pub verify_curve: &'m mut Vec<f64>,
+    /// The target's relative forward costs `(n, t(n) / t(1))` timed so far, shared by the run's
+    /// cost-model policies (timed on first use, `ModelSet::verify_curve`).
+    pub verify_curve: &'m mut Vec<(usize, f64)>,
 }
 
 impl ModelSet<'_> {
@@ -209,16 +209,46 @@ impl DraftContext for ModelSet<'_> {
     }
 
     /// Timed with [`time_forward`] the first time a size is asked for and kept for the run.
-    fn verify_curve(&mut self, tokens: usize) -> Result<Vec<f64>> {
-        if self.verify_curve.len() < tokens {
+    fn verify_curve(&mut self, tokens: usize) -> Result<Vec<(usize, f64)>> {
+        let sizes = verify_curve_sizes(tokens, self.batch_size);
+        let timed = self.verify_curve.iter().map(|&(n, _)| n);
+        if !sizes.iter().copied().eq(timed) {
             let model = self.target.model();
             let t1 = time_forward(model, 1)?;
-            let mut curve = vec![1.0];
-            for n in 2..=tokens {
-                curve.push(time_forward(model, n)? / t1);
+            let mut curve = vec![(1, 1.0)];
+            for &n in &sizes[1..] {
+                curve.push((n, time_forward(model, n)? / t1));
             }
             *self.verify_curve = curve;
         }
-        Ok(self.verify_curve[..tokens].to_vec())
+        Ok(self.verify_curve.clone())
+    }
+}
+
+/// The forward sizes a verify-cost curve is timed at: every size up to `tree_tokens` (one
+/// sequence's largest tree), then sizes growing by half up to `tree_tokens × batch_size` (the
+/// largest batch forward), which under load give the curve its shape.
+fn verify_curve_sizes(tree_tokens: usize, batch_size: usize) -> Vec<usize> {
+    let tree_tokens = tree_tokens.max(1);
+    let largest = tree_tokens * batch_size.max(1);
+    let mut sizes: Vec<usize> = (1..=tree_tokens).collect();
+    let mut n = tree_tokens;
+    while n < largest {
+        n = (n + n.div_ceil(2)).min(largest);
+        sizes.push(n);
+    }
+    sizes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verify_curve_sizes;
+
+    #[test]
+    fn the_verify_curve_is_timed_densely_over_a_tree_then_sparsely_up_to_a_full_batch() {
+        assert_eq!(verify_curve_sizes(5, 8), [1, 2, 3, 4, 5, 8, 12, 18, 27, 40]);
+        assert_eq!(verify_curve_sizes(5, 1), [1, 2, 3, 4, 5]);
+        assert_eq!(verify_curve_sizes(1, 3), [1, 2, 3]);
+        assert_eq!(verify_curve_sizes(0, 0), [1]);
     }
 }

@@ -123,7 +123,7 @@ impl DraftContext for ToyContext<'_> {
         ))
     }
 
-    fn verify_curve(&mut self, _tokens: usize) -> Result<Vec<f64>> {
+    fn verify_curve(&mut self, _tokens: usize) -> Result<Vec<(usize, f64)>> {
         Err(HarnessError::NotYetAvailable(
             "the toy backend measures no costs".into(),
         ))

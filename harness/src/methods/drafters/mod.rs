@@ -128,11 +128,13 @@ pub trait DraftContext {
     /// # Errors
     /// The model's errors; a backend without timings.
     fn time_draft_pass(&mut self, model: &mut dyn LanguageModel) -> Result<f64>;
-    /// The target's relative forward costs `t(n) / t(1)` for `n = 1..=tokens`.
+    /// The target's relative forward costs `(n, t(n) / t(1))`: every `n ≤ tokens` (one
+    /// sequence's largest tree), then sparser sizes up to `tokens ×` the batch size (the shape
+    /// of a full batch's forward, which prices speculation under load).
     ///
     /// # Errors
     /// The target's errors; a backend without timings.
-    fn verify_curve(&mut self, tokens: usize) -> Result<Vec<f64>>;
+    fn verify_curve(&mut self, tokens: usize) -> Result<Vec<(usize, f64)>>;
 }
 
 /// What [`DrafterKind::build`] knows of the method it builds for.

@@ -58,8 +58,8 @@ pub enum PolicyCosts<'a> {
     Measured {
         /// Seconds of one draft pass.
         draft_pass_s: Option<f64>,
-        /// `t(n) / t(1)` at index `n - 1`.
-        verify_curve: Option<&'a [f64]>,
+        /// `(n, t(n) / t(1))`, sizes ascending from 1.
+        verify_curve: Option<&'a [(usize, f64)]>,
     },
 }
 
