@@ -61,7 +61,9 @@ pub enum TreeSearch {
 ///   it (so that a change of workload is noticed; sequences are counted when they first ask for
 ///   a budget, so a fork made only to be forked again, as an engine's prototype, does not take
 ///   an explorer's turn); otherwise the smoothed per-position α̂
-///   (censored positions handled by [`AcceptanceStats`]);
+///   (censored positions handled by [`AcceptanceStats`]), whose pooled prior is the acceptance
+///   the other recent forks measured, counted as [`LEARNED_PRIOR_TRIES`] tries (uniform for an
+///   explorer, or before they measured one);
 /// - **start from what earlier sequences measured**: a fork's draft-pass (per-node for trees)
 ///   time starts at the latest steady figure any earlier fork measured, not at the one-pass
 ///   time timed at set-up;
@@ -114,8 +116,19 @@ pub struct CostModelPolicy {
 /// little: an n-gram drafter's drafts are either a long match or nothing).
 pub const LEARNED_MIN_TRIES: f64 = 16.0;
 
+/// How many tries the learned α̂ counts as once a sequence drafted: its pooled α̂ is
+/// `(S + n · learned) / (T + n)` with `n` this ([`AcceptanceStats::set_pooled_prior`]), so a
+/// rejected first draft does not switch a drafter earlier sequences found good off for the rest
+/// of the request (a uniform prior of 2 tries did: one rejected chain of 4 put a Qwen2.5-Coder
+/// 0.5B draft at α̂ = 0.22 against the 0.8 it had, and its request decoded without it), while a
+/// few more rejections still do.
+pub const LEARNED_PRIOR_TRIES: f64 = 8.0;
+
 /// How many of the latest forks' acceptance counts are pooled into the learned α̂.
 pub const LEARNED_FORKS: usize = 32;
+
+/// The learned α̂ as a prior is kept this far inside (0, 1), where a smoothed estimate lives.
+const PRIOR_ALPHA_MIN: f64 = 0.01;
 
 /// One sequence in this many (the first, the `1 + n`-th, ... to ask a fork of one policy for a
 /// budget) ignores the learned acceptance and explores optimistically, so that a workload whose
@@ -149,9 +162,20 @@ impl Learned {
     /// The acceptance α̂ pooled over the recent forks (successes / tries of all of them), once
     /// they made [`LEARNED_MIN_TRIES`] tries together.
     fn alpha(&self) -> Option<f64> {
+        self.alpha_without(None)
+    }
+
+    /// [`Self::alpha`] over the forks other than `fork`: what a sequence's own tries are
+    /// weighed against (its own counts would count twice).
+    fn alpha_of_others(&self, fork: u64) -> Option<f64> {
+        self.alpha_without(Some(fork))
+    }
+
+    fn alpha_without(&self, fork: Option<u64>) -> Option<f64> {
         let (successes, tries) = self
             .acceptance
             .iter()
+            .filter(|(f, _, _)| Some(*f) != fork)
             .fold((0.0, 0.0), |(s, t), &(_, fs, ft)| (s + fs, t + ft));
         (tries >= LEARNED_MIN_TRIES).then(|| successes / tries)
     }
@@ -488,6 +512,18 @@ impl CostModelPolicy {
             .unwrap_or_else(|| live.horizon.saturating_sub(live.generated))
             .max(1) as f64;
         let untried = self.stats.speculative_passes() == 0;
+        // once it drafted, its own tries are weighed against what the other sequences measured
+        let others = match self.explorer {
+            true => None,
+            false => self.learned().alpha_of_others(self.fork_id),
+        };
+        match others.map(|alpha| alpha.clamp(PRIOR_ALPHA_MIN, 1.0 - PRIOR_ALPHA_MIN)) {
+            Some(alpha) => {
+                let set = self.stats.set_pooled_prior(alpha, LEARNED_PRIOR_TRIES);
+                debug_assert!(set.is_ok(), "a clamped acceptance and a positive count");
+            }
+            None => self.stats.clear_pooled_prior(),
+        }
         self.costs = model;
         if self.plan.is_none() || self.since_plan >= self.replan_every || untried {
             // untried: what earlier sequences measured, else the optimistic exploration value
@@ -1286,6 +1322,44 @@ mod tests {
             }
         }
         assert_eq!(explorers, vec![0, 8, 16]);
+    }
+
+    #[test]
+    fn a_rejected_first_draft_does_not_switch_off_a_drafter_earlier_sequences_found_good() {
+        // Draft 0.1 of a target step, CPU-like verify: at α = 0.85 chains of 2-3 pay ≈ 1.4×;
+        // at the α̂ = 0.22 a uniform prior makes of one rejection, nothing pays.
+        let template = chain_policy(4, 0.1);
+        for fork in 0.. {
+            if template.learned().alpha().is_some() {
+                break;
+            }
+            assert!(fork < 4, "the first forks learned no α̂");
+            let mut early = template.fork();
+            Sim::new(0.1, 0.0, 0.85, cpu_verify).run(early.as_mut(), 40, 10_000);
+        }
+        let learned = template.learned().alpha().unwrap();
+        assert!(learned > 0.7, "{learned}");
+        // A request (not an explorer) whose drafts are all rejected: its first chain (α̂ taken
+        // as learned) is rejected, yet it drafts again, as one rejection says little ...
+        let mut unlucky = template.forked();
+        let budgets = Sim::new(0.1, 0.0, 0.0, cpu_verify).run(&mut unlucky, 8, 10_000);
+        assert!(budgets[0].is_plain(), "starts plain: {budgets:?}");
+        assert!(
+            !budgets[1].is_plain(),
+            "drafts from the learned α̂: {budgets:?}"
+        );
+        assert!(
+            !budgets[2].is_plain(),
+            "one rejection switched it off: {budgets:?}"
+        );
+        // ... and steps aside after a few more.
+        assert!(budgets[3..6].iter().any(Budget::is_plain), "{budgets:?}");
+        assert!(budgets[6..].iter().all(Budget::is_plain), "{budgets:?}");
+        // Its own tries do not count twice: the prior is the other forks' α̂, which its
+        // rejections did not lower (they lowered the α̂ of all forks).
+        let learned_now = template.learned();
+        assert_eq!(learned_now.alpha_of_others(unlucky.fork_id), Some(learned));
+        assert!(learned_now.alpha().unwrap() < learned);
     }
 
     #[test]

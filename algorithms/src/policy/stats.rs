@@ -12,12 +12,17 @@
 //! that the rank-`r` candidate is accepted given it is tried (candidates are tried in rank order).
 //!
 //! Estimates are smoothed so that unseen positions and ranks have a sensible value: the pooled
-//! conditional acceptance `ᾱ = (S + 1) / (T + 2)` (a uniform prior over all tried positions),
-//! and per position `α̂_i = (s_i + m ᾱ) / (t_i + m)` with prior strength `m`. All counts may decay
-//! geometrically per observed step so that the statistics follow a drifting sequence.
+//! conditional acceptance `ᾱ = (S + n α₀) / (T + n)` over all tried positions, its prior `α₀`
+//! counted as `n` tries (by default uniform, `(S + 1) / (T + 2)`; a policy may set what earlier
+//! sequences measured, [`AcceptanceStats::set_pooled_prior`]), and per position
+//! `α̂_i = (s_i + m ᾱ) / (t_i + m)` with prior strength `m`. All counts may decay geometrically
+//! per observed step so that the statistics follow a drifting sequence.
 
 use crate::error::{ensure_param, Result};
 use crate::policy::StepOutcome;
+
+/// The default pooled prior `(α₀, n)`: acceptance one half counted as two tries (uniform).
+const UNIFORM_POOLED_PRIOR: (f64, f64) = (0.5, 2.0);
 
 /// Weighted (trials, successes) of one Bernoulli quantity.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -45,6 +50,8 @@ impl Tally {
 pub struct AcceptanceStats {
     decay: f64,
     prior_strength: f64,
+    /// `(α₀, n)`: the pooled estimate's prior acceptance and how many tries it counts as.
+    pooled_prior: (f64, f64),
     positions: Vec<Tally>,
     ranks: Vec<Tally>,
     proposed: u64,
@@ -60,11 +67,13 @@ impl Default for AcceptanceStats {
 }
 
 impl AcceptanceStats {
-    /// Statistics that never forget (decay 1) with prior strength 2.
+    /// Statistics that never forget (decay 1) with prior strength 2 and a uniform pooled prior
+    /// (`α₀ = 0.5` counted as 2 tries).
     pub fn new() -> Self {
         Self {
             decay: 1.0,
             prior_strength: 2.0,
+            pooled_prior: UNIFORM_POOLED_PRIOR,
             positions: Vec::new(),
             ranks: Vec::new(),
             proposed: 0,
@@ -102,6 +111,34 @@ impl AcceptanceStats {
         )?;
         self.prior_strength = m;
         Ok(self)
+    }
+
+    /// Sets the pooled estimate's prior: acceptance `alpha` counted as `tries` tries, so that
+    /// `ᾱ = (S + tries · alpha) / (T + tries)` (the uniform default is `alpha = 0.5`,
+    /// `tries = 2`). A policy sets what earlier sequences of its drafter measured, so that a
+    /// sequence's first few tries are weighed against that instead of against a coin.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] unless `0 < alpha < 1` and `tries > 0`, both
+    /// finite (nothing is changed then).
+    pub fn set_pooled_prior(&mut self, alpha: f64, tries: f64) -> Result<()> {
+        ensure_param(
+            alpha > 0.0 && alpha < 1.0,
+            "pooled prior acceptance",
+            format!("must be in (0, 1), got {alpha}"),
+        )?;
+        ensure_param(
+            tries > 0.0 && tries.is_finite(),
+            "pooled prior tries",
+            format!("must be positive and finite, got {tries}"),
+        )?;
+        self.pooled_prior = (alpha, tries);
+        Ok(())
+    }
+
+    /// Back to the uniform pooled prior (`α₀ = 0.5` counted as 2 tries).
+    pub fn clear_pooled_prior(&mut self) {
+        self.pooled_prior = UNIFORM_POOLED_PRIOR;
     }
 
     /// Adds one step's outcome. Plain steps only count as target passes.
@@ -145,6 +182,7 @@ impl AcceptanceStats {
         *self = Self {
             decay: self.decay,
             prior_strength: self.prior_strength,
+            pooled_prior: self.pooled_prior,
             ..Self::new()
         };
     }
@@ -192,10 +230,13 @@ impl AcceptanceStats {
         (t > 0.0).then(|| s / t)
     }
 
-    /// Smoothed pooled conditional acceptance `(S + 1) / (T + 2)` (0.5 before any data).
+    /// Smoothed pooled conditional acceptance `(S + n α₀) / (T + n)` with the pooled prior
+    /// `(α₀, n)` ([`Self::set_pooled_prior`]; uniform: `(S + 1) / (T + 2)`, 0.5 before any
+    /// data), in (0, 1).
     pub fn pooled_alpha(&self) -> f64 {
         let (s, t) = self.pooled();
-        (s + 1.0) / (t + 2.0)
+        let (alpha, tries) = self.pooled_prior;
+        (s + tries * alpha) / (t + tries)
     }
 
     pub(crate) fn pooled(&self) -> (f64, f64) {
@@ -319,6 +360,38 @@ mod tests {
         assert_eq!(stats.rank_alpha_raw(1), Some(0.5));
         assert_eq!(stats.rank_alpha_raw(2), Some(0.0)); // tried only in o2
         assert_eq!(stats.position_alpha_raw(0), Some(0.5));
+    }
+
+    #[test]
+    fn a_pooled_prior_weighs_the_first_tries_against_what_it_says() {
+        let mut stats = AcceptanceStats::new();
+        stats.observe(&StepOutcome::chain(4, 0).unwrap()).unwrap();
+        // uniform: one rejected try gives (0 + 1) / (1 + 2)
+        assert!((stats.pooled_alpha() - 1.0 / 3.0).abs() < 1e-12);
+        stats.set_pooled_prior(0.8, 8.0).unwrap();
+        assert!((stats.pooled_alpha() - 6.4 / 9.0).abs() < 1e-12);
+        // position 0 (tried once, rejected) is pulled towards that, position 1 (never tried) is it
+        assert!((stats.position_alpha(0) - 2.0 * (6.4 / 9.0) / 3.0).abs() < 1e-12);
+        assert!((stats.position_alpha(1) - 6.4 / 9.0).abs() < 1e-12);
+        // kept by reset, refused out of range (unchanged then), cleared back to uniform
+        stats.reset();
+        assert!((stats.pooled_alpha() - 0.8).abs() < 1e-12);
+        for (alpha, tries) in [
+            (0.0, 8.0),
+            (1.0, 8.0),
+            (f64::NAN, 8.0),
+            (0.5, 0.0),
+            (0.5, -1.0),
+        ] {
+            assert!(
+                stats.set_pooled_prior(alpha, tries).is_err(),
+                "{alpha}, {tries}"
+            );
+        }
+        assert!(stats.set_pooled_prior(0.5, f64::INFINITY).is_err());
+        assert!((stats.pooled_alpha() - 0.8).abs() < 1e-12);
+        stats.clear_pooled_prior();
+        assert_eq!(stats.pooled_alpha(), 0.5);
     }
 
     #[test]
