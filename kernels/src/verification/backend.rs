@@ -2,7 +2,9 @@
 //! rows where they live (a host slice on the CPU, a device buffer on a GPU) plus the trees on
 //! the host in, only the verdicts out. The CPU implementation ([`CpuVerifier`]) is the reference
 //! ([`verify_batch`]); the GPU's ([`crate::cuda::Gpu`], in [`super::cuda`]) is the one-launch
-//! `verify.cu` kernel, equal verdict for verdict.
+//! `verify.cu` kernel, equal verdict for verdict. The step before, sampling preparation (logits
+//! to target probabilities, [`VerifyBackend::prepare`]), runs where the rows live too, so a
+//! batch goes from the target's logits to verdicts without the rows leaving the device.
 //!
 //! # Why a kernels-level trait
 //! DESIGN.md §2 puts every kernel family's CPU reference and CUDA twin behind one signature, so
@@ -28,7 +30,7 @@ use super::draft_tree::DraftTree;
 use super::input::{Verdict, VerifyInput};
 use super::{verify_batch, VerifyMethod};
 use crate::error::{KernelError, Result};
-use crate::sampling::{Replay, SeededSequences};
+use crate::sampling::{prepare_logits, Replay, SamplingParams, SeededSequences};
 
 /// One sequence of a batch to verify: the identifiers that key its decisions and its draft tree
 /// (its target rows are the batch's, see the [module docs](self)).
@@ -66,10 +68,25 @@ impl<'a> VerifySequence<'a> {
     }
 }
 
-/// The batched-verification kernel family on one device (see the [module docs](self)).
+/// The sampling-preparation and batched-verification kernel families on one device (see the
+/// [module docs](self)).
 pub trait VerifyBackend {
     /// Where the batch's target rows live: `[f32]` on the host, a device buffer on a GPU.
     type Rows: ?Sized;
+
+    /// Turns `rows` (`[n × vocab]` logits, row-major) into target probabilities in place with
+    /// `params` (temperature, top-k, top-p, min-p), as [`prepare_logits`] does row by row. The
+    /// GPU agrees with the CPU within `sampling::cuda`'s stated bounds (greedy rows and top-k
+    /// kept sets identical; a top-p / min-p cut may differ at its boundary token; probabilities
+    /// within 1e-5 relative), so verdicts over GPU-prepared rows equal the CPU's exactly for
+    /// greedy parameters only.
+    ///
+    /// # Errors
+    /// [`KernelError::ShapeMismatch`] when `rows` is not a whole number of rows of `vocab >= 1`;
+    /// invalid `params`; [`KernelError::InvalidDistribution`] naming the first row with a
+    /// non-finite logit or no mass left (the rows are then unchanged); on a GPU also
+    /// [`KernelError::Cuda`].
+    fn prepare(&self, rows: &mut Self::Rows, vocab: usize, params: &SamplingParams) -> Result<()>;
 
     /// Verifies every sequence of `batch` by `method` over `target_probs`, decisions drawn from
     /// `seeds`; one verdict per sequence, in batch order (an empty batch gives none).
@@ -95,6 +112,29 @@ pub struct CpuVerifier;
 
 impl VerifyBackend for CpuVerifier {
     type Rows = [f32];
+
+    fn prepare(&self, rows: &mut [f32], vocab: usize, params: &SamplingParams) -> Result<()> {
+        check_rows(rows.len(), vocab)?;
+        let prepared = rows
+            .chunks_exact(vocab)
+            .enumerate()
+            .map(|(row, logits)| {
+                prepare_logits(logits, params).map_err(|e| match e {
+                    KernelError::InvalidDistribution { reason, .. } => {
+                        KernelError::InvalidDistribution {
+                            what: format!("logits row {row}"),
+                            reason,
+                        }
+                    }
+                    other => other,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (row, probs) in rows.chunks_exact_mut(vocab).zip(prepared) {
+            row.copy_from_slice(&probs);
+        }
+        Ok(())
+    }
 
     fn verify(
         &self,
@@ -126,6 +166,21 @@ impl VerifyBackend for CpuVerifier {
     }
 }
 
+/// Checks that `len` elements are a whole number of rows of `vocab >= 1`.
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] otherwise.
+pub(crate) fn check_rows(len: usize, vocab: usize) -> Result<()> {
+    if vocab == 0 || !len.is_multiple_of(vocab) {
+        return Err(KernelError::ShapeMismatch {
+            what: format!("rows [n x {vocab}]"),
+            expected: len.div_ceil(vocab.max(1)) * vocab.max(1),
+            actual: len,
+        });
+    }
+    Ok(())
+}
+
 /// The vocabulary of a batch's rows: `rows_len` over the batch's node count.
 ///
 /// # Errors
@@ -146,7 +201,7 @@ pub(crate) fn batch_vocab(batch: &[VerifySequence<'_>], rows_len: usize) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::Production;
+    use crate::sampling::{mix64, Production};
     use crate::verification::test_inputs::{batch_of, mixed_seeds, random_batch, GPU_METHODS};
     use crate::verification::{verify_one, DraftKind};
 
@@ -196,6 +251,56 @@ mod tests {
             seeded_differs > 0,
             "no seeded sequence decided unlike the run"
         );
+    }
+
+    #[test]
+    fn cpu_preparation_is_prepare_logits_row_by_row_and_feeds_verification() {
+        let vocab = 29;
+        let (trees, rows) = random_batch(DraftKind::Iid, true, vocab);
+        let (batch, _) = batch_of(&trees, &rows);
+        let nodes: usize = trees.iter().map(|t| t.len()).sum();
+        let logits: Vec<f32> = (0..nodes * vocab)
+            .map(|i| (mix64(i as u64) >> 44) as f32 / 4096.0 - 2.0)
+            .collect();
+        let params = SamplingParams {
+            temperature: 0.8,
+            top_k: Some(20),
+            top_p: Some(0.9),
+            min_p: None,
+        };
+        let mut prepared = logits.clone();
+        CpuVerifier.prepare(&mut prepared, vocab, &params).unwrap();
+        let per_row: Vec<Vec<f32>> = logits
+            .chunks(vocab)
+            .map(|row| prepare_logits(row, &params).unwrap())
+            .collect();
+        assert_eq!(prepared, per_row.concat());
+        assert_ne!(prepared, logits);
+        let seeds = mixed_seeds(batch.len());
+        let method = VerifyMethod::ChainRejection;
+        let verdicts = CpuVerifier
+            .verify(method, &batch, &prepared, &seeds)
+            .unwrap();
+        let mut rows = per_row.into_iter();
+        let owned: Vec<Vec<Vec<f32>>> = trees
+            .iter()
+            .map(|t| rows.by_ref().take(t.len()).collect())
+            .collect();
+        let inputs: Vec<_> = batch
+            .iter()
+            .zip(&owned)
+            .map(|(s, r)| s.with_rows(r))
+            .collect();
+        let reference = verify_batch(method, &inputs, &mut Replay::new(seeds)).unwrap();
+        assert_eq!(verdicts, reference);
+        // a bad row is named and nothing is changed; rows must be whole
+        let mut bad = logits.clone();
+        bad[2 * vocab + 1] = f32::INFINITY;
+        let err = CpuVerifier.prepare(&mut bad, vocab, &params).unwrap_err();
+        assert!(err.to_string().contains("logits row 2"), "{err}");
+        assert_eq!(bad[..vocab], logits[..vocab]);
+        assert!(CpuVerifier.prepare(&mut bad[1..], vocab, &params).is_err());
+        assert!(CpuVerifier.prepare(&mut bad, 0, &params).is_err());
     }
 
     #[test]

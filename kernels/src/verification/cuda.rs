@@ -11,13 +11,14 @@
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::backend::{batch_vocab, VerifyBackend, VerifySequence};
+use super::backend::{batch_vocab, check_rows, VerifyBackend, VerifySequence};
 use super::input::{Verdict, VerifyInput};
 use super::{verify_batch, VerifyMethod};
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Device, Gpu};
 use crate::error::{KernelError, Result};
-use crate::sampling::{Replay, SeededSequences};
+use crate::sampling::cuda::prepare_logits_cuda;
+use crate::sampling::{Replay, SamplingParams, SeededSequences};
 
 /// Kernel parameters, laid out as `VerifyParams` in `verify.cu` (device pointers as `u64`).
 #[repr(C)]
@@ -118,6 +119,28 @@ pub fn verify_batch_cuda(
 /// sums to one.
 impl VerifyBackend for Gpu {
     type Rows = CudaSlice<f32>;
+
+    /// `sampling_prepare` ([`prepare_logits_cuda`]) into a new buffer that replaces `rows` on
+    /// success.
+    fn prepare(
+        &self,
+        rows: &mut CudaSlice<f32>,
+        vocab: usize,
+        params: &SamplingParams,
+    ) -> Result<()> {
+        check_rows(rows.len(), vocab)?;
+        params.validate()?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut out = self
+            .stream()
+            .alloc_zeros::<f32>(rows.len())
+            .map_err(|e| cuda_error("alloc prepared rows", e))?;
+        prepare_logits_cuda(self, rows, vocab, params, &mut out)?;
+        *rows = out;
+        Ok(())
+    }
 
     fn verify(
         &self,
@@ -556,6 +579,37 @@ mod tests {
             }
         }
         assert!(seeded_differs > 0, "own seeds changed no GPU verdict");
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn logits_to_verdicts_on_the_gpu_equal_the_cpu_for_greedy_parameters() {
+        let Some(gpu) = crate::cuda::testing::gpu_for_test(
+            "verification::cuda::tests::logits_to_verdicts_on_the_gpu_equal_the_cpu_for_greedy_parameters",
+        ) else {
+            return;
+        };
+        let vocab = 4099;
+        let params = SamplingParams::greedy();
+        for (method, kind, chain) in GPU_METHODS {
+            let (trees, rows) = random_batch(kind, chain, vocab);
+            let (batch, probs) = batch_of(&trees, &rows);
+            // logits whose argmax is each row's most likely token
+            let logits: Vec<f32> = probs.iter().map(|p| p.max(1e-30).ln()).collect();
+            let seeds = mixed_seeds(batch.len());
+            let mut host = logits.clone();
+            CpuVerifier.prepare(&mut host, vocab, &params).unwrap();
+            let want = CpuVerifier.verify(method, &batch, &host, &seeds).unwrap();
+            let mut device = gpu.stream().clone_htod(&logits).unwrap();
+            gpu.prepare(&mut device, vocab, &params).unwrap();
+            assert_eq!(
+                gpu.stream().clone_dtoh(&device).unwrap(),
+                host,
+                "{method:?}"
+            );
+            let got = gpu.verify(method, &batch, &device, &seeds).unwrap();
+            assert_eq!(got, want, "{method:?}");
+        }
     }
 
     crate::test_device!(verify_fills_the_gpu, |device| {
