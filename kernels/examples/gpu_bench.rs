@@ -17,6 +17,7 @@ use specdec_kernels::attention::{AttentionParams, AttentionSeq};
 use specdec_kernels::cuda::{probe::cuda_device_count, sources, testing::gpu_required, Gpu};
 use specdec_kernels::kv::cuda::{move_slots, KvShape};
 use specdec_kernels::kv::KvLayout;
+use specdec_kernels::sampling::SeededSequences;
 use specdec_kernels::tree::TreeTopology;
 use specdec_kernels::verification::cuda::VerifyPlan;
 use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput, VerifyMethod};
@@ -328,11 +329,10 @@ fn bench_verify(gpu: &Arc<Gpu>, ceiling_gbs: f64) -> Res<Row> {
             target_probs: &p,
         })
         .collect();
-    let mut plan = VerifyPlan::new(gpu, VerifyMethod::ChainRejection, &inputs)?;
-    let mut seed = 0;
+    let seeds = SeededSequences::new(1);
+    let mut plan = VerifyPlan::new(gpu, VerifyMethod::ChainRejection, &inputs, &seeds)?;
     let ms = time_ms(gpu, || {
-        seed += 1;
-        plan.launch(gpu, seed)?;
+        plan.launch(gpu)?;
         Ok(())
     })?;
     plan.verdicts(gpu)?;

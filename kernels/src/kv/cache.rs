@@ -8,6 +8,13 @@
 //! (`prefix_len = len`); [`PagedKvCache::commit`] keeps the accepted nodes, moved to positions
 //! `len..len + accepted.len()`, and drops the rest.
 //!
+//! Each operation that moves data is split into its **bookkeeping**
+//! ([`PagedKvCache::reserve_blocks`], [`PagedKvCache::commit_blocks`]: block tables, lengths,
+//! allocation; the same code for every device) and the **data move** it implies, a
+//! [`SlotMoves`] list the pool applies ([`PagedKvCache::move_slots`] here,
+//! `kv::cuda::move_slots` on a GPU pool). [`PagedKvCache::reserve`] and [`PagedKvCache::commit`]
+//! do both on this host pool. Rewind, fork and free move no data: they are bookkeeping only.
+//!
 //! Blocks are reference counted. [`PagedKvCache::fork`] shares all of a sequence's blocks with a
 //! new sequence; a shared block is copied (copy-on-write) by the first [`PagedKvCache::reserve`]
 //! that would place new slots in it. Speculative slots always live in blocks owned by one sequence
@@ -21,6 +28,7 @@ use crate::error::{KernelError, Result};
 use crate::kv::allocator::BlockAllocator;
 use crate::kv::dtype::{KvDtype, KvStore};
 use crate::kv::layout::{BlockId, KvLayout, KvPages, KvPart};
+use crate::kv::moves::SlotMoves;
 
 /// Identifies a sequence of a [`PagedKvCache`]. Ids are handed out by the cache and never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -68,8 +76,8 @@ impl PagedKvCache {
     /// A cache of `num_blocks` zeroed f32 blocks of `layout`.
     ///
     /// # Errors
-    /// [`KernelError::InvalidConfig`] if the pool does not fit in memory addressing or 32-bit
-    /// block ids.
+    /// [`KernelError::InvalidConfig`] if the pool does not fit in memory addressing, or its slots
+    /// in 32-bit slot ids (the ids of [`SlotMoves`]).
     pub fn new(layout: KvLayout, num_blocks: usize) -> Result<Self> {
         Self::with_dtype(layout, num_blocks, KvDtype::F32)
     }
@@ -79,6 +87,17 @@ impl PagedKvCache {
     /// # Errors
     /// As [`PagedKvCache::new`].
     pub fn with_dtype(layout: KvLayout, num_blocks: usize, dtype: KvDtype) -> Result<Self> {
+        if num_blocks
+            .checked_mul(layout.block_size())
+            .is_none_or(|slots| slots > u32::MAX as usize)
+        {
+            return Err(KernelError::InvalidConfig {
+                reason: format!(
+                    "{num_blocks} KV blocks of {} slots exceed 2^32 slots",
+                    layout.block_size()
+                ),
+            });
+        }
         let allocator = BlockAllocator::new(num_blocks)?;
         let elems = num_blocks
             .checked_mul(layout.block_elems())
@@ -107,6 +126,12 @@ impl PagedKvCache {
     /// Read-only view of the block pool, for attention.
     pub fn pages(&self) -> KvPages<'_> {
         KvPages::of(self.layout, self.data.view()).expect("the pool is a whole number of blocks")
+    }
+
+    /// Token slots of the pool (`num_blocks * block_size`, at most `u32::MAX`): the bound of the
+    /// physical slot ids in [`SlotMoves`].
+    pub fn slot_capacity(&self) -> usize {
+        self.data.view().len() / self.layout.block_elems() * self.layout.block_size()
     }
 
     /// Allocation state: free / used blocks and reference counts.
@@ -211,17 +236,34 @@ impl PagedKvCache {
     /// # Errors
     /// [`KernelError::UnknownSequence`]; [`KernelError::OutOfBlocks`] (nothing changed).
     pub fn reserve(&mut self, seq: SeqId, n: usize) -> Result<usize> {
+        let (first, moves) = self.reserve_blocks(seq, n)?;
+        self.move_slots(&moves)?;
+        Ok(first)
+    }
+
+    /// The bookkeeping of [`reserve`](Self::reserve), moving no data: returns the first pending
+    /// index and the moves of a copy-on-write (every slot of a shared, partly filled last block
+    /// to the same slot of its private copy; empty otherwise), which the pool holding the data
+    /// must apply before the new slots are written ([`move_slots`](Self::move_slots) for this
+    /// host pool).
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve) (nothing changed).
+    pub fn reserve_blocks(&mut self, seq: SeqId, n: usize) -> Result<(usize, SlotMoves)> {
         let state = self.sequence(seq)?;
         let first = state.pending;
+        let mut moves = SlotMoves::default();
         if n == 0 {
-            return Ok(first);
+            return Ok((first, moves));
         }
         let (needed, copy_block) = self.reserve_plan(state, n)?;
         let mut fresh = self.allocator.allocate(needed)?;
         if let Some(logical) = copy_block {
             let copy = fresh.pop().expect("one block was allocated for the copy");
             let old = self.sequences[&seq.0].block_table[logical];
-            self.copy_block(old, copy);
+            for slot in 0..self.layout.block_size() {
+                moves.push(self.slot_id(old, slot), self.slot_id(copy, slot));
+            }
             self.allocator.release(old)?;
             self.sequences
                 .get_mut(&seq.0)
@@ -231,7 +273,7 @@ impl PagedKvCache {
         let state = self.sequences.get_mut(&seq.0).expect("checked above");
         state.block_table.extend(fresh);
         state.pending += n;
-        Ok(first)
+        Ok((first, moves))
     }
 
     /// Writes one layer's K and V (after RoPE) for pending slots `first..first + n`, where
@@ -314,6 +356,25 @@ impl PagedKvCache {
     /// [`KernelError::UnknownSequence`]; [`KernelError::InvalidAcceptedPath`] if an index is not
     /// pending or the list is not strictly increasing (nothing changed).
     pub fn commit(&mut self, seq: SeqId, accepted: &[usize]) -> Result<CommitStats> {
+        let (stats, moves) = self.commit_blocks(seq, accepted)?;
+        self.move_slots(&moves)?;
+        Ok(stats)
+    }
+
+    /// The bookkeeping of [`commit`](Self::commit), moving no data: updates the block table
+    /// (whole-block remaps included) and the lengths, releases emptied blocks, and returns the
+    /// slot copies the data must undergo, which the pool holding the data must apply before any
+    /// later reserve can hand a released block out again ([`move_slots`](Self::move_slots) for
+    /// this host pool). The copies read only accepted nodes' slots and write only positions
+    /// `len..len + accepted.len()`, so applying them in order or all reads first is the same.
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit) (nothing changed).
+    pub fn commit_blocks(
+        &mut self,
+        seq: SeqId,
+        accepted: &[usize],
+    ) -> Result<(CommitStats, SlotMoves)> {
         let state = self.sequence(seq)?;
         for (entry, &node) in accepted.iter().enumerate() {
             if node >= state.pending {
@@ -345,6 +406,7 @@ impl PagedKvCache {
             accepted: accepted.len(),
             ..CommitStats::default()
         };
+        let mut moves = SlotMoves::default();
         let mut i = 0;
         while i < accepted.len() {
             let (dst, src) = (len + i, len + accepted[i]);
@@ -363,7 +425,10 @@ impl PagedKvCache {
                 stats.blocks_remapped += 1;
                 i += bs;
             } else {
-                self.copy_slot(table[src / bs], src % bs, table[dst / bs], dst % bs);
+                moves.push(
+                    self.slot_id(table[src / bs], src % bs),
+                    self.slot_id(table[dst / bs], dst % bs),
+                );
                 stats.slots_copied += 1;
                 i += 1;
             }
@@ -376,7 +441,36 @@ impl PagedKvCache {
         state.block_table = table;
         state.len = new_len;
         state.pending = 0;
-        Ok(stats)
+        Ok((stats, moves))
+    }
+
+    /// Applies slot moves to this pool's data (every layer's K and V rows, all heads, of each
+    /// slot), all reads before all writes: the data half of [`reserve`](Self::reserve) and
+    /// [`commit`](Self::commit), and the host twin of `kv::cuda::move_slots`.
+    ///
+    /// # Errors
+    /// As [`SlotMoves::check`] against [`slot_capacity`](Self::slot_capacity) (nothing moved).
+    pub fn move_slots(&mut self, moves: &SlotMoves) -> Result<()> {
+        moves.check(self.slot_capacity())?;
+        let layout = self.layout;
+        let bs = layout.block_size();
+        let (mut src, mut dst) = (Vec::new(), Vec::new());
+        for (&from, &to) in moves.src.iter().zip(&moves.dst).filter(|(s, d)| s != d) {
+            let (from, to) = (from as usize, to as usize);
+            for layer in 0..layout.num_layers() {
+                for part in [KvPart::Key, KvPart::Value] {
+                    for head in 0..layout.num_kv_heads() {
+                        let at = |slot: usize| {
+                            layout.row_offset((slot / bs) as BlockId, layer, part, head, slot % bs)
+                        };
+                        src.push(at(from));
+                        dst.push(at(to));
+                    }
+                }
+            }
+        }
+        self.data.move_runs(&src, &dst, layout.head_dim());
+        Ok(())
     }
 
     /// Drops every pending slot and the last `n` committed tokens of `seq`, releasing blocks
@@ -473,24 +567,8 @@ impl PagedKvCache {
         Ok(freed)
     }
 
-    fn copy_block(&mut self, from: BlockId, to: BlockId) {
-        let size = self.layout.block_elems();
-        let from = from as usize * size;
-        self.data.copy_within(from..from + size, to as usize * size);
-    }
-
-    /// Copies every layer's K and V rows, all heads, of one slot.
-    fn copy_slot(&mut self, from: BlockId, from_slot: usize, to: BlockId, to_slot: usize) {
-        let layout = self.layout;
-        let row = layout.head_dim();
-        for layer in 0..layout.num_layers() {
-            for part in [KvPart::Key, KvPart::Value] {
-                for head in 0..layout.num_kv_heads() {
-                    let src = layout.row_offset(from, layer, part, head, from_slot);
-                    let dst = layout.row_offset(to, layer, part, head, to_slot);
-                    self.data.copy_within(src..src + row, dst);
-                }
-            }
-        }
+    /// The physical slot id of `slot` of `block` (fits `u32`: checked at construction).
+    fn slot_id(&self, block: BlockId, slot: usize) -> u32 {
+        (block as usize * self.layout.block_size() + slot) as u32
     }
 }

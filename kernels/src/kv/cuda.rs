@@ -9,6 +9,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
 use crate::error::{KernelError, Result};
+use crate::kv::moves::{check_slots_inside, SlotMoves};
 
 /// The shape of a device KV pool (mirrors `KvLayout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,19 +56,9 @@ impl KvShape {
     }
 }
 
-fn check_slots(slots: &[u32], pool_len: usize, shape: &KvShape) -> Result<()> {
-    let capacity = pool_len / shape.block_elems() * shape.block_size;
-    if let Some((i, &s)) = slots
-        .iter()
-        .enumerate()
-        .find(|(_, &s)| s as usize >= capacity)
-    {
-        return Err(KernelError::InvalidParameter {
-            what: "slot",
-            reason: format!("entry {i}: physical slot {s} is outside the pool's {capacity} slots"),
-        });
-    }
-    Ok(())
+/// Token slots of a pool of `pool_len` elements of `shape`.
+fn slot_capacity(pool_len: usize, shape: &KvShape) -> usize {
+    pool_len / shape.block_elems() * shape.block_size
 }
 
 /// Writes the K and V rows of `slots.len()` new tokens (`k_new`, `v_new`: f32
@@ -102,7 +93,7 @@ pub fn append(
             reason: format!("{layer} >= {}", shape.num_layers),
         });
     }
-    check_slots(slots, pool.len(), shape)?;
+    check_slots_inside(slots, slot_capacity(pool.len(), shape))?;
     if slots.is_empty() {
         return Ok(());
     }
@@ -156,22 +147,11 @@ pub fn move_slots(
     dst: &[u32],
 ) -> Result<()> {
     shape.check()?;
-    if src.len() != dst.len() {
-        return Err(KernelError::ShapeMismatch {
-            what: "move destinations".into(),
-            expected: src.len(),
-            actual: dst.len(),
-        });
+    SlotMoves {
+        src: src.to_vec(),
+        dst: dst.to_vec(),
     }
-    check_slots(src, pool.len(), shape)?;
-    check_slots(dst, pool.len(), shape)?;
-    let mut seen = std::collections::HashSet::new();
-    if let Some(d) = dst.iter().find(|d| !seen.insert(**d)) {
-        return Err(KernelError::InvalidParameter {
-            what: "move destinations",
-            reason: format!("slot {d} is written twice"),
-        });
-    }
+    .check(slot_capacity(pool.len(), shape))?;
     let (src, dst): (Vec<u32>, Vec<u32>) = src
         .iter()
         .zip(dst)

@@ -117,11 +117,21 @@ impl KvStore {
         }
     }
 
-    /// Copies elements `from` to start at `to`, as [`slice::copy_within`].
-    pub(crate) fn copy_within(&mut self, from: std::ops::Range<usize>, to: usize) {
+    /// Copies the runs of `len` elements starting at `src[i]` to start at `dst[i]`, all reads
+    /// before all writes (`src` and `dst` of equal length, every run inside the store).
+    pub(crate) fn move_runs(&mut self, src: &[usize], dst: &[usize], len: usize) {
+        fn move_in<T: Copy>(data: &mut [T], src: &[usize], dst: &[usize], len: usize) {
+            let staged: Vec<T> = src
+                .iter()
+                .flat_map(|&s| data[s..s + len].iter().copied())
+                .collect();
+            for (run, &d) in staged.chunks_exact(len.max(1)).zip(dst) {
+                data[d..d + run.len()].copy_from_slice(run);
+            }
+        }
         match self {
-            Self::F32(data) => data.copy_within(from, to),
-            Self::Half(_, bits) => bits.copy_within(from, to),
+            Self::F32(data) => move_in(data, src, dst, len),
+            Self::Half(_, bits) => move_in(bits, src, dst, len),
         }
     }
 }
@@ -229,10 +239,11 @@ mod tests {
             for (v, b) in values.iter().zip(back) {
                 assert_eq!(b.to_bits(), dtype.round(*v).to_bits(), "{dtype} {v}");
             }
-            store.copy_within(1..4, 5);
-            let mut moved = [0.0f32; 3];
-            store.view().widen_into(5, &mut moved);
-            assert_eq!(moved, back[..3]);
+            // a swap of overlapping runs: every read happens before every write
+            store.move_runs(&[1, 3], &[3, 1], 2);
+            let mut moved = [0.0f32; 4];
+            store.view().widen_into(1, &mut moved);
+            assert_eq!(moved, [back[2], back[3], back[0], back[1]]);
         }
         // what each type keeps: f32 everything, bf16 8 bits of mantissa, f16 11 and its range
         assert_eq!(KvDtype::F32.round(0.1), 0.1);

@@ -7,7 +7,9 @@
 //! - [`allocator`]: reference-counted block allocation;
 //! - [`cache`]: [`PagedKvCache`], per-sequence block tables and the life cycle
 //!   `reserve → write_kv (per layer) → attention → commit(accepted path) | rewind(n)`,
-//!   plus `fork` (prefix sharing with copy-on-write).
+//!   plus `fork` (prefix sharing with copy-on-write);
+//! - [`moves`]: [`SlotMoves`], the data half of a commit or copy-on-write, which each device's
+//!   pool applies (host: [`PagedKvCache::move_slots`]; GPU: [`cuda::move_slots`]).
 //!
 //! A step for one sequence, as the model runner drives it:
 //!
@@ -33,6 +35,7 @@ pub mod cache;
 pub mod cuda;
 pub mod dtype;
 pub mod layout;
+pub mod moves;
 
 #[cfg(test)]
 mod tests;
@@ -41,3 +44,4 @@ pub use allocator::BlockAllocator;
 pub use cache::{CommitStats, PagedKvCache, SeqId};
 pub use dtype::{KvData, KvDtype};
 pub use layout::{BlockId, KvLayout, KvPages, KvPart};
+pub use moves::SlotMoves;

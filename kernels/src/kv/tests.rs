@@ -332,6 +332,73 @@ fn commit_remaps_whole_blocks_and_copies_the_rest() {
 }
 
 #[test]
+fn bookkeeping_moves_no_data_and_its_moves_finish_the_commit() {
+    // The same fork / copy-on-write / tree commit on two caches: one with `reserve` / `commit`,
+    // one with the bookkeeping halves, whose data is checked before and after its moves.
+    let (mut whole, mut split) = (small_cache(8), small_cache(8));
+    for cache in [&mut whole, &mut split] {
+        let seq = cache.create_sequence();
+        append(cache, seq, &[1, 2, 3, 4, 5, 6]).unwrap();
+        cache.commit(seq, &[0, 1, 2, 3, 4, 5]).unwrap();
+    }
+    let parent = SeqId(0);
+    let (a, b) = (whole.fork(parent).unwrap(), split.fork(parent).unwrap());
+    whole.reserve(a, 7).unwrap();
+    let (first, cow) = split.reserve_blocks(b, 7).unwrap();
+    assert_eq!(
+        (first, cow.len()),
+        (0, BLOCK),
+        "the shared half block, slot by slot"
+    );
+    let unmoved = split.token_row(b, 5, 1, KvPart::Key, 0).unwrap();
+    assert_eq!(unmoved, [0.0; DIM], "the copy's data waits for the moves");
+    split.move_slots(&cow).unwrap();
+    assert_eq!(
+        split.token_row(b, 5, 1, KvPart::Key, 0).unwrap(),
+        [
+            value(6, 1, KvPart::Key, 0, 0),
+            value(6, 1, KvPart::Key, 0, 1)
+        ]
+    );
+    let tokens: Vec<u64> = (10..17).collect();
+    for (cache, seq) in [(&mut whole, a), (&mut split, b)] {
+        for layer in 0..LAYERS {
+            let k = token_rows(&tokens, layer, KvPart::Key);
+            let v = token_rows(&tokens, layer, KvPart::Value);
+            cache.write_kv(seq, layer, 0, &k, &v).unwrap();
+        }
+    }
+    // nodes 1 and 5 lie in the copied block and the next one: 5 moves by a copy
+    let path = [0, 1, 5];
+    let stats = whole.commit(a, &path).unwrap();
+    let (split_stats, moves) = split.commit_blocks(b, &path).unwrap();
+    assert_eq!(stats, split_stats);
+    assert_eq!(moves.len(), stats.slots_copied);
+    assert!(!moves.is_empty());
+    let stale = split.token_row(b, 8, 0, KvPart::Value, 1).unwrap();
+    assert_ne!(stale[0], value(15, 0, KvPart::Value, 1, 0));
+    split.move_slots(&moves).unwrap();
+    assert_eq!(whole.block_table(a).unwrap(), split.block_table(b).unwrap());
+    assert_eq!(
+        whole.pages().data(),
+        split.pages().data(),
+        "the pools hold the same data"
+    );
+    assert_eq!(
+        split.token_row(b, 8, 0, KvPart::Value, 1).unwrap(),
+        [
+            value(15, 0, KvPart::Value, 1, 0),
+            value(15, 0, KvPart::Value, 1, 1)
+        ]
+    );
+    let outside = SlotMoves {
+        src: vec![0],
+        dst: vec![split.slot_capacity() as u32],
+    };
+    assert!(split.move_slots(&outside).is_err());
+}
+
+#[test]
 fn a_chain_commits_in_place() {
     let mut cache = small_cache(8);
     let seq = cache.create_sequence();

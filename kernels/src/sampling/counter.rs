@@ -96,12 +96,25 @@ impl SeededSequences {
         };
     }
 
+    /// The run's seed (what every sequence without a seed of its own draws from).
+    pub fn run_seed(&self) -> u64 {
+        self.run.seed
+    }
+
+    /// The `(seed, key sequence)` pair whose words `sequence` draws: `(its own seed, 0)` for a
+    /// sequence seeded on its own, `(the run's seed, sequence)` for any other. A kernel keying
+    /// each sequence by this pair draws exactly [`SeededSequences::word`]'s words.
+    pub fn key_of(&self, sequence: u64) -> (u64, u64) {
+        match self.own.get(&sequence) {
+            Some(&seed) => (seed, 0),
+            None => (self.run.seed, sequence),
+        }
+    }
+
     /// The word for `key` (a pure function of the seeds and the key).
     pub fn word(&self, key: DrawKey) -> u64 {
-        match self.own.get(&key.sequence) {
-            Some(&seed) => CounterRng::new(seed).word(DrawKey { sequence: 0, ..key }),
-            None => self.run.word(key),
-        }
+        let (seed, sequence) = self.key_of(key.sequence);
+        CounterRng::new(seed).word(DrawKey { sequence, ..key })
     }
 }
 
@@ -191,9 +204,11 @@ mod tests {
             let other = DrawKey::new(6, step, node, Purpose::Draft);
             assert_eq!(source.raw(other), CounterRng::new(7).word(other));
         }
+        assert_eq!((source.key_of(5), source.key_of(6)), ((42, 0), (7, 6)));
         source.seed_sequence(5, None);
         let key = DrawKey::new(5, 1, 2, Purpose::Accept);
         assert_eq!(source.raw(key), CounterRng::new(7).word(key));
+        assert_eq!((source.key_of(5), source.run_seed()), ((7, 5), 7));
     }
 
     #[test]

@@ -53,8 +53,19 @@ impl<N: Prob> VerifyInput<'_, N> {
             }
             check_distribution(&format!("target distribution at node {node}"), row)?;
         }
-        for node in 0..self.tree.len() {
-            if let Some(q) = self.tree.draft_probs(node) {
+        self.tree.check_vocab(vocab)
+    }
+}
+
+impl<N> DraftTree<N> {
+    /// Checks that the tree fits a vocabulary of `vocab`: every draft distribution has `vocab`
+    /// entries and every drafted token (the root's is already output) is below `vocab`.
+    ///
+    /// # Errors
+    /// [`KernelError::ShapeMismatch`] or [`KernelError::InvalidDraftTree`] naming the node.
+    pub fn check_vocab(&self, vocab: usize) -> Result<()> {
+        for node in 0..self.len() {
+            if let Some(q) = self.draft_probs(node) {
                 if q.len() != vocab {
                     return Err(KernelError::ShapeMismatch {
                         what: format!("draft distribution at node {node}"),
@@ -63,11 +74,11 @@ impl<N: Prob> VerifyInput<'_, N> {
                     });
                 }
             }
-            if node > 0 && self.tree.token(node) as usize >= vocab {
+            if node > 0 && self.token(node) as usize >= vocab {
                 return Err(KernelError::InvalidDraftTree {
                     reason: format!(
                         "token {} at node {node} is outside the vocabulary of {vocab}",
-                        self.tree.token(node)
+                        self.token(node)
                     ),
                 });
             }

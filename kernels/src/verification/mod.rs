@@ -16,19 +16,26 @@
 //! - [`VerifyMethod::TargetOnly`]: target-only tree sampling for deterministic trees;
 //! - [`VerifyMethod::Typical`]: Medusa's typical acceptance — lossy.
 //!
+//! The batch entry point taking the device, with the rows where they live and per-sequence
+//! seeds, is [`VerifyBackend`] ([`backend`]: [`CpuVerifier`] here, `Gpu` in [`cuda`]).
+//!
 //! Replay semantics (what a CUDA twin must reproduce): the decisions are exactly those of
 //! [`crate::sampling::Replay`] (accept iff `u * q < p` with a 24-bit `u`; categorical by 32-bit
 //! fixed-point prefix sums over a 64-bit word), drawn with the keys listed in each method's docs,
 //! and normalisations divide by the fixed-point total ([`crate::sampling::Prob::total`]).
 
+pub mod backend;
 pub mod cuda;
 pub mod draft_tree;
 pub mod greedy;
 pub mod input;
 pub mod multi_round;
 pub mod target_only;
+#[cfg(test)]
+mod test_inputs;
 pub mod typical;
 
+pub use backend::{CpuVerifier, VerifyBackend, VerifySequence};
 pub use draft_tree::{DraftKind, DraftTree};
 pub use input::{walk_tree, Verdict, VerifyInput};
 pub use multi_round::SiblingDraws;

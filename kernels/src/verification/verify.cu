@@ -2,7 +2,9 @@
 //
 // Contract: bit-for-bit the CPU reference of verification/ and sampling/replay.rs:
 // - random words: the counter-based generator of sampling/counter.rs (SplitMix64 stages over
-//   seed, sequence id, step, then node << 32 | purpose << 24 | draw);
+//   seed, sequence id, step, then node << 32 | purpose << 24 | draw), each sequence keyed by its
+//   own (seed, key sequence) pair: SeededSequences::key_of, i.e. (run seed, sequence id) for an
+//   unseeded sequence and (its own seed, 0) for one seeded on its own;
 // - accept(p, q): u = (word >> 40) * 2^-24; accept iff q > 0 and (u * q, rounded, no FMA) < p;
 // - categorical(w): W_i = floor(clamp(w_i, 0, 1) * 2^32) (NaN -> 0), T = sum W_i (exact u64),
 //   t = (word * T) >> 64, answer = lowest i with W_0 + ... + W_i > t; T = 0 means no mass;
@@ -199,14 +201,14 @@ struct VerifyParams {
   const u32* node_offsets;   // [batch + 1] first node of each sequence
   const u32* child_offsets;  // [total_nodes + 1] CSR over global node ids (children in order)
   const u32* child_nodes;    // children, as local node ids of their sequence
-  const u64* sequence_ids;   // [batch] stable sequence ids (DrawKey.sequence)
+  const u64* key_seeds;      // [batch] seed of each sequence's words
+  const u64* key_sequences;  // [batch] DrawKey.sequence of each sequence's words
   const u64* steps;          // [batch] decoding steps (DrawKey.step)
   float* scratch;            // [batch, 2, vocab] residual r and proposal s (methods 1, 2)
   u32* accepted_path;        // [batch, max_path] accepted local node ids
   u32* accepted_len;         // [batch]
   u32* next_token;           // [batch]
   u32* status;               // [batch] 0 ok, 1 bad probability, 2 missing q, 3 path overflow
-  u64 seed;
   u32 vocab, method, max_path;
 };
 
@@ -220,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(VB, 1) verify_tree(VerifyParams prm
   __syncthreads();
   float* r_buf = prm.scratch + (u64)b * 2 * V;
   float* s_buf = r_buf + V;
-  const u64 seq = prm.sequence_ids[b], step = prm.steps[b];
+  const u64 seed = prm.key_seeds[b], seq = prm.key_sequences[b], step = prm.steps[b];
   u32 node = 0, path_len = 0, status = 0, next = 0;
   for (;;) {
     const u32 g = first + node;
@@ -229,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(VB, 1) verify_tree(VerifyParams prm
     if (prm.method == 0 || prm.method == 3) {
       const u32 y = prm.method == 0
           ? row_argmax(p, V, vec, sm)
-          : sample_or(p, p, V, vec, sd_word(prm.seed, seq, step, node, 5), sm);
+          : sample_or(p, p, V, vec, sd_word(seed, seq, step, node, 5), sm);
       u32 child = 0xffffffffu;
       for (u32 c = c0; c < c1; ++c) {
         const u32 cn = prm.child_nodes[c];
@@ -243,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(VB, 1) verify_tree(VerifyParams prm
       continue;
     }
     if (c0 == c1) {  // leaf: bonus from p
-      next = sample_or(p, p, V, vec, sd_word(prm.seed, seq, step, node, 4), sm);
+      next = sample_or(p, p, V, vec, sd_word(seed, seq, step, node, 4), sm);
       break;
     }
     const i32 qr = prm.q_row[g];
@@ -256,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(VB, 1) verify_tree(VerifyParams prm
       const u32 cn = prm.child_nodes[c];
       const u32 x = prm.tokens[first + cn];
       if (x >= V) { status = 1; break; }
-      if (sd_accept(sd_word(prm.seed, seq, step, cn, 2), r[x], s[x])) { accepted = cn; break; }
+      if (sd_accept(sd_word(seed, seq, step, cn, 2), r[x], s[x])) { accepted = cn; break; }
       // r <- norm(max(0, r - s)), or p when that has no mass.
       const u64 t = row_total(r, s, V, vec, sm);
       if (t > 0) {
@@ -280,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(VB, 1) verify_tree(VerifyParams prm
     }
     if (status) break;
     if (accepted == 0xffffffffu) {
-      next = sample_or(r, p, V, vec, sd_word(prm.seed, seq, step, node, 3), sm);
+      next = sample_or(r, p, V, vec, sd_word(seed, seq, step, node, 3), sm);
       break;
     }
     if (path_len == prm.max_path) { status = 3; break; }

@@ -11,6 +11,7 @@ use specdec_kernels::kv::{KvDtype, KvLayout, PagedKvCache};
 use specdec_kernels::ops::RopeLayout;
 use specdec_kernels::TreeTopology;
 
+use super::forward::KvPool;
 use super::step_checks::check_commit_path;
 use crate::error::{ModelError, Result};
 use crate::model::{SeqId, SequenceStep};
@@ -185,7 +186,8 @@ impl SpeculativeCache {
 
     /// Discards every sequence's stale speculative entries and reserves slots for its new rows,
     /// all or nothing; `capacity_option` names the option to raise in the message of a full
-    /// cache.
+    /// cache. A copy-on-write is bookkeeping ([`PagedKvCache::reserve_blocks`]) then the host
+    /// pool's move ([`KvPool::move_kv`]), as on the CUDA runner.
     ///
     /// # Errors
     /// [`ModelError::InvalidStep`] when the blocks needed exceed the free ones; cache errors.
@@ -207,7 +209,8 @@ impl SpeculativeCache {
             });
         }
         for s in seqs {
-            self.cache.reserve(s.seq, s.tree.len())?;
+            let (_, copy_on_write) = self.cache.reserve_blocks(s.seq, s.tree.len())?;
+            self.cache.move_kv(&copy_on_write)?;
         }
         Ok(())
     }
@@ -218,19 +221,23 @@ impl SpeculativeCache {
     }
 
     /// Keeps `path` (a root-to-node path of the last forward of `seq`, or empty) as committed
-    /// rows and discards the other speculative entries.
+    /// rows and discards the other speculative entries: the device-independent bookkeeping
+    /// ([`PagedKvCache::commit_blocks`], as the CUDA runner's mirror does it), then the host
+    /// pool's data move ([`KvPool::move_kv`]).
     ///
     /// # Errors
     /// An unknown sequence; [`ModelError::InvalidStep`] for a path that is not one.
     pub(crate) fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         self.cache.len(seq)?;
         check_commit_path(seq, path, self.last_trees.get(&seq))?;
-        self.cache.commit(seq, path)?;
+        let (_, moves) = self.cache.commit_blocks(seq, path)?;
+        self.cache.move_kv(&moves)?;
         self.last_trees.remove(&seq);
         Ok(())
     }
 
-    /// Drops the last `n` committed rows of `seq` and any speculative entries.
+    /// Drops the last `n` committed rows of `seq` and any speculative entries (bookkeeping
+    /// only: no data moves).
     ///
     /// # Errors
     /// An unknown sequence, or fewer than `n` committed rows.

@@ -1,17 +1,17 @@
 //! [`CpuBackend`]: the forward's device boundary ([`DeviceBackend`]) on the host: `Vec<f32>`
 //! buffers, quantised [`WeightMatrix`] products on the chosen [`MatmulPath`], a
-//! [`PagedKvCache`], the kernels crate's CPU references (rayon-parallel where it pays), and a
-//! tensor-parallel rank's collectives.
+//! [`PagedKvCache`] (also the host [`KvPool`]), the kernels crate's CPU references
+//! (rayon-parallel where it pays), and a tensor-parallel rank's collectives.
 
 use std::ops::Range;
 
 use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
-use specdec_kernels::kv::PagedKvCache;
+use specdec_kernels::kv::{PagedKvCache, SlotMoves};
 use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
 use specdec_kernels::KernelError;
 
 use super::block::{add, interleave, BlockSeq, BlockShape, TensorParallel};
-use super::forward::{BlockWeights, DecoderWeights, DeviceBackend};
+use super::forward::{BlockWeights, DecoderWeights, DeviceBackend, KvPool};
 use super::model::MatmulPath;
 use super::product::ProductInput;
 use super::weights::{LayerWeights, ModelWeights, WeightMatrix};
@@ -48,6 +48,19 @@ fn seq_rows<'s>(
         *first = own.end;
         Some((seq, own))
     })
+}
+
+/// The host pool: the cache's own rows, moved by [`PagedKvCache::move_slots`].
+impl KvPool for PagedKvCache {
+    fn move_kv(&mut self, moves: &SlotMoves) -> Result<()> {
+        Ok(self.move_slots(moves)?)
+    }
+}
+
+impl KvPool for CpuBackend<'_> {
+    fn move_kv(&mut self, moves: &SlotMoves) -> Result<()> {
+        self.cache.move_kv(moves)
+    }
 }
 
 impl DeviceBackend for CpuBackend<'_> {

@@ -14,20 +14,41 @@
 //! so the CPU's tuned kernels run with no dispatch in the way, and handing a host buffer to a
 //! CUDA kernel is a compile error instead of a run-time one.
 
+use specdec_kernels::kv::SlotMoves;
+
 use super::block::BlockShape;
 use crate::error::Result;
 
+/// The data half of the KV family on a device: the pool holding a cache's K/V applies the slot
+/// moves that the host bookkeeping decided ([`specdec_kernels::kv::PagedKvCache::reserve_blocks`]
+/// for a copy-on-write, [`specdec_kernels::kv::PagedKvCache::commit_blocks`] for a tree-path
+/// commit). The bookkeeping is one piece of code for every device; only this move differs: the
+/// host pool ([`specdec_kernels::kv::PagedKvCache`] itself) copies rows, a GPU pool runs
+/// `kv::cuda::move_slots`. Rewind, fork and release move no data and stay bookkeeping.
+///
+/// A pool lives as long as its runner, across forwards; a [`DeviceBackend`] (one forward's view
+/// of the device) exposes its pool's entry point too.
+pub(crate) trait KvPool {
+    /// Moves the K/V of every slot `moves.src[i]` to `moves.dst[i]` (all layers, K and V, all
+    /// KV heads), all reads before all writes. Must run before the next reserve can reuse a
+    /// block the bookkeeping released.
+    ///
+    /// # Errors
+    /// As [`SlotMoves::check`] against the pool (nothing moved); device failures.
+    fn move_kv(&mut self, moves: &SlotMoves) -> Result<()>;
+}
+
 /// What one forward needs from a device: f32 activation buffers, weight matrices as the device
 /// stores them, and one entry point per kernel family (embedding, norm, products, RoPE, KV
-/// append, tree attention, SwiGLU, the residual add). A value of it is the device *as one
-/// forward sees it*: besides the device it holds that forward's KV cache, the batch's
-/// sequences, and their rows' RoPE angles, so the KV and attention entry points take no
-/// per-call metadata.
+/// append, KV move ([`KvPool::move_kv`], a supertrait), tree attention, SwiGLU, the residual
+/// add). A value of it is the device *as one forward sees it*: besides the device it holds that
+/// forward's KV cache, the batch's sequences, and their rows' RoPE angles, so the KV and
+/// attention entry points take no per-call metadata.
 ///
 /// Every buffer is `[rows × width]` f32, row-major, the batch's sequences' new rows
 /// concatenated in step order. Entry points check their shapes and fail with an error naming
 /// the mismatch; none panics.
-pub(crate) trait DeviceBackend {
+pub(crate) trait DeviceBackend: KvPool {
     /// f32 values on the device: activations, norm gains and biases.
     type Buffer;
     /// A `[rows × cols]` weight matrix as the device keeps it.

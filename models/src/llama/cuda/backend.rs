@@ -1,12 +1,16 @@
 //! [`CudaBackend`]: the forward's device boundary ([`DeviceBackend`]) on one GPU: `CudaSlice<f32>`
-//! buffers, [`DeviceMatrix`] products in the chosen [`GpuMatmul`] mode, the f32 KV pool written
-//! by `kv::cuda::append`, and one [`AttentionPlan`] (block tables and ancestor masks uploaded
-//! once) for every layer of the forward. Nothing crosses to the host inside a forward.
+//! buffers, [`DeviceMatrix`] products in the chosen [`GpuMatmul`] mode, the f32 KV pool
+//! ([`CudaKvPool`]) written by `kv::cuda::append` and moved by `kv::cuda::move_slots`, and one
+//! [`AttentionPlan`] (block tables and ancestor masks uploaded once) for every layer of the
+//! forward. Nothing crosses to the host inside a forward.
+
+use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use specdec_kernels::attention::cuda::AttentionPlan;
 use specdec_kernels::cuda::Gpu;
-use specdec_kernels::kv::cuda::{append, KvShape};
+use specdec_kernels::kv::cuda::{append, move_slots, KvShape};
+use specdec_kernels::kv::SlotMoves;
 use specdec_kernels::ops::cuda::{add_broadcast_cuda, rms_norm_cuda, rope_cuda, swiglu_cuda};
 
 use super::device_error;
@@ -14,19 +18,46 @@ use super::matmul::{product, GpuMatmul};
 use super::weights::{DeviceLayer, DeviceMatrix, DeviceWeights};
 use crate::error::Result;
 use crate::llama::block::BlockShape;
-use crate::llama::forward::{BlockWeights, DecoderWeights, DeviceBackend};
+use crate::llama::forward::{BlockWeights, DecoderWeights, DeviceBackend, KvPool};
 
-/// One GPU as one forward sees it: the product mode, the KV pool and its shape, the physical
-/// slot of every new row, the forward's attention plan and its rows' RoPE tables.
+/// A runner's KV pool on the GPU: f32 blocks in `KvLayout` order
+/// (`[layer][K|V][kv_head][slot][head_dim]` per block), `data.len()` a whole number of blocks of
+/// `shape`. Its block tables are kept on the host (`KvMirror`); it only holds and moves data.
+pub(crate) struct CudaKvPool {
+    /// The device holding the pool.
+    pub(crate) gpu: Arc<Gpu>,
+    /// The pool's elements.
+    pub(crate) data: CudaSlice<f32>,
+    /// The pool's shape.
+    pub(crate) shape: KvShape,
+}
+
+impl KvPool for CudaKvPool {
+    /// `kv::cuda::move_slots` (gather every source, then scatter; nothing to launch for no
+    /// moves).
+    fn move_kv(&mut self, moves: &SlotMoves) -> Result<()> {
+        if moves.is_empty() {
+            return Ok(());
+        }
+        Ok(move_slots(
+            &self.gpu,
+            &mut self.data,
+            &self.shape,
+            &moves.src,
+            &moves.dst,
+        )?)
+    }
+}
+
+/// One GPU as one forward sees it: the product mode, the KV pool, the physical slot of every
+/// new row, the forward's attention plan and its rows' RoPE tables.
 pub(crate) struct CudaBackend<'a> {
     /// The device.
     pub(crate) gpu: &'a Gpu,
     /// How the products run.
     pub(crate) mode: GpuMatmul,
     /// The KV pool the blocks write.
-    pub(crate) pool: &'a mut CudaSlice<f32>,
-    /// The pool's shape.
-    pub(crate) kv_shape: KvShape,
+    pub(crate) kv: &'a mut CudaKvPool,
     /// The pool slot of every new row, in row order.
     pub(crate) slots: Vec<u32>,
     /// Block tables and masks of the batch, for every layer.
@@ -35,6 +66,12 @@ pub(crate) struct CudaBackend<'a> {
     pub(crate) cos: CudaSlice<f32>,
     /// RoPE sines of every row.
     pub(crate) sin: CudaSlice<f32>,
+}
+
+impl KvPool for CudaBackend<'_> {
+    fn move_kv(&mut self, moves: &SlotMoves) -> Result<()> {
+        self.kv.move_kv(moves)
+    }
 }
 
 impl DeviceBackend for CudaBackend<'_> {
@@ -97,8 +134,8 @@ impl DeviceBackend for CudaBackend<'_> {
     fn write_kv(&mut self, layer: usize, k: &CudaSlice<f32>, v: &CudaSlice<f32>) -> Result<()> {
         Ok(append(
             self.gpu,
-            self.pool,
-            &self.kv_shape,
+            &mut self.kv.data,
+            &self.kv.shape,
             layer,
             k,
             v,
@@ -114,7 +151,9 @@ impl DeviceBackend for CudaBackend<'_> {
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
         let scale = shape.attention_scale();
-        Ok(self.plan.run(self.gpu, self.pool, layer, scale, q, out)?)
+        Ok(self
+            .plan
+            .run(self.gpu, &self.kv.data, layer, scale, q, out)?)
     }
 
     fn swiglu(

@@ -4,38 +4,19 @@
 //!
 //! # Design
 //! The pool's bookkeeping is [`PagedKvCache`]'s, reused as is: a **shadow** cache with the same
-//! block size and block count, but one layer, one KV head and `head_dim = 1`, so its host data is
-//! two f32 per slot instead of the whole pool. Block tables, allocation, fork, rewind and the
-//! commit's remap-or-copy decisions are therefore exactly the CPU runner's. What the device must
-//! copy is read back from the shadow's data: before an operation that may move data, every
-//! pending slot's K value is set to its own **physical slot id** (as f32 bits: any `u32` survives
-//! the shadow's `copy_within` unchanged); afterwards, each position whose tag differs from its
-//! physical slot must receive the device data of the tagged slot. Moves are applied on the device
-//! with all reads before all writes ([`specdec_kernels::kv::cuda::move_slots`]), which is what
-//! the tags describe: each tag names where the data lay before the operation.
+//! block size and block count, but one layer, one KV head and `head_dim = 1`, whose data is never
+//! read. Block tables, allocation, fork, rewind and the commit's remap-or-copy decisions are
+//! therefore exactly the CPU runner's: the shadow runs the bookkeeping halves
+//! ([`PagedKvCache::reserve_blocks`], [`PagedKvCache::commit_blocks`]) that the CPU runner runs
+//! on its own cache, and hands back their [`SlotMoves`] for the device pool to apply
+//! (`KvPool::move_kv`, i.e. [`specdec_kernels::kv::cuda::move_slots`]). Rewind, fork and free
+//! move no data.
 
-use specdec_kernels::kv::{BlockId, KvLayout, KvPart, PagedKvCache};
+pub use specdec_kernels::kv::SlotMoves;
+use specdec_kernels::kv::{BlockId, KvLayout, PagedKvCache};
 
 use crate::error::{ModelError, Result};
 use crate::model::SeqId;
-
-/// Data moves between physical token slots (`block * block_size + slot_in_block`), to be applied
-/// as if every read happened before every write. `src[i]` goes to `dst[i]`; no destination
-/// repeats.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SlotMoves {
-    /// Source slots.
-    pub src: Vec<u32>,
-    /// Destination slots, same length as `src`.
-    pub dst: Vec<u32>,
-}
-
-impl SlotMoves {
-    /// True when nothing moves.
-    pub fn is_empty(&self) -> bool {
-        self.src.is_empty()
-    }
-}
 
 /// Physical slots of positions `start..start + n` of a sequence with `block_table`.
 ///
@@ -130,24 +111,12 @@ impl KvMirror {
 
     /// Reserves `n` pending slots as [`PagedKvCache::reserve`]; returns the moves of a
     /// copy-on-write of a shared, partly filled last block (every slot of the old block to the
-    /// same slot of its private copy), empty otherwise.
+    /// same slot of its private copy), empty otherwise ([`PagedKvCache::reserve_blocks`]).
     ///
     /// # Errors
     /// As [`PagedKvCache::reserve`] (nothing changed).
     pub fn reserve(&mut self, seq: SeqId, n: usize) -> Result<SlotMoves> {
-        let before = self.shadow.block_table(seq)?.to_vec();
-        self.shadow.reserve(seq, n)?;
-        let after = self.shadow.block_table(seq)?;
-        let mut moves = SlotMoves::default();
-        for (&old, &new) in before.iter().zip(after) {
-            if old != new {
-                for s in 0..self.block_size as u32 {
-                    moves.src.push(old * self.block_size as u32 + s);
-                    moves.dst.push(new * self.block_size as u32 + s);
-                }
-            }
-        }
-        Ok(moves)
+        Ok(self.shadow.reserve_blocks(seq, n)?.1)
     }
 
     /// Physical slots of the pending (speculative) positions of `seq`, in node order: where a
@@ -161,36 +130,20 @@ impl KvMirror {
     }
 
     /// Commits pending nodes `accepted` as [`PagedKvCache::commit`] and returns the slot moves
-    /// that put the device data where the new block table expects it.
+    /// that put the device data where the new block table expects it
+    /// ([`PagedKvCache::commit_blocks`]).
     ///
     /// # Errors
     /// As [`PagedKvCache::commit`] (nothing changed).
     pub fn commit(&mut self, seq: SeqId, accepted: &[usize]) -> Result<SlotMoves> {
-        let tags: Vec<f32> = self
-            .pending_slots(seq)?
-            .into_iter()
-            .map(f32::from_bits)
-            .collect();
-        self.shadow.write_kv(seq, 0, 0, &tags, &tags)?;
-        let len = self.shadow.len(seq)?;
-        self.shadow.commit(seq, accepted)?;
-        let table = self.shadow.block_table(seq)?;
-        let dst = physical_slots(table, self.block_size, len, accepted.len())?;
-        let mut moves = SlotMoves::default();
-        for (i, &d) in dst.iter().enumerate() {
-            let src = self.shadow.token_row(seq, len + i, 0, KvPart::Key, 0)?[0].to_bits();
-            if src != d {
-                moves.src.push(src);
-                moves.dst.push(d);
-            }
-        }
-        Ok(moves)
+        Ok(self.shadow.commit_blocks(seq, accepted)?.1)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specdec_kernels::kv::KvPart;
 
     /// A host pool of real K/V data driven by a mirror, checked against the CPU cache doing the
     /// same operations on the same data.

@@ -57,7 +57,10 @@
 //! Inside a forward, Q/K/V and the attention output stay on the device (one
 //! [`AttentionPlan`](specdec_kernels::attention::cuda::AttentionPlan) per forward uploads the
 //! block tables and masks once for every layer); the f32 logits `[tokens × vocab]` are still
-//! downloaded at the end, and the engine prepares and verifies on the host.
+//! downloaded at the end, and the engine prepares and verifies on the host. The kernels crate's
+//! [`VerifyBackend`](specdec_kernels::verification::VerifyBackend) for
+//! [`Gpu`](specdec_kernels::cuda::Gpu) verifies a batch over rows left on the device
+//! (`CudaSlice<f32>`, this runner's buffer type), for a caller that keeps the logits here.
 
 mod backend;
 mod kv_mirror;

@@ -4,24 +4,23 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use cudarc::driver::CudaSlice;
 use specdec_kernels::attention::cuda::{AttentionPlan, PlannedSeq};
 use specdec_kernels::cuda::Gpu;
-use specdec_kernels::kv::cuda::{move_slots, KvShape};
+use specdec_kernels::kv::cuda::KvShape;
 use specdec_kernels::kv::KvLayout;
 use specdec_kernels::ops::RopeAngles;
 use specdec_kernels::TreeTopology;
 
-use super::backend::CudaBackend;
+use super::backend::{CudaBackend, CudaKvPool};
 use super::device_error;
-use super::kv_mirror::{KvMirror, SlotMoves};
+use super::kv_mirror::KvMirror;
 use super::matmul::GpuMatmul;
 use super::weights::{upload_f32, DeviceWeights};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::llama::block::BlockShape;
 use crate::llama::config::LlamaConfig;
-use crate::llama::forward::run_blocks;
+use crate::llama::forward::{run_blocks, KvPool};
 use crate::llama::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
 use crate::llama::step_checks::{check_commit_path, check_steps};
 use crate::llama::weights::ModelWeights;
@@ -60,7 +59,7 @@ pub struct CudaLlamaModel {
     weights: DeviceWeights,
     layout: KvLayout,
     mirror: KvMirror,
-    pool: CudaSlice<f32>,
+    kv: CudaKvPool,
     special: SpecialTokens,
     last_trees: HashMap<SeqId, TreeTopology>,
     matmul: GpuMatmul,
@@ -148,18 +147,23 @@ impl CudaLlamaModel {
         let blocks = options.kv_capacity_tokens.div_ceil(options.kv_block_size);
         let mirror = KvMirror::new(options.kv_block_size, blocks)?;
         let device_weights = DeviceWeights::upload(&gpu, &config, weights)?;
-        let pool = gpu
+        let data = gpu
             .stream()
             .alloc_zeros::<f32>(blocks * layout.block_elems())
             .map_err(|e| device_error(&format!("alloc KV pool of {blocks} blocks"), e))?;
         gpu.synchronize()?;
+        let kv = CudaKvPool {
+            gpu: gpu.clone(),
+            data,
+            shape: kv_shape(&layout),
+        };
         Ok(Self {
             gpu,
             config,
             weights: device_weights,
             layout,
             mirror,
-            pool,
+            kv,
             special,
             last_trees: HashMap::new(),
             matmul: options.matmul,
@@ -179,29 +183,6 @@ impl CudaLlamaModel {
     /// The GPU this model runs on.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
-    }
-
-    fn shape(&self) -> KvShape {
-        KvShape {
-            num_layers: self.layout.num_layers(),
-            num_kv_heads: self.layout.num_kv_heads(),
-            head_dim: self.layout.head_dim(),
-            block_size: self.layout.block_size(),
-        }
-    }
-
-    fn apply(&mut self, moves: &SlotMoves) -> Result<()> {
-        if moves.is_empty() {
-            return Ok(());
-        }
-        let shape = self.shape();
-        Ok(move_slots(
-            &self.gpu,
-            &mut self.pool,
-            &shape,
-            &moves.src,
-            &moves.dst,
-        )?)
     }
 
     /// Discards stale speculative entries and reserves the new tokens' slots, all or nothing.
@@ -226,8 +207,8 @@ impl CudaLlamaModel {
             });
         }
         for step in steps {
-            let moves = self.mirror.reserve(step.seq, step.tokens.len())?;
-            self.apply(&moves)?;
+            let copy_on_write = self.mirror.reserve(step.seq, step.tokens.len())?;
+            self.kv.move_kv(&copy_on_write)?;
         }
         Ok(())
     }
@@ -260,7 +241,6 @@ impl CudaLlamaModel {
             rms_eps: c.rms_eps,
             rope_layout: c.rope_layout,
         };
-        let kv_shape = self.shape();
         let gpu = &*self.gpu;
         // one plan (block tables, ancestor masks) for every layer; queries and outputs stay here
         let planned = steps
@@ -274,12 +254,11 @@ impl CudaLlamaModel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let plan = AttentionPlan::new(gpu, &self.layout, self.pool.len(), c.n_heads, &planned)?;
+        let plan = AttentionPlan::new(gpu, &self.layout, self.kv.data.len(), c.n_heads, &planned)?;
         let mut dev = CudaBackend {
             gpu,
             mode: self.matmul,
-            pool: &mut self.pool,
-            kv_shape,
+            kv: &mut self.kv,
             slots,
             plan,
             cos: upload_f32(gpu, "rope cosines", angles.cos())?,
@@ -295,6 +274,16 @@ impl CudaLlamaModel {
             .map_err(|e| device_error("download logits", e))?;
         gpu.synchronize()?;
         split_logits(steps, vocab, &logits, &mut self.last_trees)
+    }
+}
+
+/// The device pool's shape for `layout`.
+fn kv_shape(layout: &KvLayout) -> KvShape {
+    KvShape {
+        num_layers: layout.num_layers(),
+        num_kv_heads: layout.num_kv_heads(),
+        head_dim: layout.head_dim(),
+        block_size: layout.block_size(),
     }
 }
 
@@ -385,7 +374,7 @@ impl LanguageModel for CudaLlamaModel {
         self.mirror.cache().len(seq)?;
         check_commit_path(seq, path, self.last_trees.get(&seq))?;
         let moves = self.mirror.commit(seq, path)?;
-        self.apply(&moves)?;
+        self.kv.move_kv(&moves)?;
         self.last_trees.remove(&seq);
         Ok(())
     }
