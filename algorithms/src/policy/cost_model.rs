@@ -291,17 +291,8 @@ impl CostModelPolicy {
     /// [`crate::AlgorithmError::InvalidParameter`] unless the sizes ascend from 1 and every
     /// ratio is finite and positive, or if the policy is not in measured mode.
     pub fn with_verify_curve(mut self, points: &[(usize, f64)]) -> Result<Self> {
-        ensure_param(
-            points.first().is_some_and(|&(n, _)| n == 1)
-                && points.windows(2).all(|w| w[0].0 < w[1].0),
-            "verify_curve",
-            "sizes must ascend from 1",
-        )?;
-        ensure_param(
-            points.iter().all(|(_, r)| r.is_finite() && *r > 0.0),
-            "verify_curve",
-            "every t(n) / t(1) must be finite and positive",
-        )?;
+        // the shape checks the points (before anything changes)
+        let shaped = self.learned().forward.clone().with_shape(points)?;
         let largest = points.last().map_or(0, |&(n, _)| n);
         let mut prior: Vec<Option<f64>> = vec![None; largest];
         for &(n, ratio) in points {
@@ -317,7 +308,7 @@ impl CostModelPolicy {
         live.costs = live.costs.clone().with_verify_prior(prior.clone());
         let mut learned = self.learned();
         learned.verify_ratios = prior;
-        learned.forward = std::mem::take(&mut learned.forward).with_shape(points);
+        learned.forward = shaped;
         drop(learned);
         Ok(self)
     }
@@ -501,9 +492,14 @@ impl CostModelPolicy {
             return Budget::Plain;
         };
         let explore = live.explore_alpha;
-        let learned = match self.explorer {
-            true => None,
-            false => self.learned().alpha(),
+        // what the earlier sequences measured: all of them (an untried sequence's assumption),
+        // and all but this one (what its own tries are weighed against once it drafted)
+        let (learned, others) = match self.explorer {
+            true => (None, None),
+            false => {
+                let learned = self.learned();
+                (learned.alpha(), learned.alpha_of_others(self.fork_id))
+            }
         };
         let switch = live.costs.switch_cost();
         let left = live
@@ -512,11 +508,6 @@ impl CostModelPolicy {
             .unwrap_or_else(|| live.horizon.saturating_sub(live.generated))
             .max(1) as f64;
         let untried = self.stats.speculative_passes() == 0;
-        // once it drafted, its own tries are weighed against what the other sequences measured
-        let others = match self.explorer {
-            true => None,
-            false => self.learned().alpha_of_others(self.fork_id),
-        };
         match others.map(|alpha| alpha.clamp(PRIOR_ALPHA_MIN, 1.0 - PRIOR_ALPHA_MIN)) {
             Some(alpha) => {
                 let set = self.stats.set_pooled_prior(alpha, LEARNED_PRIOR_TRIES);

@@ -31,6 +31,7 @@
 
 use std::collections::VecDeque;
 
+use crate::error::{ensure_param, Result};
 use crate::policy::{CostCurve, CostModel, StepOutcome};
 
 /// Timings of one engine step of one sequence, in seconds, as the engine measured them.
@@ -109,14 +110,25 @@ impl ForwardCurve {
     }
 
     /// The relative forward costs `points` = `(n, t(n) / t(1))` timed at set-up (sizes
-    /// ascending, the first 1 with ratio 1) as the curve's shape under load. Points that are not
-    /// finite and positive, or out of order, leave the curve without a shape (live medians only).
-    pub fn with_shape(mut self, points: &[(usize, f64)]) -> Self {
-        let valid = points.first().is_some_and(|&(n, _)| n == 1)
-            && points.iter().all(|&(_, r)| r.is_finite() && r > 0.0)
-            && points.windows(2).all(|w| w[0].0 < w[1].0);
-        self.shape = if valid { points.to_vec() } else { Vec::new() };
-        self
+    /// ascending from 1) as the curve's shape under load.
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] (named `verify_curve`) unless the sizes
+    /// ascend from 1 and every ratio is finite and positive.
+    pub fn with_shape(mut self, points: &[(usize, f64)]) -> Result<Self> {
+        ensure_param(
+            points.first().is_some_and(|&(n, _)| n == 1)
+                && points.windows(2).all(|w| w[0].0 < w[1].0),
+            "verify_curve",
+            "sizes must ascend from 1",
+        )?;
+        ensure_param(
+            points.iter().all(|(_, r)| r.is_finite() && *r > 0.0),
+            "verify_curve",
+            "every t(n) / t(1) must be finite and positive",
+        )?;
+        self.shape = points.to_vec();
+        Ok(self)
     }
 
     /// Sizes measured.

@@ -452,6 +452,9 @@ impl PagedKvCache {
     /// As [`SlotMoves::check`] against [`slot_capacity`](Self::slot_capacity) (nothing moved).
     pub fn move_slots(&mut self, moves: &SlotMoves) -> Result<()> {
         moves.check(self.slot_capacity())?;
+        if moves.is_empty() {
+            return Ok(());
+        }
         let layout = self.layout;
         let bs = layout.block_size();
         let (mut src, mut dst) = (Vec::new(), Vec::new());

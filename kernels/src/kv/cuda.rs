@@ -9,7 +9,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
 use crate::error::{KernelError, Result};
-use crate::kv::moves::{check_slots_inside, SlotMoves};
+use crate::kv::moves::{check_moves, check_slots_inside};
 
 /// The shape of a device KV pool (mirrors `KvLayout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,11 +147,7 @@ pub fn move_slots(
     dst: &[u32],
 ) -> Result<()> {
     shape.check()?;
-    SlotMoves {
-        src: src.to_vec(),
-        dst: dst.to_vec(),
-    }
-    .check(slot_capacity(pool.len(), shape))?;
+    check_moves(src, dst, slot_capacity(pool.len(), shape))?;
     let (src, dst): (Vec<u32>, Vec<u32>) = src
         .iter()
         .zip(dst)

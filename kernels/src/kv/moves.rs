@@ -57,24 +57,32 @@ impl SlotMoves {
     /// [`KernelError::InvalidParameter`] for a slot outside the pool or a destination written
     /// twice.
     pub fn check(&self, capacity: usize) -> Result<()> {
-        if self.src.len() != self.dst.len() {
-            return Err(KernelError::ShapeMismatch {
-                what: "move destinations".into(),
-                expected: self.src.len(),
-                actual: self.dst.len(),
-            });
-        }
-        check_slots_inside(&self.src, capacity)?;
-        check_slots_inside(&self.dst, capacity)?;
-        let mut seen = HashSet::new();
-        if let Some(d) = self.dst.iter().find(|d| !seen.insert(**d)) {
-            return Err(KernelError::InvalidParameter {
-                what: "move destinations",
-                reason: format!("slot {d} is written twice"),
-            });
-        }
-        Ok(())
+        check_moves(&self.src, &self.dst, capacity)
     }
+}
+
+/// [`SlotMoves::check`] of moves given as two slices (`src[i]` to `dst[i]`).
+///
+/// # Errors
+/// As [`SlotMoves::check`].
+pub(crate) fn check_moves(src: &[u32], dst: &[u32], capacity: usize) -> Result<()> {
+    if src.len() != dst.len() {
+        return Err(KernelError::ShapeMismatch {
+            what: "move destinations".into(),
+            expected: src.len(),
+            actual: dst.len(),
+        });
+    }
+    check_slots_inside(src, capacity)?;
+    check_slots_inside(dst, capacity)?;
+    let mut seen = HashSet::new();
+    if let Some(d) = dst.iter().find(|d| !seen.insert(**d)) {
+        return Err(KernelError::InvalidParameter {
+            what: "move destinations",
+            reason: format!("slot {d} is written twice"),
+        });
+    }
+    Ok(())
 }
 
 /// Checks that every slot lies in a pool of `capacity` slots.
