@@ -25,6 +25,17 @@ pub enum ModelError {
         /// What is wrong.
         reason: String,
     },
+    /// A target row of a forward that cannot become a distribution (a non-finite logit, no
+    /// mass left after top-k / top-p), named by the request and the node of its draft tree.
+    #[error("request {request}: target logits at tree node {node}: {source}")]
+    TargetRow {
+        /// The request (sequence) id that keys the row's decisions.
+        request: u64,
+        /// The node of the request's draft tree.
+        node: usize,
+        /// What preparing the row found.
+        source: specdec_kernels::KernelError,
+    },
     /// A buffer or tensor has the wrong shape.
     #[error("bad shape of {what}: {reason}")]
     Shape {

@@ -21,6 +21,7 @@ pub mod vocab_ranking;
 pub use checkpoint::Checkpoint;
 pub use error::{HashMismatch, ModelError, Result};
 pub use model::{
-    check_logit_ids, Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK,
+    check_logit_ids, Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, VerifiedBatch,
+    VerifyRequest, PREFILL_CHUNK,
 };
 pub use vocab_ranking::VocabRanking;

@@ -28,6 +28,13 @@ pub trait Verifier<N: Prob>: Send + Sync {
     /// The draft kinds this verifier is built for (and lossless for, when [`Verifier::lossless`]).
     fn draft_kinds(&self) -> &[DraftKind];
 
+    /// The kernel method this verifier is, when it is one: a caller may then verify a whole
+    /// batch where the target's logits live, in one batched launch (the verdicts equal
+    /// [`Verifier::verify`]'s). `None` (the default): verify through [`Verifier::verify`].
+    fn method(&self) -> Option<VerifyMethod> {
+        None
+    }
+
     /// Verifies one sequence, drawing every random decision from `decisions`.
     ///
     /// # Errors
@@ -60,6 +67,10 @@ impl<N: Prob> Verifier<N> for VerifyMethod {
                 ALL_KINDS
             }
         }
+    }
+
+    fn method(&self) -> Option<VerifyMethod> {
+        Some(*self)
     }
 
     fn verify(
@@ -127,6 +138,11 @@ impl<N: Prob> PairedVerifier<N> {
     /// The verifier.
     pub fn verifier(&self) -> &dyn Verifier<N> {
         self.verifier.as_ref()
+    }
+
+    /// The verifier's kernel method, when it is one ([`Verifier::method`]).
+    pub fn method(&self) -> Option<VerifyMethod> {
+        self.verifier.method()
     }
 
     /// The draft kind it is bound to.

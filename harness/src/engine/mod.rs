@@ -8,11 +8,16 @@
 //!    ([`EngineOptions::replay`]) takes a recorded run's decisions instead (see [`recorded`]);
 //! 2. **draft** — the chosen [`Drafter`] proposes a [`DraftTree`] whose root is the request's
 //!    last token (sampled last step, not yet in the target's KV cache);
-//! 3. **target** — one [`LanguageModel::forward`] over all requests' trees at once (ragged batch,
-//!    tree attention), logits at every node;
-//! 4. **verify** — each node's logits go through the path-dependent [`Penalties`] (with the
-//!    node's own history) and [`prepare_logits`] (temperature, top-k, top-p); the
-//!    drafter's [`PairedVerifier`] accepts a path and draws the next token;
+//! 3. **target** — one forward over all requests' trees at once (ragged batch, tree
+//!    attention), logits at every node;
+//! 4. **verify** — each node's logits are prepared (temperature, top-k, top-p) and the drafter's
+//!    [`PairedVerifier`] accepts a path and draws the next token. When the batch shares one
+//!    kernel verifier and no penalties apply, stages 3 and 4 are one
+//!    [`LanguageModel::forward_verify`]: the target verifies the whole batch where its logits
+//!    are (on a GPU one batched prepare and verify launch; only the verdicts reach the host).
+//!    Otherwise [`LanguageModel::forward`] brings the logits to the host, each node's row goes
+//!    through the path-dependent [`Penalties`] (with the node's own history) and
+//!    [`prepare_logits`], and each request is verified on its own;
 //! 5. **commit** — the accepted path (root + accepted drafts) is committed to the target's KV,
 //!    the rest of the tree is dropped; stop conditions are checked token by token and KV past a
 //!    stop is rewound;
@@ -58,8 +63,11 @@ use specdec_algorithms::policy::{
 };
 use specdec_algorithms::verify::PairedVerifier;
 use specdec_kernels::sampling::{prepare_logits, Replay, SamplingParams, SeededSequences};
-use specdec_kernels::verification::{DraftKind, DraftTree, VerifyInput};
-use specdec_models::{Features, KvRoom, LanguageModel, Logits, SeqId, SequenceStep, PREFILL_CHUNK};
+use specdec_kernels::verification::{DraftKind, DraftTree, Verdict, VerifyInput, VerifySequence};
+use specdec_models::{
+    Features, KvRoom, LanguageModel, Logits, ModelError, SeqId, SequenceStep, VerifyRequest,
+    PREFILL_CHUNK,
+};
 
 use crate::error::{HarnessError, Result};
 use crate::metrics::{PolicyDecision, StepRecord};
@@ -739,60 +747,24 @@ impl<'a> Engine<'a> {
             }
         }
         let trees: Vec<DraftTree<f32>> = trees.into_iter().flatten().collect();
-        // 3: one target pass over every tree.
-        let t0 = Instant::now();
-        let steps: Vec<SequenceStep<'_>> = active
-            .iter()
-            .zip(&trees)
-            .map(|(seq, tree)| SequenceStep::chain(seq.seq, tree.tokens(), tree.topology()))
-            .collect();
-        let logits = self.target.forward(&steps)?;
-        let target_s = t0.elapsed().as_secs_f64();
+        // 3–4: one target pass over every tree, verified where its logits are.
+        let pass = self.target_pass(active, &trees, &choices, decisions)?;
+        let target_s = pass.forward_s;
         let kv_blocks_used = self
             .target
             .kv_room()
             .map_or(0, |room| room.total_blocks - room.free_blocks);
         let batch_tokens: usize = trees.iter().map(|t| t.len()).sum();
-        // 4–6 per request.
+        // 5–6 per request.
         let batch = active.len();
         let mut finished = Vec::new();
-        for (position, ((seq, tree), logits)) in
-            active.iter_mut().zip(&trees).zip(&logits).enumerate()
+        for (position, ((seq, tree), (verdict, features))) in active
+            .iter_mut()
+            .zip(&trees)
+            .zip(pass.verdicts.into_iter().zip(pass.features))
+            .enumerate()
         {
-            let t0 = Instant::now();
-            let history_start = seq.request.prompt.len().min(seq.context.len());
-            let mut target_probs = Vec::with_capacity(tree.len());
-            for node in 0..tree.len() {
-                let mut row = logits.row(node).to_vec();
-                if !self.options.penalties.is_off() {
-                    let mut history = seq.context[history_start..].to_vec();
-                    history.extend(
-                        tree.topology().path_to(node)[1..]
-                            .iter()
-                            .map(|&n| tree.token(n)),
-                    );
-                    self.options.penalties.apply(&history, &mut row);
-                }
-                target_probs.push(prepare_logits(&row, &self.options.sampling).map_err(|e| {
-                    HarnessError::InvalidEngine(format!(
-                        "request {}: target logits at tree node {node}: {e}",
-                        seq.request.id
-                    ))
-                })?);
-            }
-            let input = VerifyInput {
-                sequence: seq.request.id,
-                step: seq.step,
-                tree,
-                target_probs: &target_probs,
-            };
-            let verifier = match (choices[position].0, &self.fallback) {
-                (DrafterChoice::Fallback, Some((_, verifier))) => verifier,
-                _ => &self.verifier,
-            };
-            let verdict = verifier.verify(&input, decisions)?;
-            let verify_s = t0.elapsed().as_secs_f64();
-
+            let verify_s = pass.verify_s[position];
             let t0 = Instant::now();
             // The KV keeps the root and the accepted drafts (the verdict lists drafts only).
             let kv_path: Vec<usize> = std::iter::once(0)
@@ -824,7 +796,7 @@ impl<'a> Engine<'a> {
             if finish.is_none() {
                 // the drafters hear the verdict (a retiring request is released instead)
                 let features = match self.features_wanted {
-                    true => Some(feature_rows(logits, &kv_path, seq.request.id)?),
+                    true => Some(feature_rows(features.as_ref(), &kv_path, seq.request.id)?),
                     false => None,
                 };
                 self.observe_drafts(&DraftFeedback {
@@ -902,6 +874,126 @@ impl<'a> Engine<'a> {
         }
         Ok(finished)
     }
+
+    /// Stages 3 and 4: one target forward over every sequence's tree, and the verdicts. When
+    /// every sequence's verifier is the same kernel method ([`PairedVerifier::method`]) and no
+    /// penalties apply, the target verifies the batch where its logits are
+    /// ([`LanguageModel::forward_verify`]: on a GPU one batched prepare and verify launch, only
+    /// the verdicts come back). Otherwise the logits come to the host and each sequence is
+    /// verified there: penalties depend on each node's path, and a custom verifier is host
+    /// code. Both paths give the same verdicts (decisions keyed by request, step and node).
+    fn target_pass(
+        &mut self,
+        active: &[Active],
+        trees: &[DraftTree<f32>],
+        choices: &[(DrafterChoice, PolicyDecision)],
+        decisions: &mut Replay<SeededSequences>,
+    ) -> Result<TargetPass> {
+        let steps: Vec<SequenceStep<'_>> = active
+            .iter()
+            .zip(trees)
+            .map(|(seq, tree)| SequenceStep::chain(seq.seq, tree.tokens(), tree.topology()))
+            .collect();
+        let verifiers: Vec<&PairedVerifier<f32>> = choices
+            .iter()
+            .map(|(choice, _)| match (choice, &self.fallback) {
+                (DrafterChoice::Fallback, Some((_, verifier))) => verifier,
+                _ => &self.verifier,
+            })
+            .collect();
+        let first = verifiers.first().and_then(|v| v.method());
+        let shared = first.filter(|&method| {
+            self.options.penalties.is_off() && verifiers.iter().all(|v| v.method() == Some(method))
+        });
+        if let Some(method) = shared {
+            for (verifier, tree) in verifiers.iter().zip(trees) {
+                verifier.check_kind(tree.kind())?;
+            }
+            let sequences: Vec<VerifySequence<'_>> = active
+                .iter()
+                .zip(trees)
+                .map(|(seq, tree)| VerifySequence {
+                    sequence: seq.request.id,
+                    step: seq.step,
+                    tree,
+                })
+                .collect();
+            let request = VerifyRequest {
+                method,
+                sequences: &sequences,
+                sampling: &self.options.sampling,
+                seeds: decisions.source(),
+            };
+            let verified = self.target.forward_verify(&steps, &request)?;
+            let tokens: usize = trees.iter().map(|t| t.len()).sum();
+            return Ok(TargetPass {
+                verify_s: trees
+                    .iter()
+                    .map(|t| verified.verify_s * t.len() as f64 / tokens.max(1) as f64)
+                    .collect(),
+                verdicts: verified.verdicts,
+                features: verified.features,
+                forward_s: verified.forward_s,
+            });
+        }
+        let t0 = Instant::now();
+        let mut logits = self.target.forward(&steps)?;
+        let forward_s = t0.elapsed().as_secs_f64();
+        let mut pass = TargetPass {
+            verdicts: Vec::with_capacity(active.len()),
+            features: logits.iter_mut().map(Logits::take_features).collect(),
+            forward_s,
+            verify_s: Vec::with_capacity(active.len()),
+        };
+        for (((seq, tree), logits), verifier) in
+            active.iter().zip(trees).zip(&logits).zip(verifiers)
+        {
+            let t0 = Instant::now();
+            let history_start = seq.request.prompt.len().min(seq.context.len());
+            let mut target_probs = Vec::with_capacity(tree.len());
+            for node in 0..tree.len() {
+                let mut row = logits.row(node).to_vec();
+                if !self.options.penalties.is_off() {
+                    let mut history = seq.context[history_start..].to_vec();
+                    history.extend(
+                        tree.topology().path_to(node)[1..]
+                            .iter()
+                            .map(|&n| tree.token(n)),
+                    );
+                    self.options.penalties.apply(&history, &mut row);
+                }
+                target_probs.push(prepare_logits(&row, &self.options.sampling).map_err(
+                    |source| ModelError::TargetRow {
+                        request: seq.request.id,
+                        node,
+                        source,
+                    },
+                )?);
+            }
+            let input = VerifyInput {
+                sequence: seq.request.id,
+                step: seq.step,
+                tree,
+                target_probs: &target_probs,
+            };
+            pass.verdicts.push(verifier.verify(&input, decisions)?);
+            pass.verify_s.push(t0.elapsed().as_secs_f64());
+        }
+        Ok(pass)
+    }
+}
+
+/// One step's target pass and verification ([`Engine::target_pass`]), per sequence in batch
+/// order.
+struct TargetPass {
+    /// The verdicts.
+    verdicts: Vec<Verdict>,
+    /// The target's tapped features of each sequence's tree nodes (`None`: none tapped).
+    features: Vec<Option<Features>>,
+    /// Seconds of the batch's shared forward.
+    forward_s: f64,
+    /// Seconds of each sequence's verification (its share, by tokens, of a batched one).
+    verify_s: Vec<f64>,
 }
 
 /// Checks that `request` can run to its end inside a context of `context` tokens: a non-empty
@@ -997,9 +1089,10 @@ fn check_features(target: &dyn LanguageModel, drafter: &dyn Drafter<f32>) -> Res
     Ok(())
 }
 
-/// The target's features at tree nodes `nodes` of one forward's `logits`, in that order.
-fn feature_rows(logits: &Logits, nodes: &[usize], request: u64) -> Result<Features> {
-    let all = logits.features().ok_or_else(|| {
+/// The target's features at tree nodes `nodes` of one forward's features `all` (one row per
+/// node), in that order.
+fn feature_rows(all: Option<&Features>, nodes: &[usize], request: u64) -> Result<Features> {
+    let all = all.ok_or_else(|| {
         HarnessError::InvalidEngine(format!(
             "request {request}: the target forward handed back no features"
         ))

@@ -1346,3 +1346,165 @@ fn a_batch_of_tree_queries_comes_from_one_pass_and_equals_each_asked_alone() {
     let err = batched.next_probs_paths_batch(&twice).unwrap_err();
     assert!(err.to_string().contains("appears twice"), "{err}");
 }
+
+/// A target whose forward leaves its logits in one batch buffer and verifies them there with
+/// the batched CPU twin of the device verifier ([`specdec_models::model::verify_rows`] over
+/// [`CpuVerifier`](specdec_kernels::verification::CpuVerifier)), as the CUDA runner does over
+/// its device buffer; everything else is the toy model's.
+struct BatchVerifying(ToyLanguageModel);
+
+impl LanguageModel for BatchVerifying {
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+    fn bos_id(&self) -> Option<u32> {
+        self.0.bos_id()
+    }
+    fn eos_ids(&self) -> &[u32] {
+        self.0.eos_ids()
+    }
+    fn max_context(&self) -> usize {
+        self.0.max_context()
+    }
+    fn new_sequence(&mut self) -> specdec_models::Result<SeqId> {
+        self.0.new_sequence()
+    }
+    fn fork(&mut self, seq: SeqId) -> specdec_models::Result<SeqId> {
+        self.0.fork(seq)
+    }
+    fn release(&mut self, seq: SeqId) -> specdec_models::Result<()> {
+        self.0.release(seq)
+    }
+    fn seq_len(&self, seq: SeqId) -> specdec_models::Result<usize> {
+        self.0.seq_len(seq)
+    }
+    fn forward(&mut self, steps: &[SequenceStep<'_>]) -> specdec_models::Result<Vec<Logits>> {
+        self.0.forward(steps)
+    }
+    fn forward_verify(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        request: &VerifyRequest<'_>,
+    ) -> specdec_models::Result<specdec_models::VerifiedBatch> {
+        specdec_models::model::check_request(steps, request)?;
+        let logits = self.0.forward(steps)?;
+        let mut rows: Vec<f32> = logits.iter().flat_map(|l| l.as_slice().to_vec()).collect();
+        let verdicts = specdec_models::model::verify_rows(
+            &specdec_kernels::verification::CpuVerifier,
+            &mut rows,
+            self.vocab_size(),
+            request,
+        )?;
+        Ok(specdec_models::VerifiedBatch {
+            verdicts,
+            features: vec![None; steps.len()],
+            forward_s: 0.0,
+            verify_s: 0.0,
+        })
+    }
+    fn commit(&mut self, seq: SeqId, path: &[usize]) -> specdec_models::Result<()> {
+        self.0.commit(seq, path)
+    }
+    fn rewind(&mut self, seq: SeqId, n: usize) -> specdec_models::Result<()> {
+        self.0.rewind(seq, n)
+    }
+}
+
+/// A kernel method hidden behind a custom verifier: the engine verifies it on the host, one
+/// sequence at a time (no [`Verifier::method`]).
+struct HostOnly(VerifyMethod);
+
+impl Verifier<f32> for HostOnly {
+    fn name(&self) -> String {
+        format!("host {}", self.0.name())
+    }
+    fn lossless(&self) -> bool {
+        Verifier::<f32>::lossless(&self.0)
+    }
+    fn draft_kinds(&self) -> &[DraftKind] {
+        Verifier::<f32>::draft_kinds(&self.0)
+    }
+    fn verify(
+        &self,
+        input: &VerifyInput<'_, f32>,
+        decisions: &mut dyn specdec_kernels::sampling::Decisions<f32>,
+    ) -> specdec_algorithms::Result<Verdict> {
+        Verifier::<f32>::verify(&self.0, input, decisions)
+    }
+}
+
+#[test]
+fn verifying_the_batch_where_the_logits_are_equals_verifying_each_sequence_on_the_host() {
+    // T = 1, batches of 4 with two requests seeded on their own: the engine's three verify
+    // paths (a custom verifier on the host, the model's default host verification, the
+    // batched verifier a device runs) sample the same tokens, for chains and sampled trees.
+    let pair = pair(3);
+    let sampling = SamplingParams::with_temperature(1.0);
+    let reqs: Vec<Request> = (0..8u64)
+        .map(|id| Request {
+            id,
+            seed: (id % 3 == 0).then_some(100 + id),
+            prompt: vec![(id % VOCAB as u64) as u32, 2],
+            stop: StopRule::new(16, &[]),
+        })
+        .collect();
+    let sample = |method: VerifyMethod, tree: bool, path: usize, run_seed: u64| {
+        let mut chain = ChainDrafter::new(draft_lm(&pair, sampling), ChainMode::Sample);
+        let mut shaped = ShapeDrafter::new(
+            draft_lm(&pair, sampling),
+            TreeFill::WithoutReplacement,
+            TreeShape::from_branching(&[2, 2]),
+        );
+        let (drafter, budget): (&mut dyn Drafter<f32>, usize) = match tree {
+            false => (&mut chain, 3),
+            true => (&mut shaped, 6),
+        };
+        let verifier: Arc<dyn Verifier<f32>> = match path {
+            0 => Arc::new(HostOnly(method)),
+            _ => Arc::new(method),
+        };
+        let verifier = PairedVerifier::new(verifier, drafter.kind()).unwrap();
+        let options = EngineOptions {
+            seed: run_seed,
+            ..options(sampling, 4)
+        };
+        let policy = Box::new(FixedPolicy::chain(budget));
+        let table = ToyLanguageModel::new(pair.target.clone(), 256, vec![]);
+        let generations = match path {
+            2 => {
+                let mut target = BatchVerifying(table);
+                let mut engine =
+                    Engine::new(&mut target, drafter, verifier, policy, options).unwrap();
+                engine.run(&reqs, &mut |_| {}).unwrap()
+            }
+            _ => {
+                let mut target = table;
+                let mut engine =
+                    Engine::new(&mut target, drafter, verifier, policy, options).unwrap();
+                engine.run(&reqs, &mut |_| {}).unwrap()
+            }
+        };
+        generations
+            .into_iter()
+            .map(|g| g.tokens)
+            .collect::<Vec<_>>()
+    };
+    for (method, tree) in [
+        (VerifyMethod::ChainRejection, false),
+        (VerifyMethod::RecursiveRejection, true),
+    ] {
+        let host = sample(method, tree, 0, 7);
+        assert_eq!(
+            sample(method, tree, 1, 7),
+            host,
+            "{method:?}: model's host path"
+        );
+        assert_eq!(sample(method, tree, 2, 7), host, "{method:?}: batched path");
+        // the negative control: another run seed samples otherwise
+        assert_ne!(
+            sample(method, tree, 2, 8),
+            host,
+            "{method:?}: run seed ignored"
+        );
+    }
+}

@@ -15,8 +15,12 @@
 //! committed tokens from the end, [`LanguageModel::fork`] shares a committed prefix.
 
 mod step;
+mod verify;
 
 pub use step::{Features, Logits, SeqId, SequenceStep};
+pub use verify::{
+    check_request, forward_then_verify_host, verify_host, verify_rows, VerifiedBatch, VerifyRequest,
+};
 
 use crate::error::Result;
 
@@ -162,6 +166,25 @@ pub trait LanguageModel: Send {
     /// (uncommitted speculative entries of the batch's sequences may have been discarded).
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>>;
 
+    /// Forwards `steps` as [`LanguageModel::forward`] does and verifies every step's draft
+    /// tree by `request` where the logits are (see [`VerifyRequest`]), handing back only the
+    /// verdicts and the tapped features: the engine's target pass and verify stage in one call.
+    /// A model that keeps its logits on a device verifies there in one batched launch
+    /// ([`verify_rows`]); the default forwards to the host and verifies there
+    /// ([`forward_then_verify_host`]). Both give the same verdicts over the same prepared rows.
+    ///
+    /// # Errors
+    /// A `request` that does not describe `steps` ([`check_request`], before the forward);
+    /// `forward`'s errors; a row that is no distribution ([`crate::ModelError::TargetRow`] on
+    /// the host, the batch row on a device); the verifier's.
+    fn forward_verify(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        request: &VerifyRequest<'_>,
+    ) -> Result<VerifiedBatch> {
+        forward_then_verify_host(steps, request, |steps| self.forward(steps))
+    }
+
     /// Forwards `tokens` after the committed ones of `seq` as a chain and commits them all,
     /// returning no logits: a prompt prefill, whose logits nobody reads, so a model may skip
     /// its LM head (the default forwards and drops them). Later logits are the same either way
@@ -305,6 +328,13 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     }
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
         (**self).forward(steps)
+    }
+    fn forward_verify(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        request: &VerifyRequest<'_>,
+    ) -> Result<VerifiedBatch> {
+        (**self).forward_verify(steps, request)
     }
     fn prefill(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Option<Features>> {
         (**self).prefill(seq, tokens)

@@ -3,12 +3,16 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::CudaSlice;
 
 use specdec_kernels::attention::cuda::{AttentionPlan, PlannedSeq};
 use specdec_kernels::cuda::Gpu;
 use specdec_kernels::kv::cuda::KvShape;
 use specdec_kernels::kv::KvLayout;
 use specdec_kernels::ops::RopeAngles;
+use specdec_kernels::verification::VerifyMethod;
 use specdec_kernels::TreeTopology;
 
 use super::backend::{CudaBackend, CudaKvPool};
@@ -24,7 +28,10 @@ use crate::llama::forward::{run_blocks, KvPool};
 use crate::llama::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
 use crate::llama::step_checks::{check_commit_path, check_steps};
 use crate::llama::weights::ModelWeights;
-use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
+use crate::model::{
+    check_request, forward_then_verify_host, verify_rows, LanguageModel, Logits, SeqId,
+    SequenceStep, VerifiedBatch, VerifyRequest,
+};
 
 /// Options of a [`CudaLlamaModel`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,13 +220,9 @@ impl CudaLlamaModel {
         Ok(())
     }
 
-    fn forward_impl(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
-        check_steps(steps, self.config.vocab_size, self.max_context(), |seq| {
-            Ok(self.mirror.cache().len(seq)?)
-        })?;
-        if steps.is_empty() {
-            return Ok(Vec::new());
-        }
+    /// The forward of `steps` (checked, non-empty) with its `[Σ n_new × vocab]` logits left on
+    /// the device, every step's tree recorded for its commit.
+    fn forward_on_device(&mut self, steps: &[SequenceStep<'_>]) -> Result<CudaSlice<f32>> {
         self.reserve(steps)?;
         let c = self.config.clone();
         let (mut positions, mut tokens, mut slots) = (Vec::new(), Vec::new(), Vec::new());
@@ -267,13 +270,62 @@ impl CudaLlamaModel {
         let decoder = self.weights.on_gpu();
         let rows = run_blocks(&mut dev, &shape, &decoder, &tokens, &mut |_, _| Ok(()))?;
         let logits = rows.logits(&dev, &shape, &decoder)?;
-        let vocab = c.vocab_size;
+        for step in steps {
+            self.last_trees.insert(step.seq, step.tree.clone());
+        }
+        Ok(logits)
+    }
+
+    /// Checks `steps` against the caches; `false` for an empty batch (nothing to forward).
+    fn check(&self, steps: &[SequenceStep<'_>]) -> Result<bool> {
+        check_steps(steps, self.config.vocab_size, self.max_context(), |seq| {
+            Ok(self.mirror.cache().len(seq)?)
+        })?;
+        Ok(!steps.is_empty())
+    }
+
+    fn forward_impl(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
+        if !self.check(steps)? {
+            return Ok(Vec::new());
+        }
+        let logits = self.forward_on_device(steps)?;
+        let gpu = &*self.gpu;
         let logits = gpu
             .stream()
             .clone_dtoh(&logits)
             .map_err(|e| device_error("download logits", e))?;
         gpu.synchronize()?;
-        split_logits(steps, vocab, &logits, &mut self.last_trees)
+        split_logits(steps, self.config.vocab_size, &logits)
+    }
+
+    /// [`LanguageModel::forward_verify`] on the device: the logits stay here, one batched
+    /// prepare and one verify launch ([`verify_rows`] over [`Gpu`]), only the verdicts are
+    /// downloaded. Typical acceptance, which the device verifier does not run, verifies on the
+    /// host instead.
+    fn forward_verify_impl(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        request: &VerifyRequest<'_>,
+    ) -> Result<VerifiedBatch> {
+        if matches!(request.method, VerifyMethod::Typical { .. }) {
+            return forward_then_verify_host(steps, request, |steps| self.forward_impl(steps));
+        }
+        check_request(steps, request)?;
+        let t0 = Instant::now();
+        let mut logits = match self.check(steps)? {
+            true => self.forward_on_device(steps)?,
+            false => return forward_then_verify_host(steps, request, |_| Ok(Vec::new())),
+        };
+        self.gpu.synchronize()?;
+        let forward_s = t0.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        let verdicts = verify_rows(&*self.gpu, &mut logits, self.config.vocab_size, request)?;
+        Ok(VerifiedBatch {
+            verdicts,
+            features: vec![None; steps.len()],
+            forward_s,
+            verify_s: t0.elapsed().as_secs_f64(),
+        })
     }
 }
 
@@ -306,13 +358,8 @@ fn check_attention_shape(config: &LlamaConfig) -> Result<()> {
     Ok(())
 }
 
-/// Cuts `[Σ n_i × vocab]` logits into one [`Logits`] per step and records each step's tree.
-fn split_logits(
-    steps: &[SequenceStep<'_>],
-    vocab: usize,
-    logits: &[f32],
-    last_trees: &mut HashMap<SeqId, TreeTopology>,
-) -> Result<Vec<Logits>> {
+/// Cuts `[Σ n_i × vocab]` logits into one [`Logits`] per step.
+fn split_logits(steps: &[SequenceStep<'_>], vocab: usize, logits: &[f32]) -> Result<Vec<Logits>> {
     let mut out = Vec::with_capacity(steps.len());
     let mut first = 0;
     for step in steps {
@@ -322,7 +369,6 @@ fn split_logits(
             logits[first * vocab..(first + rows) * vocab].to_vec(),
         )?);
         first += rows;
-        last_trees.insert(step.seq, step.tree.clone());
     }
     Ok(out)
 }
@@ -364,6 +410,14 @@ impl LanguageModel for CudaLlamaModel {
 
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
         self.forward_impl(steps)
+    }
+
+    fn forward_verify(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        request: &VerifyRequest<'_>,
+    ) -> Result<VerifiedBatch> {
+        self.forward_verify_impl(steps, request)
     }
 
     fn kv_room(&self) -> Option<crate::model::KvRoom> {

@@ -526,3 +526,90 @@ fn batch_invariant_mode_is_bit_identical_alone_in_a_batch_and_in_a_tree() {
         );
     });
 }
+
+#[test]
+#[ignore = "needs a GPU"]
+fn verifying_on_the_device_gives_the_host_verdicts_and_commits_them() {
+    use crate::model::{forward_then_verify_host, VerifyRequest};
+    use specdec_kernels::sampling::{SamplingParams, SeededSequences};
+    use specdec_kernels::verification::{DraftKind, DraftTree, VerifyMethod, VerifySequence};
+    with_models("llama::cuda::verifying_on_the_device", |arch, file| {
+        let mut gpu = gpu_model(file, GpuMatmul::BatchInvariant);
+        let (a, b) = (gpu.new_sequence().unwrap(), gpu.new_sequence().unwrap());
+        extend(&mut gpu, a, &PROMPT[..10]);
+        extend(&mut gpu, b, &PROMPT[..6]);
+        // greedy drafts of the model itself for sequence a (all accepted), a tree for b
+        let mut drafted = vec![PROMPT[10]];
+        let probe = gpu.new_sequence().unwrap();
+        extend(&mut gpu, probe, &PROMPT[..10]);
+        for _ in 0..3 {
+            let logits = extend(&mut gpu, probe, &drafted[drafted.len() - 1..]);
+            drafted.push(logits.argmax(0));
+        }
+        gpu.release(probe).unwrap();
+        let deterministic = |tokens: Vec<u32>, topology: TreeTopology| {
+            let nodes = tokens.len();
+            DraftTree::<f32>::new(
+                topology,
+                tokens,
+                vec![None; nodes],
+                DraftKind::Deterministic,
+            )
+            .unwrap()
+        };
+        let (shape, mut tokens) = tree();
+        tokens[0] = PROMPT[6];
+        let trees = [
+            deterministic(drafted.clone(), TreeTopology::chain(drafted.len())),
+            deterministic(tokens, shape),
+        ];
+        let sequences: Vec<VerifySequence<'_>> = trees
+            .iter()
+            .enumerate()
+            .map(|(i, tree)| VerifySequence {
+                sequence: i as u64,
+                step: 1,
+                tree,
+            })
+            .collect();
+        let steps = [
+            SequenceStep::chain(a, trees[0].tokens(), trees[0].topology()),
+            SequenceStep::chain(b, trees[1].tokens(), trees[1].topology()),
+        ];
+        let (greedy, seeds) = (SamplingParams::greedy(), SeededSequences::new(5));
+        for method in [VerifyMethod::Greedy, VerifyMethod::TargetOnly] {
+            let request = VerifyRequest {
+                method,
+                sequences: &sequences,
+                sampling: &greedy,
+                seeds: &seeds,
+            };
+            let host = forward_then_verify_host(&steps, &request, |s| gpu.forward(s)).unwrap();
+            let device = gpu.forward_verify(&steps, &request).unwrap();
+            assert_eq!(device.verdicts, host.verdicts, "{arch:?} {method:?}");
+            assert_eq!(
+                device.verdicts[0].accepted_len, 3,
+                "{arch:?}: the model's own greedy chain"
+            );
+        }
+        // the device pass recorded its trees: the verdicts commit
+        for (seq, verdict) in [a, b].into_iter().zip(
+            gpu.forward_verify(
+                &steps,
+                &VerifyRequest {
+                    method: VerifyMethod::Greedy,
+                    sequences: &sequences,
+                    sampling: &greedy,
+                    seeds: &seeds,
+                },
+            )
+            .unwrap()
+            .verdicts,
+        ) {
+            let before = gpu.seq_len(seq).unwrap();
+            let path: Vec<usize> = std::iter::once(0).chain(verdict.accepted_path).collect();
+            gpu.commit(seq, &path).unwrap();
+            assert_eq!(gpu.seq_len(seq).unwrap(), before + path.len());
+        }
+    });
+}
