@@ -753,3 +753,160 @@ fn negative_control_q_from_a_stale_feature_is_caught() {
         "still a distribution"
     );
 }
+
+/// Delegates to `inner` and records the draft count of every chain it proposes, so that a
+/// test can check that a stopping rule really shortened chains in the enumeration.
+struct RecordsLengths<D> {
+    inner: D,
+    drafted: BTreeSet<usize>,
+}
+
+impl<D: Drafter<Q>> Drafter<Q> for RecordsLengths<D> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn kind(&self) -> DraftKind {
+        self.inner.kind()
+    }
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn Decisions<Q>,
+    ) -> Result<DraftTree<Q>> {
+        let tree = self.inner.propose(request, decisions)?;
+        self.drafted.insert(tree.draft_count());
+        Ok(tree)
+    }
+}
+
+/// The minimum confidence of the confidence-stopped chains below: between the toy rows' large
+/// and small entries, so that some chains stop after one draft and others run to K.
+const MIN_CONFIDENCE: f64 = 0.3;
+
+#[test]
+fn chains_stopped_by_confidence_are_lossless() {
+    over_grid(53, chains_stopped_by_confidence_are_lossless_at);
+}
+
+fn chains_stopped_by_confidence_are_lossless_at(
+    seed: u64,
+    params: SamplingParams,
+    check_moves: bool,
+) {
+    let pair = pair(seed);
+    let setup = Setup::with_params(
+        params,
+        &pair.target,
+        VerifyMethod::ChainRejection,
+        DraftKind::Iid,
+        &[0],
+        4,
+    );
+    let mut drafter = RecordsLengths {
+        inner: ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample)
+            .with_min_confidence(MIN_CONFIDENCE)
+            .unwrap(),
+        drafted: BTreeSet::new(),
+    };
+    setup.assert_lossless(
+        "confidence-stopped chain × fixed K=3",
+        &mut drafter,
+        FixedPolicy::chain(3),
+    );
+    setup.assert_lossless("confidence-stopped chain × AIMD", &mut drafter, aimd());
+    let mut feature = ChainDrafter::new(FeatureDraftModel::new(feature_head()), ChainMode::Sample)
+        .with_min_confidence(MIN_CONFIDENCE)
+        .unwrap();
+    setup.assert_lossless(
+        "confidence-stopped feature-head chain × fixed K=3",
+        &mut feature,
+        FixedPolicy::chain(3),
+    );
+    assert!(
+        !check_moves || drafter.drafted.iter().any(|&n| n < 3) && drafter.drafted.contains(&3),
+        "the confidence stopped some chains before K = 3 and not others: {:?}",
+        drafter.drafted
+    );
+    // deterministic drafts: argmax chains, stopped by the argmax's probability
+    let setup = Setup::with_params(
+        params,
+        &pair.target,
+        VerifyMethod::TargetOnly,
+        DraftKind::Deterministic,
+        &[1],
+        3,
+    );
+    let mut argmax = ChainDrafter::new(model(&pair.draft, params), ChainMode::Argmax)
+        .with_min_confidence(MIN_CONFIDENCE)
+        .unwrap();
+    setup.assert_lossless(
+        "confidence-stopped argmax chain × fixed K=3",
+        &mut argmax,
+        FixedPolicy::chain(3),
+    );
+}
+
+/// The tempting mistake: draw the chain, then drop the token that took its confidence below the
+/// minimum. Whether `x_j` stays then depends on `q(x_j)`, so the kept drafts lean towards `q`'s
+/// top tokens while the verifier divides by the true `q`.
+struct DropsTheCrossingToken<D> {
+    inner: D,
+    min_confidence: Q,
+}
+
+impl<D: Drafter<Q>> Drafter<Q> for DropsTheCrossingToken<D> {
+    fn name(&self) -> String {
+        "broken: drops the token below the confidence".into()
+    }
+    fn kind(&self) -> DraftKind {
+        DraftKind::Iid
+    }
+    fn propose(
+        &mut self,
+        request: &DraftRequest<'_>,
+        decisions: &mut dyn Decisions<Q>,
+    ) -> Result<DraftTree<Q>> {
+        let drawn = self.inner.propose(request, decisions)?;
+        let mut tree = TreeBuilder::new(drawn.token(0));
+        let mut confidence: Q = num_traits::One::one();
+        let mut node = 0;
+        for n in 1..drawn.len() {
+            let q = drawn.draft_probs(n - 1).unwrap();
+            confidence *= q[drawn.token(n) as usize].clone();
+            if confidence < self.min_confidence {
+                break;
+            }
+            tree.set_draft_probs(node, q.to_vec());
+            node = tree.push(node, drawn.token(n));
+        }
+        tree.finish(DraftKind::Iid)
+    }
+}
+
+#[test]
+fn negative_control_dropping_the_token_below_the_confidence_is_caught() {
+    let pair = ToyPair::seeded(53, 3, 1, ToyStyle::DENSE).unwrap();
+    let params = SamplingParams::default();
+    let setup = Setup::with_params(
+        params,
+        &pair.target,
+        VerifyMethod::ChainRejection,
+        DraftKind::Iid,
+        &[0],
+        3,
+    );
+    let mut broken = DropsTheCrossingToken {
+        inner: ChainDrafter::new(model(&pair.draft, params), ChainMode::Sample),
+        min_confidence: specdec_kernels::sampling::Prob::from_f64(MIN_CONFIDENCE),
+    };
+    let got = setup.exact(&mut broken, FixedPolicy::chain(3));
+    let want = target_distribution(&setup.target, &setup.params, &setup.prompt, 3).unwrap();
+    assert!(
+        got.total_variation(&want) > num_traits::Zero::zero(),
+        "dropping the token that crossed the confidence must change the distribution"
+    );
+    assert!(
+        got.total() == num_traits::One::one(),
+        "still a distribution"
+    );
+}

@@ -274,7 +274,11 @@ pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
             .iter()
             .map(|&k| {
                 let fixed = Some(PolicyConfig::of(Fixed { k }));
-                MethodConfig::new(format!("chain-k{k}"), DrafterConfig::of(Chain {}), fixed)
+                MethodConfig::new(
+                    format!("chain-k{k}"),
+                    DrafterConfig::of(Chain::default()),
+                    fixed,
+                )
             })
             .collect(),
     };

@@ -212,7 +212,7 @@ pub fn method_for(name: &str, k: usize, draft: Option<&str>) -> Result<MethodCon
     let fixed = Some(PolicyConfig::of(Fixed { k }));
     let (drafter, policy) = if normalise(name) == AUTO_METHOD {
         let drafter = match draft {
-            Some(_) => DrafterConfig::of(Chain {}),
+            Some(_) => DrafterConfig::of(Chain::default()),
             None => DrafterConfig::of(Ngram { n: 3 }),
         };
         (drafter, Some(auto.clone()))

@@ -39,7 +39,9 @@ use specdec_kernels::sampling::{prepare_probs, BigRational, SamplingParams};
 use specdec_models::toy::{ToyModel, ToyPair, ToyStyle};
 
 use crate::error::{HarnessError, Result};
-use crate::methods::drafters::{chain_mode, tree_fill, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH};
+use crate::methods::drafters::{
+    chain_mode, confident_chain, tree_fill, SEQUOIA_ALPHAS, SEQUOIA_MAX_DEPTH,
+};
 use crate::methods::verifiers::auto_method;
 use crate::methods::{Pairing, PolicyContext, PolicyCosts, DRAFTERS, POLICIES};
 
@@ -73,6 +75,18 @@ fn toy_model(toy: &ToyModel, params: SamplingParams) -> impl DraftModel<Q> + 'st
     FnModel::new(toy.vocab(), move |ctx: &[u32]| {
         prepare_probs(&toy.next_probs_as::<Q>(ctx), &params).expect("toy rows prepare")
     })
+}
+
+/// The sampling a top-ranked drafter's `q` is prepared with: the run's, at T = 1 where the run
+/// is greedy (as [`crate::methods::drafters::model_drafter_setup`] does).
+fn ranked(params: SamplingParams) -> SamplingParams {
+    match params.temperature == 0.0 {
+        true => SamplingParams {
+            temperature: 1.0,
+            ..params
+        },
+        false => params,
+    }
 }
 
 /// One drafter of a registry entry, ready for the enumeration.
@@ -115,7 +129,15 @@ fn toy_drafters(
     let mode = chain_mode(&params);
     Ok(Some(match name {
         "plain" => vec![drafting("plain", crate::engine::NoDrafter, None)],
-        "chain" => vec![drafting("chain", ChainDrafter::new(draft(), mode), None)],
+        "chain" => vec![
+            drafting("chain", ChainDrafter::new(draft(), mode), None),
+            drafting(
+                "chain min_confidence=0.3",
+                // as the registry builds it: at T = 0 the confidence reads the plain softmax
+                confident_chain(toy_model(&pair.draft, ranked(params)), &params, Some(0.3))?,
+                None,
+            ),
+        ],
         "tree" => {
             let shape = TreeShape::from_branching(&[3, 1]);
             vec![drafting(

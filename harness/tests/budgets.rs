@@ -268,7 +268,7 @@ fn a_method_built_without_validation_is_refused_by_its_builder() {
         ),
         MethodConfig::new(
             "long",
-            DrafterConfig::of(Chain {}),
+            DrafterConfig::of(Chain::default()),
             Some(PolicyConfig::of(Fixed { k: 100_000 })),
         ),
     ];

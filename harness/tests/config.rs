@@ -547,3 +547,53 @@ fn a_draft_vocabulary_ranking_is_read_when_the_config_is_checked() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_minimum_confidence_is_in_range_and_belongs_to_a_chain() {
+    let with = |drafter: &str| {
+        GOOD.replace(
+            "drafter = { kind = \"tree\", branching = [3, 2, 1] }\nverifier = { kind = \"multi_round\" }",
+            &format!("drafter = {drafter}\nverifier = {{ kind = \"greedy\" }}"),
+        )
+        .replace("temperature = 0.7", "temperature = 0.0")
+    };
+    for good in [
+        "{ kind = \"chain\", min_confidence = 0.3 }",
+        "{ kind = \"layer_skip\", min_confidence = 1.0 }",
+        "{ kind = \"eagle\", min_confidence = 0.25 }",
+    ] {
+        let config = parse(&with(good)).unwrap();
+        assert!(
+            format!("{:?}", config.methods[2].drafter).contains("min_confidence"),
+            "{good}: {:?}",
+            config.methods[2].drafter
+        );
+    }
+    for (drafter, named) in [
+        (
+            "{ kind = \"chain\", min_confidence = 0.0 }",
+            &["chain.min_confidence = 0", "(0, 1]"][..],
+        ),
+        (
+            "{ kind = \"layer_skip\", min_confidence = 1.5 }",
+            &["layer_skip.min_confidence = 1.5"][..],
+        ),
+        (
+            "{ kind = \"eagle\", min_confidence = -1.0 }",
+            &["eagle.min_confidence = -1"][..],
+        ),
+        (
+            "{ kind = \"eagle\", nodes = 6, min_confidence = 0.3 }",
+            &["`min_confidence` stops a chain"][..],
+        ),
+        (
+            "{ kind = \"dynamic_tree\", nodes = 6, top_k = 3, min_confidence = 0.3 }",
+            &["unknown field `min_confidence`"][..],
+        ),
+    ] {
+        let msg = error_of(&with(drafter));
+        for part in named {
+            assert!(msg.contains(part), "`{drafter}`: no `{part}` in {msg}");
+        }
+    }
+}

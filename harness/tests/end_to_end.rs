@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use specdec_harness::config::ExperimentConfig;
 use specdec_harness::metrics::{MethodRun, RequestRecord, StepRecord};
-use specdec_harness::report::{files, read_jsonl, rerender};
+use specdec_harness::report::{files, read_jsonl, rerender, RunResults};
 use specdec_harness::repro;
 use specdec_harness::runner::run_experiment;
 
@@ -469,25 +469,37 @@ fn method_names_that_break_markdown_are_escaped() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Runs `experiments/toy-chain.toml` cut to 3 prompts of `max_tokens` tokens on its order-1
+/// pair at `temperature`, with plain decoding (`plain`) and then `methods` (`[[methods]]`
+/// tables); `name` names the scratch folder.
+fn run_toy_methods(name: &str, temperature: &str, max_tokens: usize, methods: &str) -> RunResults {
+    let text = include_str!("../../experiments/toy-chain.toml")
+        .replace("count = 20", "count = 3")
+        .replace("max_tokens = 200", &format!("max_tokens = {max_tokens}"))
+        .replace("order = 0 ", "order = 1 ")
+        .replace("temperature = 1.0", &format!("temperature = {temperature}"));
+    let methods_at = text.find("[[methods]]").unwrap();
+    let text = format!(
+        "{}[[methods]]\nname = \"plain\"\ndrafter = {{ kind = \"plain\" }}\n\n{methods}",
+        &text[..methods_at]
+    );
+    let loaded = ExperimentConfig::from_toml(&text, &format!("{name}.toml")).unwrap();
+    let dir = temp_dir(&format!("{name}-{temperature}"));
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    results
+}
+
 /// `depth` bounds a dynamic tree's layers (one draft pass each): with `depth = 2` no step drafts
 /// deeper than 2, while the same 6-node tree (one child per layer) drafts deeper without it;
 /// both give plain decoding's greedy text.
 #[test]
 fn a_dynamic_tree_depth_bounds_the_drafted_layers() {
-    let text = include_str!("../../experiments/toy-chain.toml")
-        .replace("count = 20", "count = 3")
-        .replace("max_tokens = 200", "max_tokens = 40")
-        .replace("order = 0 ", "order = 1 ")
-        .replace("temperature = 1.0", "temperature = 0.0");
-    let methods_at = text.find("[[methods]]").unwrap();
-    let text = format!(
-        "{}{}",
-        &text[..methods_at],
+    let results = run_toy_methods(
+        "depth",
+        "0.0",
+        40,
         r#"[[methods]]
-name = "plain"
-drafter = { kind = "plain" }
-
-[[methods]]
 name = "tree-6"
 drafter = { kind = "dynamic_tree", nodes = 6, top_k = 1 }
 verifier = { kind = "greedy" }
@@ -498,12 +510,8 @@ name = "tree-6-depth-2"
 drafter = { kind = "dynamic_tree", nodes = 6, top_k = 1, depth = 2 }
 verifier = { kind = "greedy" }
 policy = { kind = "fixed", k = 6 }
-"#
+"#,
     );
-    let loaded = ExperimentConfig::from_toml(&text, "depth.toml").unwrap();
-    let dir = temp_dir("depth");
-    let results = run_experiment(&loaded, &dir, false).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
     let deepest = |method: &str| {
         results
             .steps
@@ -525,4 +533,58 @@ policy = { kind = "fixed", k = 6 }
     };
     assert_eq!(texts("tree-6"), texts("plain"));
     assert_eq!(texts("tree-6-depth-2"), texts("plain"));
+}
+
+/// `min_confidence` stops a chain where the draft's probability of it falls below the minimum:
+/// at T = 1 steps of the same K = 6 chain then draft fewer tokens, how many following the drawn
+/// tokens, where without it every step drafts six; at T = 0 (confidence over the draft's plain softmax) both give
+/// plain decoding's greedy text.
+#[test]
+fn a_minimum_confidence_stops_chains_early_and_keeps_the_greedy_text() {
+    let run = |temperature: &str| {
+        run_toy_methods(
+            "confidence",
+            temperature,
+            60,
+            r#"[[methods]]
+name = "chain-6"
+drafter = { kind = "chain" }
+policy = { kind = "fixed", k = 6 }
+
+[[methods]]
+name = "chain-6-confident"
+drafter = { kind = "chain", min_confidence = 0.001 }
+policy = { kind = "fixed", k = 6 }
+"#,
+        )
+    };
+    let sampled = run("1.0");
+    let depths = |method: &str| -> Vec<usize> {
+        sampled
+            .steps
+            .iter()
+            .filter(|s| s.method == method && s.draft_depth > 0)
+            .map(|s| s.draft_depth)
+            .collect()
+    };
+    let (full, confident) = (depths("chain-6"), depths("chain-6-confident"));
+    // the last steps of a request may draft less than K where its tokens run out
+    let short = |depths: &[usize]| depths.iter().filter(|&&d| d < 6).count();
+    assert!(short(&full) <= 3, "without the key: {full:?}");
+    let distinct: std::collections::BTreeSet<usize> = confident.iter().copied().collect();
+    assert!(
+        short(&confident) > 3 && distinct.len() >= 2,
+        "stopped early, at depths that follow the drawn tokens: {confident:?}"
+    );
+    let greedy = run("0.0");
+    let texts = |method: &str| -> Vec<Option<String>> {
+        greedy
+            .requests
+            .iter()
+            .filter(|r| r.method == method)
+            .map(|r| r.text.clone())
+            .collect()
+    };
+    assert_eq!(texts("chain-6"), texts("plain"));
+    assert_eq!(texts("chain-6-confident"), texts("plain"));
 }

@@ -48,14 +48,7 @@ fn method(name: &str, drafter: DrafterConfig, k: usize) -> MethodConfig {
 
 /// Layer-skip drafting (the default skipped blocks, untuned), K fixed.
 fn layer_skip(k: usize) -> MethodConfig {
-    method(
-        "layer-skip",
-        DrafterConfig::of(LayerSkip {
-            keep: None,
-            tune: false,
-        }),
-        k,
-    )
+    method("layer-skip", DrafterConfig::of(LayerSkip::default()), k)
 }
 
 /// The first `n` HumanEval prompts as engine requests of `max_tokens` tokens.
@@ -188,7 +181,7 @@ fn qwen_pair_greedy_speculation_equals_plain() {
     .unwrap();
     let requests = humaneval_requests(&backend, 2, 12);
     let methods = [
-        method("linear", DrafterConfig::of(Chain {}), 4),
+        method("linear", DrafterConfig::of(Chain::default()), 4),
         method(
             "tree",
             DrafterConfig::of(Tree {
@@ -206,7 +199,7 @@ fn qwen_pair_greedy_speculation_equals_plain() {
         ),
         MethodConfig::new(
             "aimd",
-            DrafterConfig::of(Chain {}),
+            DrafterConfig::of(Chain::default()),
             Some(PolicyConfig::of(Aimd {
                 k_min: 1,
                 k_max: 6,
@@ -330,7 +323,7 @@ fn smollm2_sampling_at_t1_follows_the_target_on_two_ranks() {
     if !have("smollm2-135m") {
         return;
     }
-    let chain = method("chain", DrafterConfig::of(Chain {}), 2);
+    let chain = method("chain", DrafterConfig::of(Chain::default()), 2);
     smollm2_sampling_at_t1_follows_the_target_on(
         2,
         Some("smollm2-135m"),
@@ -418,7 +411,7 @@ fn smollm2_folder_greedy_speculation_equals_plain_as_target_and_draft() {
     let stats = assert_greedy_equal(
         &mut as_draft,
         &requests[..1],
-        &[method("linear", DrafterConfig::of(Chain {}), 4)],
+        &[method("linear", DrafterConfig::of(Chain::default()), 4)],
     );
     // a BF16 copy of the target drafts for it: most drafts are accepted
     assert!(stats[0].1 > 0, "{stats:?}");

@@ -6,7 +6,7 @@ use specdec_kernels::verification::{DraftKind, DraftTree};
 use crate::drafters::{
     check_distinct, propose_alone, DraftModel, DraftRequest, Drafter, TreeBuilder,
 };
-use crate::error::Result;
+use crate::error::{ensure_param, Result};
 
 /// How a chain drafter picks each token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,16 +19,53 @@ pub enum ChainMode {
 
 /// Drafts a chain of `budget.max_drafts()` tokens from a [`DraftModel`], recording `q` at every
 /// node that has a child. Sampled tokens use the key `(sequence, step, new node, Draft)`. The
-/// chain stops early if `q` has no mass.
+/// chain stops early if `q` has no mass, or, with a minimum confidence
+/// ([`ChainDrafter::with_min_confidence`]), once the chain has become too unlikely.
+///
+/// # Stopping by confidence (dynamic K within a step)
+/// The chain's *confidence* is the draft's own probability of the whole chain so far,
+/// `q(x₁)·q(x₂ | x₁)···q(x_j | x_<j)`: an estimate of the chance that every draft is accepted
+/// (EAGLE-2 ranks its tree's nodes by the same product). With a minimum `h`, the drafter stops
+/// extending a chain once its confidence falls below `h`, so a step drafts deeply where the
+/// draft is sure and stops after one or two tokens where it is not, within the budget's K.
+///
+/// The rule decides whether to draw `x_{j+1}` from the tokens already drawn, never from the
+/// token it would draw: the token that took the confidence below `h` stays in the chain. So
+/// every drafted token is distributed exactly as `q` given its prefix, and chain rejection stays
+/// lossless (a stopping time of the drafting process; proven by enumeration in
+/// `algorithms/tests/compositions.rs`). Dropping that token instead would keep `x_j` only when
+/// `q(x_j)` was large, drafting from a `q` biased towards its top tokens while verifying with the
+/// true `q`: a distribution change the same tests catch as a negative control.
 pub struct ChainDrafter<M> {
     model: M,
     mode: ChainMode,
+    min_confidence: Option<f64>,
 }
 
 impl<M> ChainDrafter<M> {
-    /// A chain drafter over `model`.
+    /// A chain drafter over `model`, drafting the whole budget.
     pub fn new(model: M, mode: ChainMode) -> Self {
-        Self { model, mode }
+        Self {
+            model,
+            mode,
+            min_confidence: None,
+        }
+    }
+
+    /// The same drafter stopping each chain once its confidence (the product of `q` at its
+    /// drafts) is below `min_confidence` (see the type docs).
+    ///
+    /// # Errors
+    /// [`crate::AlgorithmError::InvalidParameter`] (named `min_confidence`) unless
+    /// `0 < min_confidence ≤ 1`.
+    pub fn with_min_confidence(mut self, min_confidence: f64) -> Result<Self> {
+        ensure_param(
+            min_confidence > 0.0 && min_confidence <= 1.0,
+            "min_confidence",
+            format!("must be in (0, 1], got {min_confidence}"),
+        )?;
+        self.min_confidence = Some(min_confidence);
+        Ok(self)
     }
 
     /// The draft model.
@@ -39,9 +76,13 @@ impl<M> ChainDrafter<M> {
 
 impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
     fn name(&self) -> String {
-        match self.mode {
-            ChainMode::Sample => "chain(sample)".to_string(),
-            ChainMode::Argmax => "chain(argmax)".to_string(),
+        let mode = match self.mode {
+            ChainMode::Sample => "sample",
+            ChainMode::Argmax => "argmax",
+        };
+        match self.min_confidence {
+            None => format!("chain({mode})"),
+            Some(h) => format!("chain({mode}, min_confidence {h})"),
         }
     }
 
@@ -63,13 +104,15 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
     }
 
     /// Depth by depth for the whole batch: one [`DraftModel::next_probs_batch`] per depth over
-    /// the chains still growing (a chain stops at its budget or where `q` has no mass).
+    /// the chains still growing (a chain stops at its budget, where `q` has no mass, or below
+    /// the minimum confidence).
     fn propose_batch(
         &mut self,
         requests: &[DraftRequest<'_>],
         decisions: &mut dyn Decisions<N>,
     ) -> Result<Vec<DraftTree<N>>> {
         check_distinct(requests.iter().map(|r| r.sequence))?;
+        let min_confidence = self.min_confidence.map(N::from_f64);
         let mut chains = requests
             .iter()
             .map(|request| {
@@ -78,6 +121,7 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
                     tokens: request.context.to_vec(),
                     node: 0,
                     open: true,
+                    confidence: N::one(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -112,6 +156,12 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
                     chain.open = false;
                     continue;
                 };
+                // the chain's probability under the draft, x_j included: decides whether x_{j+1}
+                // is drawn, never whether x_j stays (see the type docs)
+                chain.confidence = chain.confidence.clone() * q[token].clone();
+                if let Some(h) = &min_confidence {
+                    chain.open = chain.confidence >= *h;
+                }
                 let token = token as u32;
                 chain.tree.set_draft_probs(chain.node, q);
                 chain.node = chain.tree.push(chain.node, token);
@@ -127,10 +177,12 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
 }
 
 /// One request's chain while the batch drafts: the tree so far, its context and drafts, the
-/// node the next draft hangs from, whether it still grows.
+/// node the next draft hangs from, whether it still grows, and its confidence (the product of
+/// `q` at its drafts).
 struct Growing<N> {
     tree: TreeBuilder<N>,
     tokens: Vec<u32>,
     node: usize,
     open: bool,
+    confidence: N,
 }

@@ -61,6 +61,56 @@ fn chain_argmax_follows_the_table() {
 }
 
 #[test]
+fn a_chain_stops_once_the_drafts_probability_of_it_falls_below_the_minimum_confidence() {
+    let mut d = ChainDrafter::new(table_model(), ChainMode::Argmax)
+        .with_min_confidence(0.3)
+        .unwrap();
+    let budget = Budget::Chain(4);
+    // after [0]: q(0) = 1/2, then 1/4 < 0.3: that draft is kept and the chain stops
+    let tree: DraftTree<f64> = d
+        .propose(&request(&[0], &budget), &mut production())
+        .unwrap();
+    assert_eq!(tree.tokens(), &[0, 0, 0]);
+    // after [1]: 3/4, 3/8, then 3/32
+    let tree: DraftTree<f64> = d
+        .propose(&request(&[1], &budget), &mut production())
+        .unwrap();
+    assert_eq!(tree.tokens(), &[1, 2, 1, 2]);
+    // after [3]: q(3) = 1 forever, so the budget stops it
+    let tree: DraftTree<f64> = d
+        .propose(&request(&[3], &budget), &mut production())
+        .unwrap();
+    assert_eq!(tree.draft_count(), 4);
+    assert!(d.name().contains("min_confidence 0.3"), "{}", d.name());
+    // batched, each chain stops where it stops alone
+    let contexts: [&[u32]; 3] = [&[0], &[1], &[3]];
+    let budgets = [budget.clone(), budget.clone(), budget];
+    for mode in [ChainMode::Sample, ChainMode::Argmax] {
+        for seed in 0..10 {
+            let requests = batch_requests(&contexts, &budgets, 7);
+            let mut d = ChainDrafter::new(table_model(), mode)
+                .with_min_confidence(0.3)
+                .unwrap();
+            let want: Vec<DraftTree<f64>> = requests
+                .iter()
+                .map(|r| d.propose(r, &mut Replay::production(seed)).unwrap())
+                .collect();
+            let got = d
+                .propose_batch(&requests, &mut Replay::production(seed))
+                .unwrap();
+            assert_same_trees(&got, &want, &format!("{mode:?} seed {seed}"));
+        }
+    }
+    for bad in [0.0, -0.5, 1.5, f64::NAN] {
+        let err = ChainDrafter::new(table_model(), ChainMode::Argmax)
+            .with_min_confidence(bad)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(err.to_string().contains("min_confidence"), "{err}");
+    }
+}
+
+#[test]
 fn chain_samples_stay_in_support() {
     let mut d = ChainDrafter::new(table_model(), ChainMode::Sample);
     for seed in 0..50 {

@@ -90,7 +90,10 @@ pub fn run(dir: &Path, p: &TemperatureParams) -> Result<ReproOutput> {
             t,
             p.size,
             1,
-            vec![baseline(), fixed(&name, DrafterConfig::of(Chain {}), p.k)],
+            vec![
+                baseline(),
+                fixed(&name, DrafterConfig::of(Chain::default()), p.k),
+            ],
         )?;
         let results = run_config(&loaded, &dir.join(format!("t{t}")))?;
         let base = summary(&results, "baseline")?;

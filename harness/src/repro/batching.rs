@@ -262,10 +262,14 @@ pub fn run(dir: &Path, p: &BatchingParams) -> Result<ReproOutput> {
         let k = p.k;
         let methods = vec![
             baseline(),
-            fixed(&format!("fixed-k{k}"), DrafterConfig::of(Chain {}), k),
+            fixed(
+                &format!("fixed-k{k}"),
+                DrafterConfig::of(Chain::default()),
+                k,
+            ),
             with_policy(
                 &format!("gate-k{k}"),
-                DrafterConfig::of(Chain {}),
+                DrafterConfig::of(Chain::default()),
                 PolicyConfig::of(threshold(k)),
             ),
         ];

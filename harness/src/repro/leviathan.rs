@@ -171,7 +171,7 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
                 verifier: VerifierConfig::of(ChainRejection {}),
                 ..MethodConfig::new(
                     format!("chain-k{gamma}"),
-                    DrafterConfig::of(Chain {}),
+                    DrafterConfig::of(Chain::default()),
                     fixed,
                 )
             };

@@ -82,7 +82,11 @@ pub fn run(dir: &Path, p: &MultiLevelParams) -> Result<ReproOutput> {
     let methods = vec![
         baseline(),
         fixed(&format!("ngram-k{k}"), DrafterConfig::of(Ngram { n: 3 }), k),
-        fixed(&format!("linear-k{k}"), DrafterConfig::of(Chain {}), k),
+        fixed(
+            &format!("linear-k{k}"),
+            DrafterConfig::of(Chain::default()),
+            k,
+        ),
         fixed(
             &format!("staged-k{k}"),
             DrafterConfig::of(Staged {

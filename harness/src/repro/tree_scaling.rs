@@ -494,7 +494,7 @@ pub fn run(dir: &Path, p: &TreeScalingParams) -> Result<ReproOutput> {
             };
             let mut methods = vec![
                 baseline(),
-                fixed("chain-k4", DrafterConfig::of(Chain {}), 4),
+                fixed("chain-k4", DrafterConfig::of(Chain::default()), 4),
             ];
             for &b in &m.check_budgets {
                 methods.push(fixed(

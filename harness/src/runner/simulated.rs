@@ -121,7 +121,7 @@ mod tests {
     #[test]
     fn one_drafter_backends_refuse_trees_and_fallbacks_by_name() {
         let fixed = Some(PolicyConfig::of(Fixed { k: 2 }));
-        let chain = MethodConfig::new("k2", DrafterConfig::of(Chain {}), fixed.clone());
+        let chain = MethodConfig::new("k2", DrafterConfig::of(Chain::default()), fixed.clone());
         assert!(require_chain_method(&chain, "the simulation").is_ok());
         let tree = MethodConfig::new(
             "small-tree",

@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{chain_over, run_draft_model, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
+use super::{
+    chain_over, check_min_confidence, run_draft_model, BuiltDrafter, DraftContext, DraftSetup,
+    DrafterKind,
+};
 use crate::error::Result;
 use crate::methods::Kind;
 
@@ -10,13 +13,23 @@ use crate::methods::Kind;
 /// argmax at T = 0 (greedy verification), sampled from `q` above (chain rejection sampling).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Chain {}
+pub struct Chain {
+    /// Stop a chain before K once the draft's probability of the whole chain falls below this
+    /// (in (0, 1]; dynamic K within a step, lossless:
+    /// [`ChainDrafter`](specdec_algorithms::drafters::ChainDrafter)) [default: draft all K].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_confidence: Option<f64>,
+}
 
 impl Kind for Chain {
     const NAME: &'static str = "chain";
     const ALIASES: &'static [&'static str] = &["linear"];
     const SUMMARY: &'static str =
         "the draft model drafts a chain of K tokens (needs a draft model)";
+
+    fn check(&self) -> std::result::Result<(), String> {
+        check_min_confidence("chain.min_confidence", self.min_confidence)
+    }
 }
 
 impl DrafterKind for Chain {
@@ -27,10 +40,10 @@ impl DrafterKind for Chain {
         true
     }
     fn for_generate(_draft: Option<&str>) -> Option<Self> {
-        Some(Chain {})
+        Some(Chain::default())
     }
     fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter> {
         let model = run_draft_model(ctx, setup, Self::NAME)?;
-        chain_over(ctx, setup, model)
+        chain_over(ctx, setup, model, self.min_confidence)
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use specdec_algorithms::drafters::{
-    ChainDrafter, DynamicTreeDrafter, EagleFeatureHead, FeatureDraftModel, ShapeDrafter,
+    DynamicTreeDrafter, EagleFeatureHead, FeatureDraftModel, ShapeDrafter,
 };
 use specdec_algorithms::trees::TreeShape;
 use std::time::Instant;
@@ -11,14 +11,18 @@ use specdec_kernels::TreeTopology;
 use specdec_models::heads::{DraftHead, EagleHead, HeadPrecision, HeadStep};
 
 use super::dynamic_tree::{check_depth, check_top_k};
-use super::{chain_mode, tree_fill, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
+use super::{
+    check_min_confidence, confident_chain, tree_fill, BuiltDrafter, DraftContext, DraftSetup,
+    DrafterKind,
+};
 use crate::error::{HarnessError, Result};
 use crate::methods::limits::{branching_drafts, check_drafts};
 use crate::methods::Kind;
 
 /// A trained EAGLE-style head (`specdec train-head --kind eagle`): one decoder layer over the
 /// pairs (target feature, token), its own KV cache, the draft vocabulary of its file. Drafts a
-/// chain of K (argmax at T = 0, sampled above), or with `nodes` an EAGLE-2 dynamic tree
+/// chain of K (argmax at T = 0, sampled above; with `min_confidence` stopped where the head's
+/// probability of the chain falls below it), or with `nodes` an EAGLE-2 dynamic tree
 /// (deterministic: greedy / target-only verification; `top_k` children per expanded node,
 /// `depth` layers), or with `branching` a static tree
 /// (top-ranked at T = 0, sampled without replacement above: recursive rejection).
@@ -44,6 +48,10 @@ pub struct Eagle {
     /// `int8` (Q8_0 matrices, the fast path; default) or `bf16` (exact products).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,
+    /// Chains only: stop a chain before K once the head's probability of it falls below this,
+    /// as `chain`'s key of the same name [default: draft all K].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_confidence: Option<f64>,
 }
 
 /// `precision` as the models crate names it.
@@ -99,6 +107,14 @@ impl Kind for Eagle {
                 ));
             }
         }
+        if self.min_confidence.is_some() && !self.is_chain() {
+            return Err(
+                "eagle: `min_confidence` stops a chain; a tree (`nodes` or `branching`) has no \
+                 use for it"
+                    .into(),
+            );
+        }
+        check_min_confidence("eagle.min_confidence", self.min_confidence)?;
         if self.nodes == Some(0) || self.top_k == Some(0) {
             return Err("eagle: nodes and top_k must be at least 1".into());
         }
@@ -134,9 +150,10 @@ impl DrafterKind for Eagle {
             false => None,
         };
         let mut sampling = ctx.sampling();
-        let ranked = !self.is_chain() && sampling.temperature == 0.0;
-        if ranked {
-            // siblings by the plain softmax; greedy verification reads no q
+        // siblings, or a chain's confidence, by the plain softmax at T = 0; greedy
+        // verification reads no q
+        let ranked = !self.is_chain() || self.min_confidence.is_some();
+        if ranked && sampling.temperature == 0.0 {
             sampling.temperature = 1.0;
         }
         let head = EagleFeatureHead::new(head, sampling)?.with_penalties(ctx.penalties());
@@ -170,7 +187,11 @@ impl DrafterKind for Eagle {
                 }
             }
             (None, None) => BuiltDrafter {
-                drafter: Box::new(ChainDrafter::new(model, chain_mode(&ctx.sampling()))),
+                drafter: Box::new(confident_chain(
+                    model,
+                    &ctx.sampling(),
+                    self.min_confidence,
+                )?),
                 is_chain: true,
                 shape: None,
                 draft_pass_s,

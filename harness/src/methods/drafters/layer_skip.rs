@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{chain_over, BuiltDrafter, DraftContext, DraftSetup, DrafterKind};
+use super::{
+    chain_over, check_min_confidence, BuiltDrafter, DraftContext, DraftSetup, DrafterKind,
+};
 use crate::error::Result;
 use crate::methods::Kind;
 
@@ -20,6 +22,10 @@ pub struct LayerSkip {
     /// × prefill cost; see `runner::layer_skip_tune`). Its time counts in the run.
     #[serde(default)]
     pub tune: bool,
+    /// Stop a chain before K once the draft's probability of it falls below this, as `chain`'s
+    /// key of the same name [default: draft all K].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_confidence: Option<f64>,
 }
 
 impl Kind for LayerSkip {
@@ -27,6 +33,10 @@ impl Kind for LayerSkip {
     const ALIASES: &'static [&'static str] = &["self_draft"];
     const SUMMARY: &'static str =
         "the target with about a quarter of its blocks skipped drafts a chain (no draft model)";
+
+    fn check(&self) -> std::result::Result<(), String> {
+        check_min_confidence("layer_skip.min_confidence", self.min_confidence)
+    }
 }
 
 impl DrafterKind for LayerSkip {
@@ -41,6 +51,6 @@ impl DrafterKind for LayerSkip {
     }
     fn build(&self, ctx: &mut dyn DraftContext, setup: &DraftSetup<'_>) -> Result<BuiltDrafter> {
         let model = ctx.layer_skip(self.keep.as_deref(), self.tune)?;
-        chain_over(ctx, setup, model)
+        chain_over(ctx, setup, model, self.min_confidence)
     }
 }

@@ -338,22 +338,64 @@ fn draft_vocab_ids(
     }
 }
 
-/// A chain drafter over `model` ([`model_drafter_setup`], drawn as [`chain_mode`] says).
+/// A chain drafter over `model` ([`model_drafter_setup`], drawn as [`chain_mode`] says),
+/// stopping each chain below `min_confidence` when given ([`confident_chain`]).
 ///
 /// # Errors
-/// As [`model_drafter_setup`].
+/// As [`model_drafter_setup`] and [`confident_chain`].
 pub fn chain_over(
     ctx: &mut dyn DraftContext,
     setup: &DraftSetup<'_>,
     model: DeviceModel,
+    min_confidence: Option<f64>,
 ) -> Result<BuiltDrafter> {
-    let (lm, draft_pass_s) = model_drafter_setup(ctx, setup, model, false)?;
+    // at T = 0 the confidence needs the draft's softmax, not a one-hot q
+    let ranked = min_confidence.is_some();
+    let (lm, draft_pass_s) = model_drafter_setup(ctx, setup, model, ranked)?;
     Ok(BuiltDrafter {
-        drafter: Box::new(ChainDrafter::new(lm, chain_mode(&ctx.sampling()))),
+        drafter: Box::new(confident_chain(lm, &ctx.sampling(), min_confidence)?),
         is_chain: true,
         shape: None,
         draft_pass_s,
     })
+}
+
+/// The chain drafter over `model` drawn as [`chain_mode`] says for `sampling`, stopping each
+/// chain once the draft's probability of it is below `min_confidence` when given
+/// ([`ChainDrafter::with_min_confidence`]). At T = 0 that probability is only meaningful over
+/// the draft's plain softmax, so `model` must then give `q` at T = 1 (argmax is unchanged).
+///
+/// # Errors
+/// [`HarnessError::InvalidEngine`] naming `min_confidence` outside (0, 1].
+pub fn confident_chain<M>(
+    model: M,
+    sampling: &SamplingParams,
+    min_confidence: Option<f64>,
+) -> Result<ChainDrafter<M>> {
+    let chain = ChainDrafter::new(model, chain_mode(sampling));
+    match min_confidence {
+        None => Ok(chain),
+        Some(h) => chain
+            .with_min_confidence(h)
+            .map_err(|err| HarnessError::InvalidEngine(err.to_string())),
+    }
+}
+
+/// Checks a chain drafter's `min_confidence`: absent, or in (0, 1].
+///
+/// # Errors
+/// The message names `field`, the value and the range.
+pub(super) fn check_min_confidence(
+    field: &str,
+    min_confidence: Option<f64>,
+) -> std::result::Result<(), String> {
+    match min_confidence {
+        Some(h) if !(h > 0.0 && h <= 1.0) => Err(format!(
+            "{field} = {h}: must be in (0, 1] (the draft's probability of the whole chain \
+             below which it stops growing)"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A drafter filling `shape` from the run's draft model ([`model_drafter_setup`], filled as
