@@ -79,6 +79,7 @@ fn requests(target: &FrozenTarget) -> Vec<Request> {
         .map(|(i, prompt)| Request {
             id: i as u64,
             seed: None,
+            workload: None,
             prompt,
             stop: StopRule::new(20, &[]),
         })

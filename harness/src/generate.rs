@@ -382,6 +382,7 @@ pub fn generate(
     let request = Request {
         id: 0,
         seed: None,
+        workload: None,
         prompt: backend.encode(&options.prompt, chat)?,
         stop: backend.stop_rule(options.max_tokens),
     };

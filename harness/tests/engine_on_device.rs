@@ -69,6 +69,7 @@ fn requests() -> Vec<Request> {
         .map(|i| Request {
             id: u64::from(i),
             seed: None,
+            workload: None,
             prompt: (0..5 + 3 * i).map(|t| (t * 7 + i * 11) % 60).collect(),
             stop: StopRule::new(20, &[]),
         })

@@ -44,6 +44,7 @@ fn requests() -> Vec<Request> {
         .map(|i| Request {
             id: u64::from(i),
             seed: None,
+            workload: None,
             prompt: (0..4 + 3 * i).map(|t| (t * 5 + i * 13) % 60).collect(),
             stop: StopRule::new(18, &[]),
         })

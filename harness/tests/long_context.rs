@@ -71,6 +71,7 @@ fn request(id: u64, prompt_tokens: usize, max_tokens: usize) -> Request {
     Request {
         id,
         seed: None,
+        workload: None,
         prompt: prompt(prompt_tokens, id as u32 * 77),
         stop: StopRule::new(max_tokens, &[]),
     }

@@ -66,6 +66,7 @@ fn humaneval_requests(backend: &EngineBackend, n: usize, max_tokens: usize) -> V
         .map(|(i, p)| Request {
             id: i as u64,
             seed: None,
+            workload: None,
             prompt: backend.encode(&p.text, false).expect("tokenize"),
             stop: backend.stop_rule(max_tokens),
         })
@@ -247,6 +248,7 @@ fn first_token_counts(
         .map(|id| Request {
             id,
             seed: None,
+            workload: None,
             prompt: prompt.to_vec(),
             stop: backend.stop_rule(1),
         })

@@ -39,6 +39,7 @@ fn request(id: u64, prompt_tokens: usize, max_tokens: usize) -> Request {
     Request {
         id,
         seed: None,
+        workload: None,
         prompt,
         stop: StopRule::new(max_tokens, &[]),
     }

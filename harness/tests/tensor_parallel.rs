@@ -34,6 +34,7 @@ fn requests() -> Vec<Request> {
         .map(|id| Request {
             id,
             seed: None,
+            workload: None,
             // a repeated motif, so that n-gram lookup finds drafts to verify
             prompt: (0..24u32)
                 .map(|i| (i * 7 + id as u32 * 5) % 11 + 1)

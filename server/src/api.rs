@@ -2,7 +2,8 @@
 //!
 //! A body is parsed as JSON first (malformed JSON is a 400 saying where), then every field is
 //! read by name: the fields specdec honours (`model`, `prompt` / `messages`, `max_tokens`,
-//! `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, `stream`, `stream_options`), the fields real
+//! `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, `stream`, `stream_options`, and
+//! specdec's own `workload`), the fields real
 //! clients send with neutral values (`n = 1`, zero penalties, `logprobs` false, `user`, …), which
 //! are accepted only with those values, and nothing else: any other field or value is a 400
 //! naming it, never silently ignored.
@@ -19,6 +20,8 @@ pub const MAX_TOKENS_LIMIT: usize = 1 << 16;
 pub const MAX_STOP_STRINGS: usize = 4;
 /// Default `max_tokens` when a request gives none.
 pub const DEFAULT_MAX_TOKENS: usize = 256;
+/// Longest `workload` name, in bytes.
+pub const MAX_WORKLOAD_NAME: usize = 64;
 
 /// What is to be continued.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +30,19 @@ pub enum Input {
     Text(String),
     /// `/v1/chat/completions`: a conversation, rendered with the model's chat template.
     Chat(Vec<ChatMessage>),
+}
+
+impl Input {
+    /// The workload its request joins ([`specdec_harness::engine::Request::workload`]) when
+    /// the request names none: `completion` or `chat`, whose drafts are accepted at different
+    /// rates (code completion against prose), so that a speculative policy learns each one's
+    /// acceptance apart.
+    pub fn default_workload(&self) -> &'static str {
+        match self {
+            Input::Text(_) => "completion",
+            Input::Chat(_) => "chat",
+        }
+    }
 }
 
 /// A checked request.
@@ -46,6 +62,12 @@ pub struct Generate {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with the usage.
     pub include_usage: bool,
+    /// `workload` (a specdec extension): the traffic the request belongs to, whose acceptance
+    /// a speculative policy learns apart from other workloads'; `None`:
+    /// [`Input::default_workload`]. 1 to [`MAX_WORKLOAD_NAME`] bytes of ASCII letters, digits,
+    /// `-`, `_`, `.` or `:`; the engine keeps at most
+    /// [`specdec_harness::engine::MAX_WORKLOADS`] names and refuses requests naming more.
+    pub workload: Option<String>,
 }
 
 /// Which endpoint a body came to.
@@ -109,6 +131,7 @@ impl Generate {
                     | "stop"
                     | "stream"
                     | "stream_options"
+                    | "workload"
             ) || name == input_field;
             if known {
                 continue;
@@ -237,6 +260,25 @@ impl Generate {
                 "`stream_options` is only allowed with `stream` = true".into(),
             ));
         }
+        let workload = match fields.get("workload") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(name))
+                if (1..=MAX_WORKLOAD_NAME).contains(&name.len())
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)) =>
+            {
+                Some(name.clone())
+            }
+            Some(_) => {
+                return Err(field_type(
+                    "workload",
+                    &format!(
+                        "a name of 1 to {MAX_WORKLOAD_NAME} ASCII letters, digits, `-`, `_`, `.` or `:`"
+                    ),
+                ))
+            }
+        };
         Ok(Self {
             inputs,
             max_tokens,
@@ -250,6 +292,7 @@ impl Generate {
             stop,
             stream,
             include_usage,
+            workload,
         })
     }
 }
@@ -372,12 +415,21 @@ mod tests {
         assert_eq!(g.inputs, vec![Input::Text("hi".into())]);
         assert_eq!((g.max_tokens, g.sampling.temperature), (5, 0.0));
         assert_eq!(g.stop, vec!["\n".to_string()]);
+        assert_eq!(g.workload, None);
+        assert_eq!(g.inputs[0].default_workload(), "completion");
         let c = parse(
             r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"q"}]}],"stream":true,"stream_options":{"include_usage":true}}"#,
             Endpoint::Chat,
         )
         .unwrap();
         assert!(c.stream && c.include_usage);
+        assert_eq!(c.inputs[0].default_workload(), "chat");
+        let named = parse(
+            r#"{"model":"m","prompt":"def f():","workload":"code:python"}"#,
+            Endpoint::Completions,
+        )
+        .unwrap();
+        assert_eq!(named.workload.as_deref(), Some("code:python"));
         assert_eq!(
             c.inputs,
             vec![Input::Chat(vec![
@@ -426,6 +478,12 @@ mod tests {
                 r#"{"model":"m","prompt":"x","stream_options":{"include_usage":true}}"#,
                 "only allowed",
             ),
+            (r#"{"model":"m","prompt":"x","workload":""}"#, "`workload`"),
+            (
+                r#"{"model":"m","prompt":"x","workload":"a b"}"#,
+                "`workload`",
+            ),
+            (r#"{"model":"m","prompt":"x","workload":7}"#, "`workload`"),
         ];
         for (body, want) in cases {
             let err = parse(body, Endpoint::Completions).unwrap_err();

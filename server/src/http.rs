@@ -163,6 +163,10 @@ async fn respond(
             sampling: request.sampling,
             seed: request.seed,
             stop: request.stop.clone(),
+            workload: request
+                .workload
+                .clone()
+                .unwrap_or_else(|| input.default_workload().to_owned()),
             events,
         };
         state.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);

@@ -14,7 +14,7 @@
 //! prompt and `max_tokens` do not fit the model's context (or the KV pool) is refused alone,
 //! naming the numbers, before it is admitted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use specdec_harness::config::MethodConfig;
 use specdec_harness::engine::{
     check_fits, BatchStatus, FinishReason, Generation, Request, RequestQueue, StopRule,
+    MAX_WORKLOADS,
 };
 use specdec_harness::runner::{EngineBackend, KvMemory};
 use specdec_harness::HarnessError;
@@ -79,6 +80,8 @@ pub struct Job {
     pub seed: Option<u64>,
     /// Stop strings.
     pub stop: Vec<String>,
+    /// The workload it joins ([`Request::workload`]).
+    pub workload: String,
     /// Where the events go.
     pub events: UnboundedSender<Event>,
 }
@@ -188,6 +191,7 @@ pub fn run(
             pending: Some(first),
             settings_key,
             running: HashMap::new(),
+            workloads: HashSet::new(),
             next_id: 0,
             limits: &limits,
             metrics: &metrics,
@@ -233,6 +237,8 @@ struct JobQueue<'q> {
     settings_key: SamplingParams,
     /// Jobs admitted and not yet finished, by request id.
     running: HashMap<u64, Progress>,
+    /// The workloads of the jobs admitted so far (the engine keeps [`MAX_WORKLOADS`] apart).
+    workloads: HashSet<String>,
     next_id: u64,
     limits: &'q Limits,
     metrics: &'q Metrics,
@@ -254,6 +260,7 @@ impl JobQueue<'_> {
                 let request = Request {
                     id: self.next_id,
                     seed: job.seed,
+                    workload: Some(job.workload.clone()),
                     prompt,
                     stop: StopRule {
                         max_new_tokens: job.max_tokens,
@@ -267,8 +274,9 @@ impl JobQueue<'_> {
                     },
                 };
                 // refused alone, naming the limit, so that the rest of the batch runs
-                match fits(self.limits, &request) {
+                match fits(self.limits, &request).and_then(|()| self.workload_fits(&job.workload)) {
                     Ok(()) => {
+                        self.workloads.insert(job.workload.clone());
                         let _ = job.events.send(Event::Started {
                             prompt_tokens: request.prompt.len(),
                         });
@@ -297,6 +305,18 @@ impl JobQueue<'_> {
             .events
             .send(Event::Failed(ApiError::BadRequest(refusal)));
         None
+    }
+
+    /// Whether a job of `workload` may join this run: `Err` naming the limit when it would be
+    /// one workload more than the engine keeps apart.
+    fn workload_fits(&self, workload: &str) -> Result<(), String> {
+        if self.workloads.contains(workload) || self.workloads.len() < MAX_WORKLOADS {
+            return Ok(());
+        }
+        Err(format!(
+            "`workload` `{workload}` would be one more than the {MAX_WORKLOADS} workloads a \
+             serving run keeps apart: reuse a name"
+        ))
     }
 }
 
@@ -505,6 +525,7 @@ mod tests {
                 sampling: SamplingParams::greedy(),
                 seed: None,
                 stop: vec!["STOP".into()],
+                workload: "completion".into(),
                 events: tx,
             },
             tokens: vec![1, 2],

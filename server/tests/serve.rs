@@ -312,11 +312,39 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
     });
     assert_eq!(good.0, 200, "{}", good.1);
     assert_eq!(too_long.0, 400, "{}", too_long.1);
+    // a named workload learns apart and decodes the same text; a serving run keeps 64 apart
+    // (one request at other settings starts a new run, whose names are counted afresh)
+    let (status, body) = post(
+        addr,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "x", "max_tokens": 1, "temperature": 0.5}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut named = greedy(prompt, 40);
+    named["workload"] = json!("code:python");
+    let (status, body) = post(addr, "/v1/completions", &named);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["text"].as_str(), Some(served.as_str()));
+    for i in 1..=specdec_harness::engine::MAX_WORKLOADS {
+        let mut body = greedy("def add(a, b):", 1);
+        body["workload"] = json!(format!("w{i}"));
+        let (status, answer) = post(addr, "/v1/completions", &body);
+        match i < specdec_harness::engine::MAX_WORKLOADS {
+            true => assert_eq!(status, 200, "workload {i}: {answer}"),
+            false => {
+                assert_eq!(status, 400, "workload {i}: {answer}");
+                let message = answer["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.contains("`workload` `w64`"), "{answer}");
+            }
+        }
+    }
+    let (status, body) = post(addr, "/v1/completions", &named);
+    assert_eq!(status, 200, "a known workload still runs: {body}");
     let (status, _) = http(addr, "GET", "/health", "");
     assert_eq!(status, 200, "healthy after bad requests");
     let (_, metrics) = http(addr, "GET", "/metrics", "");
     assert!(
-        metrics.contains("specdec_requests_total{outcome=\"refused\"} 8"),
+        metrics.contains("specdec_requests_total{outcome=\"refused\"} 9"),
         "{metrics}"
     );
     assert!(

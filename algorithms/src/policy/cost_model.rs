@@ -98,8 +98,11 @@ pub struct CostModelPolicy {
     plan: Option<(Budget, f64)>,
     since_plan: usize,
     live: Option<Live>,
-    /// What the forks of this policy measured, shared by all of them.
+    /// What the forks of this policy measured of the costs, shared by all of them.
     learned: Arc<Mutex<Learned>>,
+    /// What the forks of this sequence's workload measured of the acceptance, shared by them
+    /// ([`SpeculationPolicy::fork_for_new_workload`] starts another pool).
+    pool: Arc<Mutex<AcceptancePool>>,
     /// This sequence ignores [`Learned::alpha`] and explores as the first one did (decided when
     /// it first asks for a budget, see `counted`).
     explorer: bool,
@@ -138,13 +141,8 @@ pub const EXPLORE_EVERY_FORKS: u64 = 8;
 /// The state the forks of one [`CostModelPolicy`] share.
 #[derive(Debug, Clone, Default)]
 struct Learned {
-    /// `(fork, successes, tries)`: the pooled draft-position counts of each of the latest
-    /// [`LEARNED_FORKS`] forks that drafted, oldest first; see [`Learned::alpha`].
-    acceptance: VecDeque<(u64, f64, f64)>,
-    /// Forks made so far.
+    /// Forks made so far (every workload's: a fork's id is unique among them).
     forks: u64,
-    /// Sequences (forks or the template itself) that asked for a budget so far.
-    sequences: u64,
     /// The latest steady draft-pass (or per-node) time any fork measured, in seconds: a new
     /// fork's prior instead of the one-pass time timed at set-up, which for a tree drafter
     /// misses what a node really costs.
@@ -158,7 +156,21 @@ struct Learned {
     forward: ForwardCurve,
 }
 
-impl Learned {
+/// The acceptance the forks of one workload measured (see [`CostModelPolicy`]): requests of
+/// one workload (a server's chat and code traffic are two) start from what that workload's
+/// recent requests measured, not from a mix in which one workload's drafts look worse or
+/// better than they are for the other.
+#[derive(Debug, Clone, Default)]
+struct AcceptancePool {
+    /// `(fork, successes, tries)`: the pooled draft-position counts of each of the latest
+    /// [`LEARNED_FORKS`] forks of the workload that drafted, oldest first; see
+    /// [`AcceptancePool::alpha`].
+    acceptance: VecDeque<(u64, f64, f64)>,
+    /// Sequences of the workload (forks or the template itself) that asked for a budget so far.
+    sequences: u64,
+}
+
+impl AcceptancePool {
     /// The acceptance α̂ pooled over the recent forks (successes / tries of all of them), once
     /// they made [`LEARNED_MIN_TRIES`] tries together.
     fn alpha(&self) -> Option<f64> {
@@ -245,6 +257,7 @@ impl CostModelPolicy {
             since_plan: 0,
             live: None,
             learned: Arc::new(Mutex::new(Learned::default())),
+            pool: Arc::new(Mutex::new(AcceptancePool::default())),
             explorer: true,
             counted: false,
             fork_id: 0,
@@ -454,9 +467,17 @@ impl CostModelPolicy {
         }
     }
 
-    /// The state shared by the forks (a poisoned lock still holds valid numbers).
+    /// The costs shared by the forks (a poisoned lock still holds valid numbers).
     fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
         self.learned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The acceptance shared by the forks of this sequence's workload (a poisoned lock still
+    /// holds valid numbers).
+    fn pool(&self) -> std::sync::MutexGuard<'_, AcceptancePool> {
+        self.pool
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -466,9 +487,9 @@ impl CostModelPolicy {
         if !self.counted {
             self.counted = true;
             let sequence = {
-                let mut learned = self.learned();
-                learned.sequences += 1;
-                learned.sequences
+                let mut pool = self.pool();
+                pool.sequences += 1;
+                pool.sequences
             };
             self.explorer = (sequence - 1).is_multiple_of(EXPLORE_EVERY_FORKS);
         }
@@ -497,8 +518,8 @@ impl CostModelPolicy {
         let (learned, others) = match self.explorer {
             true => (None, None),
             false => {
-                let learned = self.learned();
-                (learned.alpha(), learned.alpha_of_others(self.fork_id))
+                let pool = self.pool();
+                (pool.alpha(), pool.alpha_of_others(self.fork_id))
             }
         };
         let switch = live.costs.switch_cost();
@@ -607,7 +628,7 @@ impl SpeculationPolicy for CostModelPolicy {
         if outcome.proposed > 0 {
             let (successes, tries) = self.stats.pooled();
             let fork = self.fork_id;
-            self.learned().record(fork, successes, tries);
+            self.pool().record(fork, successes, tries);
         }
         let Some(live) = self.live.as_mut() else {
             return;
@@ -653,6 +674,10 @@ impl SpeculationPolicy for CostModelPolicy {
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         Box::new(self.forked())
     }
+
+    fn fork_for_new_workload(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(self.forked_for_new_workload())
+    }
 }
 
 impl CostModelPolicy {
@@ -685,6 +710,15 @@ impl CostModelPolicy {
             };
             live.generated = 0;
         }
+        fresh
+    }
+
+    /// [`SpeculationPolicy::fork_for_new_workload`], typed: a fork that shares what the forks
+    /// measured of the costs, with an acceptance pool of its own (its first sequence explores,
+    /// as the first of all did).
+    pub fn forked_for_new_workload(&self) -> CostModelPolicy {
+        let mut fresh = self.forked();
+        fresh.pool = Arc::new(Mutex::new(AcceptancePool::default()));
         fresh
     }
 }
@@ -1282,7 +1316,7 @@ mod tests {
 
     #[test]
     fn learned_acceptance_pools_the_latest_forks() {
-        let mut learned = Learned::default();
+        let mut learned = AcceptancePool::default();
         // Fork 1: 4 tries, all rejected: too few to learn from.
         learned.record(1, 0.0, 4.0);
         assert_eq!(learned.alpha(), None);
@@ -1321,14 +1355,14 @@ mod tests {
         // at the α̂ = 0.22 a uniform prior makes of one rejection, nothing pays.
         let template = chain_policy(4, 0.1);
         for fork in 0.. {
-            if template.learned().alpha().is_some() {
+            if template.pool().alpha().is_some() {
                 break;
             }
             assert!(fork < 4, "the first forks learned no α̂");
             let mut early = template.fork();
             Sim::new(0.1, 0.0, 0.85, cpu_verify).run(early.as_mut(), 40, 10_000);
         }
-        let learned = template.learned().alpha().unwrap();
+        let learned = template.pool().alpha().unwrap();
         assert!(learned > 0.7, "{learned}");
         // A request (not an explorer) whose drafts are all rejected: its first chain (α̂ taken
         // as learned) is rejected, yet it drafts again, as one rejection says little ...
@@ -1348,9 +1382,67 @@ mod tests {
         assert!(budgets[6..].iter().all(Budget::is_plain), "{budgets:?}");
         // Its own tries do not count twice: the prior is the other forks' α̂, which its
         // rejections did not lower (they lowered the α̂ of all forks).
-        let learned_now = template.learned();
+        let learned_now = template.pool();
         assert_eq!(learned_now.alpha_of_others(unlucky.fork_id), Some(learned));
         assert!(learned_now.alpha().unwrap() < learned);
+    }
+
+    /// Runs sequences forked from `prototype`, whose drafts are accepted at `alpha`, until its
+    /// pool learned an acceptance; returns it.
+    fn learn_pool(prototype: &CostModelPolicy, alpha: f64) -> f64 {
+        for fork in 0.. {
+            if let Some(learned) = prototype.pool().alpha() {
+                return learned;
+            }
+            assert!(fork < EXPLORE_EVERY_FORKS, "{fork} forks learned no α̂");
+            let mut early = prototype.fork();
+            Sim::new(0.1, 0.0, alpha, cpu_verify).run(early.as_mut(), 40, 10_000);
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Runs the next sequence of `prototype`'s pool that is not an explorer (one in
+    /// EXPLORE_EVERY_FORKS is) at acceptance `alpha`, returning its budgets.
+    fn run_next_non_explorer(prototype: &CostModelPolicy, alpha: f64, steps: usize) -> Vec<Budget> {
+        for _ in 0..2 {
+            let mut next = prototype.forked();
+            let budgets = Sim::new(0.1, 0.0, alpha, cpu_verify).run(&mut next, steps, 10_000);
+            if !next.explorer {
+                return budgets;
+            }
+        }
+        panic!("two explorers in a row")
+    }
+
+    #[test]
+    fn each_workload_starts_from_the_acceptance_its_own_sequences_measured() {
+        // One drafter, two workloads: chat, whose drafts are rarely accepted (α = 0.1), then
+        // code, whose are (α = 0.85). Draft 0.1 of a target step, CPU-like verify.
+        let template = chain_policy(4, 0.1);
+        let chat = template.forked_for_new_workload();
+        let code = template.forked_for_new_workload();
+        assert!(
+            Arc::ptr_eq(&chat.learned, &code.learned),
+            "costs are shared"
+        );
+        assert!(!Arc::ptr_eq(&chat.pool, &code.pool), "acceptance is not");
+        assert!(learn_pool(&chat, 0.1) < 0.5);
+        // code's first sequence explores, as the first of all did, and its pool learns α̂ ...
+        assert!(learn_pool(&code, 0.85) > 0.7);
+        // ... from which its next sequences draft at once, while chat's stay plain.
+        let budgets = run_next_non_explorer(&code, 0.85, 8);
+        assert!(
+            !budgets[1].is_plain(),
+            "code drafts from code's α̂: {budgets:?}"
+        );
+        let budgets = run_next_non_explorer(&chat, 0.1, 200);
+        assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
+        // The contrast: the same code sequence in one pool with chat starts from chat's α̂ and
+        // does not draft.
+        let shared = template.forked();
+        learn_pool(&shared, 0.1);
+        let budgets = run_next_non_explorer(&shared, 0.85, 8);
+        assert!(budgets.iter().all(Budget::is_plain), "{budgets:?}");
     }
 
     #[test]
@@ -1362,7 +1454,7 @@ mod tests {
         // The first sequences explore, each stepping aside after a few rejections, until
         // together they made LEARNED_MIN_TRIES tries (one request's few tries say little) ...
         let mut explored = 0;
-        while template.learned().alpha().is_none() {
+        while template.pool().alpha().is_none() {
             let mut early = template.fork();
             let budgets = sim().run(early.as_mut(), 200, 10_000);
             assert!(!budgets[1].is_plain(), "fork {explored} explores");
@@ -1373,7 +1465,7 @@ mod tests {
             );
         }
         assert!(explored > 1, "one sequence's tries are not enough");
-        let learned = template.learned().alpha().unwrap();
+        let learned = template.pool().alpha().unwrap();
         assert!(learned < 0.5, "{learned}");
         // ... then the next forks stay plain, probes included (they could not pay at α = 0.1) ...
         for _ in explored..EXPLORE_EVERY_FORKS {

@@ -137,6 +137,17 @@ impl FallbackPolicy {
             self.fallback.as_ref().map(|fallback| fallback.fork()),
         )
     }
+
+    /// The prototype of another workload's sequences: each policy forked by
+    /// [`SpeculationPolicy::fork_for_new_workload`].
+    pub fn fork_for_new_workload(&self) -> Self {
+        Self::new(
+            self.primary.fork_for_new_workload(),
+            self.fallback
+                .as_ref()
+                .map(|fallback| fallback.fork_for_new_workload()),
+        )
+    }
 }
 
 #[cfg(test)]

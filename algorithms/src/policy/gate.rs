@@ -215,8 +215,22 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
     }
 
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
-        Box::new(DisableGate {
-            inner: self.inner.fork(),
+        Box::new(self.fresh_over(self.inner.fork()))
+    }
+
+    fn fork_for_new_workload(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(self.fresh_over(self.inner.fork_for_new_workload()))
+    }
+}
+
+impl<P: SpeculationPolicy> DisableGate<P> {
+    /// This gate's configuration, with fresh statistics, over `inner` (a fork of its policy).
+    fn fresh_over(
+        &self,
+        inner: Box<dyn SpeculationPolicy>,
+    ) -> DisableGate<Box<dyn SpeculationPolicy>> {
+        DisableGate {
+            inner,
             threshold: self.threshold,
             min_trials: self.min_trials,
             probe: self.probe.clone(),
@@ -228,11 +242,9 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
                 .expect("valid decay"),
             probes: VecDeque::new(),
             disabled: false,
-        })
+        }
     }
-}
 
-impl<P: SpeculationPolicy> DisableGate<P> {
     /// The disable rule's bookkeeping for one validated outcome.
     fn gate(&mut self, outcome: &StepOutcome) {
         if !self.disabled {

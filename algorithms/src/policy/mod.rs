@@ -109,6 +109,13 @@ pub trait SpeculationPolicy: Send {
     }
     /// A fresh instance with the same configuration and no statistics, for a new sequence.
     fn fork(&self) -> Box<dyn SpeculationPolicy>;
+    /// A fresh instance, as [`SpeculationPolicy::fork`], to be the prototype of another
+    /// workload's sequences (a server's chat and code traffic): policies that start a sequence
+    /// from the acceptance earlier sequences measured keep one such pool per workload and share
+    /// the rest (measured costs); the default is [`SpeculationPolicy::fork`].
+    fn fork_for_new_workload(&self) -> Box<dyn SpeculationPolicy> {
+        self.fork()
+    }
 }
 
 impl SpeculationPolicy for Box<dyn SpeculationPolicy> {
@@ -132,5 +139,8 @@ impl SpeculationPolicy for Box<dyn SpeculationPolicy> {
     }
     fn fork(&self) -> Box<dyn SpeculationPolicy> {
         (**self).fork()
+    }
+    fn fork_for_new_workload(&self) -> Box<dyn SpeculationPolicy> {
+        (**self).fork_for_new_workload()
     }
 }

@@ -54,6 +54,7 @@ pub use recorded::RecordedDecisions;
 pub use specdec_kernels::sampling::Penalties;
 pub use stop::{Detokenizer, FinishReason, StopRule};
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -134,7 +135,16 @@ pub struct Request {
     /// seeded with it, whatever its id, the run's seed or the requests sharing its batch
     /// ([`SeededSequences`]); `None` draws from the run's seed by its id.
     pub seed: Option<u64>,
+    /// The traffic the request belongs to (a server's chat and code requests are two): a
+    /// policy that starts a request from the acceptance earlier requests measured pools it per
+    /// workload ([`SpeculationPolicy::fork_for_new_workload`]); `None` is the engine's default
+    /// workload. At most [`MAX_WORKLOADS`] names per engine.
+    pub workload: Option<String>,
 }
+
+/// Workload names one engine keeps a policy prototype for ([`Request::workload`]); a request
+/// naming one more is refused.
+pub const MAX_WORKLOADS: usize = 64;
 
 /// What one request produced.
 #[derive(Debug, Clone)]
@@ -293,6 +303,9 @@ pub struct Engine<'a> {
     /// Whether a drafter reads the target's features (handed over in the feedback).
     features_wanted: bool,
     policy: FallbackPolicy,
+    /// The policy prototype of each named workload ([`Request::workload`]), forked from
+    /// `policy` when its first request is admitted.
+    workload_policies: BTreeMap<String, FallbackPolicy>,
     options: EngineOptions,
     on_tokens: Option<&'a mut TokenCallback<'a>>,
 }
@@ -335,6 +348,7 @@ impl<'a> Engine<'a> {
             fallback: None,
             features_wanted,
             policy: FallbackPolicy::new(policy, None),
+            workload_policies: BTreeMap::new(),
             options,
             on_tokens: None,
         })
@@ -367,7 +381,8 @@ impl<'a> Engine<'a> {
     ///
     /// # Errors
     /// An empty prompt, or a prompt and `max_new_tokens` that do not fit the model's context
-    /// ([`check_fits_context`], every request checked before any is admitted);
+    /// ([`check_fits_context`]), or one workload more than [`MAX_WORKLOADS`] (every request
+    /// checked before any is admitted);
     /// any model, drafter or verifier error (NaN logits included). Requests already in flight
     /// are released from the target's KV cache before the error returns.
     pub fn run(
@@ -376,8 +391,15 @@ impl<'a> Engine<'a> {
         on_done: &mut dyn FnMut(usize),
     ) -> Result<Vec<Generation>> {
         let (context, room) = (self.target.max_context(), self.target.kv_room());
+        let mut new_workloads = BTreeSet::new();
         for request in requests {
             check_fits(request, context, room.as_ref())?;
+            self.check_workload(request, &new_workloads)?;
+            if let Some(name) = request.workload.as_deref() {
+                if !self.workload_policies.contains_key(name) {
+                    new_workloads.insert(name);
+                }
+            }
         }
         let mut queue = SliceQueue {
             waiting: requests.iter(),
@@ -404,7 +426,8 @@ impl<'a> Engine<'a> {
     /// flight (otherwise it waits, and the ones behind it too: arrival order is kept), is
     /// prefilled in chunks interleaved with the others' steps, and leaves when it finishes or is
     /// cancelled ([`RequestQueue::cancelled`], checked before every step), its KV blocks freed
-    /// for the next step. A request that cannot run even alone is [`RequestQueue::refused`].
+    /// for the next step. A request that cannot run even alone, or that names one workload more than
+    /// [`MAX_WORKLOADS`], is [`RequestQueue::refused`].
     ///
     /// # Errors
     /// Any model, drafter or verifier error (NaN logits included): the run stops, and the
@@ -434,7 +457,9 @@ impl<'a> Engine<'a> {
                         break;
                     };
                     let (context, room) = (self.target.max_context(), self.target.kv_room());
-                    if let Err(error) = check_fits(&request, context, room.as_ref()) {
+                    let checked = check_fits(&request, context, room.as_ref())
+                        .and_then(|()| self.check_workload(&request, &BTreeSet::new()));
+                    if let Err(error) = checked {
                         queue.refused(request, error);
                         continue;
                     }
@@ -559,9 +584,44 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
+    /// Whether the engine keeps a policy prototype for `request`'s workload or has room for
+    /// one more ([`MAX_WORKLOADS`]), besides the `pending` names not yet admitted.
+    ///
+    /// # Errors
+    /// [`HarnessError::InvalidRequest`] naming the workload and the limit.
+    fn check_workload(&self, request: &Request, pending: &BTreeSet<&str>) -> Result<()> {
+        let Some(name) = request.workload.as_deref() else {
+            return Ok(());
+        };
+        let known = self.workload_policies.contains_key(name) || pending.contains(name);
+        if known || self.workload_policies.len() + pending.len() < MAX_WORKLOADS {
+            return Ok(());
+        }
+        Err(HarnessError::InvalidRequest {
+            id: request.id,
+            reason: format!(
+                "workload `{name}` would be one more than the {MAX_WORKLOADS} an engine keeps \
+                 apart"
+            ),
+        })
+    }
+
+    /// A fresh policy for a request of `workload` (see [`Request::workload`]); the caller
+    /// checked the workload ([`Engine::check_workload`]).
+    fn policy_for(&mut self, workload: Option<&str>) -> FallbackPolicy {
+        let Some(name) = workload else {
+            return self.policy.fork();
+        };
+        self.workload_policies
+            .entry(name.to_owned())
+            .or_insert_with(|| self.policy.fork_for_new_workload())
+            .fork()
+    }
+
     /// Creates the request's target sequence; its prompt is prefilled by [`Engine::prefill_chunk`].
     fn admit(&mut self, index: usize, request: Request) -> Result<Active> {
         let started = Instant::now();
+        let policy = self.policy_for(request.workload.as_deref());
         let seq = self.target.new_sequence()?;
         Ok(Active {
             kv_blocks: self
@@ -573,7 +633,7 @@ impl<'a> Engine<'a> {
             prefill_tokens: request.prompt.len() - 1,
             request,
             seq,
-            policy: self.policy.fork(),
+            policy,
             step: 0,
             steps: Vec::new(),
             started,

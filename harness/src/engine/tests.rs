@@ -44,6 +44,7 @@ fn requests(n: usize, max_new_tokens: usize) -> Vec<Request> {
         .map(|i| Request {
             id: i as u64,
             seed: None,
+            workload: None,
             prompt: vec![(i % VOCAB) as u32, ((i * 7 + 1) % VOCAB) as u32, 2],
             stop: StopRule::new(max_new_tokens, &[]),
         })
@@ -189,6 +190,7 @@ fn sampled_chain_speculation_matches_the_target_distribution() {
         .map(|id| Request {
             id,
             seed: None,
+            workload: None,
             prompt: vec![1, 2],
             stop: StopRule::new(3, &[]),
         })
@@ -227,6 +229,7 @@ fn a_seeded_request_samples_by_its_seed_alone_whatever_shares_its_batch() {
     let request = |id: u64, seed: Option<u64>| Request {
         id,
         seed,
+        workload: None,
         prompt: vec![1, 2, 3],
         stop: StopRule::new(24, &[]),
     };
@@ -413,6 +416,7 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     let long = Request {
         id: 9,
         seed: None,
+        workload: None,
         prompt: vec![1; 8],
         stop: StopRule::new(4, &[]),
     };
@@ -424,6 +428,7 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     let empty = Request {
         id: 3,
         seed: None,
+        workload: None,
         prompt: vec![],
         stop: StopRule::new(4, &[]),
     };
@@ -434,12 +439,14 @@ fn bad_requests_and_mismatched_pairs_are_refused_with_a_reason() {
     let fits = Request {
         id: 5,
         seed: None,
+        workload: None,
         prompt: vec![1; 6],
         stop: StopRule::new(2, &[]),
     };
     let near = Request {
         id: 4,
         seed: None,
+        workload: None,
         prompt: vec![1; 6],
         stop: StopRule::new(10, &[]),
     };
@@ -686,6 +693,7 @@ fn a_fallback_drafter_drafts_where_the_first_steps_aside_and_keeps_greedy_output
             .map(|i| Request {
                 id: i,
                 seed: None,
+                workload: None,
                 prompt: vec![1, 2, 3, 1, 2, 3, 1, 2, (i % 3) as u32],
                 stop: StopRule::new(16, &[]),
             })
@@ -724,6 +732,7 @@ fn sampled_speculation_with_a_fallback_matches_the_target_distribution() {
         .map(|id| Request {
             id,
             seed: None,
+            workload: None,
             prompt: prompt.clone(),
             stop: StopRule::new(3, &[]),
         })
@@ -1074,6 +1083,7 @@ fn a_replay_repeats_a_sampled_run_whatever_the_policy_would_decide_now() {
         .map(|i| Request {
             id: i,
             seed: None,
+            workload: None,
             prompt: vec![1, 2, 3, 1, 2, 3, 1, 2, (i % 3) as u32],
             stop: StopRule::new(24, &[]),
         })
@@ -1444,6 +1454,7 @@ fn verifying_the_batch_where_the_logits_are_equals_verifying_each_sequence_on_th
         .map(|id| Request {
             id,
             seed: (id % 3 == 0).then_some(100 + id),
+            workload: None,
             prompt: vec![(id % VOCAB as u64) as u32, 2],
             stop: StopRule::new(16, &[]),
         })
@@ -1507,4 +1518,90 @@ fn verifying_the_batch_where_the_logits_are_equals_verifying_each_sequence_on_th
             "{method:?}: run seed ignored"
         );
     }
+}
+
+/// Chains of 2; counts the workload prototypes the engine asks for.
+#[derive(Clone, Default)]
+struct WorkloadCounter {
+    prototypes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SpeculationPolicy for WorkloadCounter {
+    fn name(&self) -> String {
+        "workload-counter".into()
+    }
+    fn next_budget(&mut self) -> Budget {
+        Budget::Chain(2)
+    }
+    fn observe(&mut self, _outcome: &StepOutcome) {}
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(self.clone())
+    }
+    fn fork_for_new_workload(&self) -> Box<dyn SpeculationPolicy> {
+        self.prototypes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::new(self.clone())
+    }
+}
+
+#[test]
+fn each_named_workload_gets_its_own_policy_prototype_and_the_same_tokens() {
+    let greedy = SamplingParams::greedy();
+    let pair = pair(4);
+    let mut reqs = requests(6, 12);
+    let expected = plain(&pair, options(greedy, 2), &reqs);
+    for (request, workload) in reqs
+        .iter_mut()
+        .zip(["chat", "code", "chat", "", "code", ""])
+    {
+        request.workload = (!workload.is_empty()).then(|| workload.to_owned());
+    }
+    let counter = WorkloadCounter::default();
+    let mut target = ToyLanguageModel::new(pair.target.clone(), 256, vec![]);
+    let mut chain = ChainDrafter::new(draft_lm(&pair, greedy), ChainMode::Argmax);
+    let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+    let mut engine = Engine::new(
+        &mut target,
+        &mut chain,
+        verifier,
+        Box::new(counter.clone()),
+        options(greedy, 2),
+    )
+    .unwrap();
+    let got: Vec<Vec<u32>> = engine
+        .run(&reqs, &mut |_| {})
+        .unwrap()
+        .into_iter()
+        .map(|g| g.tokens)
+        .collect();
+    assert_eq!(got, expected);
+    let prototypes = || counter.prototypes.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        prototypes(),
+        2,
+        "one per named workload, kept across requests"
+    );
+    // 62 more names fill the engine's 64; one more is refused before anything runs, naming it
+    let named = |id: usize| Request {
+        id: 100 + id as u64,
+        workload: Some(format!("w{id}")),
+        ..requests(1, 1)[0].clone()
+    };
+    let fill: Vec<Request> = (0..MAX_WORKLOADS - 2).map(named).collect();
+    engine.run(&fill, &mut |_| {}).unwrap();
+    assert_eq!(prototypes(), MAX_WORKLOADS);
+    let mut done_calls = 0;
+    let one_more = [requests(1, 1)[0].clone(), named(MAX_WORKLOADS)];
+    let err = engine
+        .run(&one_more, &mut |_| done_calls += 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("workload `w64`") && err.contains("64"),
+        "{err}"
+    );
+    assert_eq!(done_calls, 0, "nothing ran before the refusal");
+    // known names still run
+    engine.run(&fill[..3], &mut |_| {}).unwrap();
+    assert_eq!(prototypes(), MAX_WORKLOADS);
 }

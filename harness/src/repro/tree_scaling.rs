@@ -259,6 +259,7 @@ pub fn measure_table(
         let request = Request {
             id: i as u64,
             seed: None,
+            workload: None,
             prompt: backend.encode(&prompt.text, false)?,
             stop: backend.stop_rule(size.max_tokens),
         };

@@ -433,6 +433,7 @@ impl Backend for EngineBackend {
                 Ok(Request {
                     id: spec.index as u64,
                     seed: None,
+                    workload: None,
                     prompt: self.encode_prompt(spec.prompt)?,
                     stop: stop.clone(),
                 })

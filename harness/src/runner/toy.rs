@@ -147,6 +147,7 @@ impl Backend for ToyBackend {
             .map(|spec| Request {
                 id: spec.index as u64,
                 seed: None,
+                workload: None,
                 prompt: toy_tokens(&spec.prompt.text, spec.index, vocab),
                 stop: StopRule::new(self.max_tokens, &[]),
             })
