@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 
 use specdec_harness::config::MethodConfig;
 use specdec_harness::engine::{
-    check_fits, BatchStatus, FinishReason, Generation, Request, RequestQueue, StopRule,
-    MAX_WORKLOADS,
+    check_fits, check_workload_room, BatchStatus, FinishReason, Generation, Request, RequestQueue,
+    StopRule,
 };
 use specdec_harness::runner::{EngineBackend, KvMemory};
 use specdec_harness::HarnessError;
@@ -237,7 +237,8 @@ struct JobQueue<'q> {
     settings_key: SamplingParams,
     /// Jobs admitted and not yet finished, by request id.
     running: HashMap<u64, Progress>,
-    /// The workloads of the jobs admitted so far (the engine keeps [`MAX_WORKLOADS`] apart).
+    /// The workloads of the jobs admitted so far (the engine keeps
+    /// [`specdec_harness::engine::MAX_WORKLOADS`] apart).
     workloads: HashSet<String>,
     next_id: u64,
     limits: &'q Limits,
@@ -307,16 +308,12 @@ impl JobQueue<'_> {
         None
     }
 
-    /// Whether a job of `workload` may join this run: `Err` naming the limit when it would be
-    /// one workload more than the engine keeps apart.
+    /// Whether a job of `workload` may join this run ([`check_workload_room`] over the
+    /// workloads admitted so far, which the run's engine keeps apart): `Err` with the reason.
     fn workload_fits(&self, workload: &str) -> Result<(), String> {
-        if self.workloads.contains(workload) || self.workloads.len() < MAX_WORKLOADS {
-            return Ok(());
-        }
-        Err(format!(
-            "`workload` `{workload}` would be one more than the {MAX_WORKLOADS} workloads a \
-             serving run keeps apart: reuse a name"
-        ))
+        let known = self.workloads.contains(workload);
+        check_workload_room(self.next_id, workload, known, self.workloads.len())
+            .map_err(refusal_reason)
     }
 }
 
@@ -405,10 +402,7 @@ impl RequestQueue for JobQueue<'_> {
 
     fn refused(&mut self, request: Request, error: HarnessError) {
         if let Some(p) = self.running.remove(&request.id) {
-            let reason = match error {
-                HarnessError::InvalidRequest { reason, .. } => reason,
-                other => other.to_string(),
-            };
+            let reason = refusal_reason(error);
             let _ = p
                 .job
                 .events
@@ -495,10 +489,15 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 /// Whether `request` fits the target's context and its KV pool alone: `Err` with the reason
 /// (prompt tokens, `max_tokens` and the limit) when it does not.
 fn fits(limits: &Limits, request: &Request) -> Result<(), String> {
-    check_fits(request, limits.context, limits.pool.as_ref()).map_err(|e| match e {
+    check_fits(request, limits.context, limits.pool.as_ref()).map_err(refusal_reason)
+}
+
+/// What a client is told of a refusal: an invalid request's reason, or the error itself.
+fn refusal_reason(error: HarnessError) -> String {
+    match error {
         HarnessError::InvalidRequest { reason, .. } => reason,
         other => other.to_string(),
-    })
+    }
 }
 
 #[cfg(test)]

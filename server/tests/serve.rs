@@ -334,7 +334,7 @@ fn the_server_answers_like_generate_and_refuses_bad_requests() {
             false => {
                 assert_eq!(status, 400, "workload {i}: {answer}");
                 let message = answer["error"]["message"].as_str().unwrap_or_default();
-                assert!(message.contains("`workload` `w64`"), "{answer}");
+                assert!(message.contains("workload `w64`"), "{answer}");
             }
         }
     }

@@ -1354,15 +1354,8 @@ mod tests {
         // Draft 0.1 of a target step, CPU-like verify: at α = 0.85 chains of 2-3 pay ≈ 1.4×;
         // at the α̂ = 0.22 a uniform prior makes of one rejection, nothing pays.
         let template = chain_policy(4, 0.1);
-        for fork in 0.. {
-            if template.pool().alpha().is_some() {
-                break;
-            }
-            assert!(fork < 4, "the first forks learned no α̂");
-            let mut early = template.fork();
-            Sim::new(0.1, 0.0, 0.85, cpu_verify).run(early.as_mut(), 40, 10_000);
-        }
-        let learned = template.pool().alpha().unwrap();
+        let (learned, forks) = learn_pool(&template, 0.85);
+        assert!(forks <= 4, "the first {forks} forks learned α̂");
         assert!(learned > 0.7, "{learned}");
         // A request (not an explorer) whose drafts are all rejected: its first chain (α̂ taken
         // as learned) is rejected, yet it drafts again, as one rejection says little ...
@@ -1387,12 +1380,12 @@ mod tests {
         assert!(learned_now.alpha().unwrap() < learned);
     }
 
-    /// Runs sequences forked from `prototype`, whose drafts are accepted at `alpha`, until its
-    /// pool learned an acceptance; returns it.
-    fn learn_pool(prototype: &CostModelPolicy, alpha: f64) -> f64 {
+    /// Runs sequences forked from `prototype`, whose drafts are accepted at `alpha` (40 steps
+    /// each), until its pool learned an acceptance; returns it and the sequences it took.
+    fn learn_pool(prototype: &CostModelPolicy, alpha: f64) -> (f64, u64) {
         for fork in 0.. {
             if let Some(learned) = prototype.pool().alpha() {
-                return learned;
+                return (learned, fork);
             }
             assert!(fork < EXPLORE_EVERY_FORKS, "{fork} forks learned no α̂");
             let mut early = prototype.fork();
@@ -1426,9 +1419,9 @@ mod tests {
             "costs are shared"
         );
         assert!(!Arc::ptr_eq(&chat.pool, &code.pool), "acceptance is not");
-        assert!(learn_pool(&chat, 0.1) < 0.5);
+        assert!(learn_pool(&chat, 0.1).0 < 0.5);
         // code's first sequence explores, as the first of all did, and its pool learns α̂ ...
-        assert!(learn_pool(&code, 0.85) > 0.7);
+        assert!(learn_pool(&code, 0.85).0 > 0.7);
         // ... from which its next sequences draft at once, while chat's stay plain.
         let budgets = run_next_non_explorer(&code, 0.85, 8);
         assert!(

@@ -585,25 +585,18 @@ impl<'a> Engine<'a> {
     }
 
     /// Whether the engine keeps a policy prototype for `request`'s workload or has room for
-    /// one more ([`MAX_WORKLOADS`]), besides the `pending` names not yet admitted.
-    ///
-    /// # Errors
-    /// [`HarnessError::InvalidRequest`] naming the workload and the limit.
+    /// one more, besides the `pending` names not yet admitted ([`check_workload_room`]).
     fn check_workload(&self, request: &Request, pending: &BTreeSet<&str>) -> Result<()> {
         let Some(name) = request.workload.as_deref() else {
             return Ok(());
         };
         let known = self.workload_policies.contains_key(name) || pending.contains(name);
-        if known || self.workload_policies.len() + pending.len() < MAX_WORKLOADS {
-            return Ok(());
-        }
-        Err(HarnessError::InvalidRequest {
-            id: request.id,
-            reason: format!(
-                "workload `{name}` would be one more than the {MAX_WORKLOADS} an engine keeps \
-                 apart"
-            ),
-        })
+        check_workload_room(
+            request.id,
+            name,
+            known,
+            self.workload_policies.len() + pending.len(),
+        )
     }
 
     /// A fresh policy for a request of `workload` (see [`Request::workload`]); the caller
@@ -1054,6 +1047,25 @@ struct TargetPass {
     forward_s: f64,
     /// Seconds of each sequence's verification (its share, by tokens, of a batched one).
     verify_s: Vec<f64>,
+}
+
+/// Checks that a request (id `id`) of workload `name` may join an engine that keeps `kept`
+/// workloads apart, `known` telling whether `name` is one of them: it may unless it would be
+/// one more than [`MAX_WORKLOADS`].
+///
+/// # Errors
+/// [`HarnessError::InvalidRequest`] naming the workload and the limit.
+pub fn check_workload_room(id: u64, name: &str, known: bool, kept: usize) -> Result<()> {
+    if known || kept < MAX_WORKLOADS {
+        return Ok(());
+    }
+    Err(HarnessError::InvalidRequest {
+        id,
+        reason: format!(
+            "workload `{name}` would be one more than the {MAX_WORKLOADS} an engine keeps apart: \
+             reuse a name"
+        ),
+    })
 }
 
 /// Checks that `request` can run to its end inside a context of `context` tokens: a non-empty
