@@ -6,7 +6,7 @@ use crate::quant::SimdLevel;
 /// SwiGLU: `out[i] = silu(gate[i]) * up[i]` with `silu(g) = g / (1 + exp_f32(-g))`, all f32
 /// ([`exp_f32`] is this crate's exponential, within 1 ulp of `exp`). Every element is computed
 /// by the same sequence of rounded operations on every [`SimdLevel`] (AVX-512 sixteen at a
-/// time, the portable loop one at a time), so the result is bit-identical on every CPU with
+/// time, AVX2 eight, the portable loop one at a time), so the result is bit-identical on every CPU with
 /// correctly rounded fused multiply-adds.
 ///
 /// # Errors
@@ -23,9 +23,12 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     }
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if SimdLevel::detect() == SimdLevel::Avx512 {
+    match SimdLevel::detect() {
         // SAFETY: `detect()` found AVX-512 F on this CPU; the three slices have one length.
-        done = unsafe { avx512::swiglu(gate, up, out) };
+        SimdLevel::Avx512 => done = unsafe { avx512::swiglu(gate, up, out) },
+        // SAFETY: `detect()` found AVX2 and FMA on this CPU; the three slices have one length.
+        SimdLevel::Avx2 => done = unsafe { avx2::swiglu(gate, up, out) },
+        SimdLevel::Portable => {}
     }
     for ((o, &g), &u) in out[done..].iter_mut().zip(&gate[done..]).zip(&up[done..]) {
         *o = g / (1.0 + exp_f32(-g)) * u;
@@ -126,6 +129,73 @@ mod avx512 {
                 let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
                 let silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
                 _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_mul_ps(silu, u));
+            }
+        }
+        whole
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! [`super::swiglu`] eight elements at a time.
+
+    use super::{EXP_COEFFS, EXP_RANGE, LN2_HI, LN2_LO, LOG2E};
+    use std::arch::x86_64::*;
+
+    /// `p · 2^n` lane by lane for four lanes of `p` and of the integers `n` (`|n| ≤ 151`),
+    /// exact in f64 (`p` has 24 bits, `2^n` is a normal f64).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn scale4(p: __m128, n: __m128i) -> __m256d {
+        let biased = _mm256_add_epi64(_mm256_cvtepi32_epi64(n), _mm256_set1_epi64x(1023));
+        let two_to_n = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(biased));
+        _mm256_mul_pd(_mm256_cvtps_pd(p), two_to_n)
+    }
+
+    /// [`super::exp_f32`] of eight lanes: the same operations (the scaling in f64, rounded
+    /// once to f32, as the scalar version does).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn exp8(x: __m256) -> __m256 {
+        let x = _mm256_min_ps(
+            _mm256_set1_ps(EXP_RANGE.1),
+            _mm256_max_ps(_mm256_set1_ps(EXP_RANGE.0), x),
+        );
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
+        );
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+        let mut p = _mm256_set1_ps(EXP_COEFFS[7]);
+        for &c in EXP_COEFFS[..7].iter().rev() {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        // a NaN `n` gives a garbage power, but then `p` is NaN too and so is the product
+        let n = _mm256_cvtps_epi32(n);
+        let low = scale4(_mm256_castps256_ps128(p), _mm256_castsi256_si128(n));
+        let high = scale4(
+            _mm256_extractf128_ps::<1>(p),
+            _mm256_extracti128_si256::<1>(n),
+        );
+        _mm256_set_m128(_mm256_cvtpd_ps(high), _mm256_cvtpd_ps(low))
+    }
+
+    /// The first `8 · ⌊len / 8⌋` elements of [`super::swiglu`]; returns how many it wrote.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `gate`, `up` and `out` have one length.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> usize {
+        let whole = gate.len() / 8 * 8;
+        let one = _mm256_set1_ps(1.0);
+        for i in (0..whole).step_by(8) {
+            // SAFETY: `i + 8 ≤ whole ≤ len` for all three slices; unaligned access is allowed.
+            unsafe {
+                let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+                let u = _mm256_loadu_ps(up.as_ptr().add(i));
+                let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+                let silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+                _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_mul_ps(silu, u));
             }
         }
         whole

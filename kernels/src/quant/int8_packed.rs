@@ -118,6 +118,16 @@ impl Int8PackedMatrix {
         int8_supported(ty) || Format::of(ty).is_some()
     }
 
+    /// Whether the products over the packed layout of `ty` run SIMD kernels on `level` (faster
+    /// than the GGUF layout's): on AVX-512 and AVX2 every [`Int8PackedMatrix::packable`] type,
+    /// never on the portable level.
+    pub fn has_kernels(ty: QuantType, level: SimdLevel) -> bool {
+        match level {
+            SimdLevel::Avx512 | SimdLevel::Avx2 => Self::packable(ty),
+            SimdLevel::Portable => false,
+        }
+    }
+
     /// Repacks `w` (any CPU; portable code): Q4_K and Q6_K into the tiles of this module, Q8_0,
     /// Q4_0, Q4_1 and Q5_0 into those of [`super::int8_packed_q32`].
     ///
@@ -328,25 +338,49 @@ fn int8_packed_many_with(
     if n == 0 {
         return Ok(());
     }
-    par_over_packed_tiles(products, n, |_, w, tile, tile_out| {
-        for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
+    par_over_packed_tiles(products, n, |_, w, tile, tile_out| match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
             let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
-            let sums: [[f32; TILE_ROWS]; G] = match (level, w.ty) {
-                // SAFETY: `level.ensure_available()` succeeded; the tile holds `cols / 256`
-                // tile-blocks and every token as many activation blocks (shapes checked).
-                #[cfg(target_arch = "x86_64")]
-                (SimdLevel::Avx512, QuantType::Q4_K) => unsafe { avx512::q4k_tile::<G>(tile, tokens, t == 0) },
-                // SAFETY: as above.
-                #[cfg(target_arch = "x86_64")]
-                (SimdLevel::Avx512, _) => unsafe { avx512::q6k_tile::<G>(tile, tokens, t == 0) },
-                _ => portable_tile::<G>(w.ty, tile, tokens),
+            // SAFETY: `level.ensure_available()` succeeded; the tile holds `cols / 256`
+            // tile-blocks and every token as many activation blocks (shapes checked).
+            let sums = unsafe {
+                match w.ty {
+                    QuantType::Q4_K => avx512::q4k_tile::<G>(tile, tokens, t == 0),
+                    _ => avx512::q6k_tile::<G>(tile, tokens, t == 0),
+                }
             };
-            for (g, sums) in sums.iter().enumerate() {
-                tile_out.write(t + g, sums);
-            }
-        });
+            write_tokens(tile_out, t, &sums);
+        }),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => for_token_groups!(n, [1, 2, 3, 4], t, G => {
+            let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
+            // SAFETY: as above (the AVX2 level includes FMA and F16C).
+            let sums = unsafe {
+                match w.ty {
+                    QuantType::Q4_K => avx2::q4k_tile::<G>(tile, tokens, t == 0),
+                    _ => avx2::q6k_tile::<G>(tile, tokens, t == 0),
+                }
+            };
+            write_tokens(tile_out, t, &sums);
+        }),
+        _ => for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
+            let tokens: [TokenBlocks<'_>; G] = std::array::from_fn(|g| acts.token(t + g));
+            write_tokens(tile_out, t, &portable_tile::<G>(w.ty, tile, tokens));
+        }),
     });
     Ok(())
+}
+
+/// Writes the tile's outputs of tokens `first..first + G`.
+pub(super) fn write_tokens<const G: usize>(
+    tile_out: &mut TileOut<'_>,
+    first: usize,
+    sums: &[[f32; TILE_ROWS]; G],
+) {
+    for (g, sums) in sums.iter().enumerate() {
+        tile_out.write(first + g, sums);
+    }
 }
 
 /// Runs `task(p, w, tile, tile_out)` in parallel over every tile of every product's matrix
@@ -403,6 +437,47 @@ fn portable_tile<const G: usize>(
     acc
 }
 
+/// Tile-blocks of a k-quant tile that the kernels hint ahead of the one they read
+/// ([`prefetch_part`]): 9.3 KB of Q4_K, 13.3 KB of Q6_K.
+#[cfg(target_arch = "x86_64")]
+const KQ_AHEAD: usize = 4;
+
+/// Part `part` of `parts` of the tile-block of `bytes` at `ahead`, hinted into L2, when the
+/// kernel sweeps its tile for the first time (`first_sweep`: the first group of tokens; the
+/// later groups find the tile in cache), whatever the number of tokens `G`: a kernel calls
+/// it once per step of its inner loop, so the hints for a tile-block further on are spread
+/// over the arithmetic of this one instead of issued in a burst. A prefetch never faults,
+/// whatever the address (a safe intrinsic), and never changes a result.
+///
+/// Measured on an earlier development machine (2 threads, 16 distinct [8960 × 1536]
+/// matrices so that every sweep comes from DRAM, variants interleaved, medians of 15
+/// rounds): from three tokens on, spreading the hints four tile-blocks ahead took 4 tokens
+/// from 2.16× to 1.18× the one-token time on Q6_K and from 1.49× to 1.28× on Q4_K (hints into
+/// L1, `T0`, did worse); there up to two tokens ran as fast without hints. On the current
+/// machine (`specdec bench model`, the three models, hints for every `G` against `G ≥ 3`
+/// interleaved, 4 rounds of medians of 9) hints for one and two tokens pay as well: decode
+/// 290 → 353 tokens/s on SmolLM2-135M (Q4_1, the 32-block kernels), 47 → 67 on
+/// Qwen2.5-Coder-0.5B, 19.1 → 23.2 on the 1.5B; two tokens 25.1 → 17.6 ms on the 0.5B; three
+/// and four unchanged. So the hints are on for every `G`.
+#[inline]
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse")]
+pub(super) fn prefetch_part(
+    first_sweep: bool,
+    ahead: *const u8,
+    bytes: usize,
+    part: usize,
+    parts: usize,
+) {
+    if first_sweep {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        let lines = bytes / 64;
+        for line in part * lines / parts..(part + 1) * lines / parts {
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * line).cast());
+        }
+    }
+}
+
 // The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
@@ -457,44 +532,6 @@ pub(super) mod avx512 {
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
     }
 
-    /// Tile-blocks of a k-quant tile that the kernels hint ahead of the one they read
-    /// ([`prefetch_part`]): 9.3 KB of Q4_K, 13.3 KB of Q6_K.
-    pub(super) const KQ_AHEAD: usize = 4;
-
-    /// Part `part` of `parts` of the tile-block of `bytes` at `ahead`, hinted into L2, when the
-    /// kernel sweeps its tile for the first time (`first_sweep`: the first group of tokens; the
-    /// later groups find the tile in cache), whatever the number of tokens `G`: a kernel calls
-    /// it once per step of its inner loop, so the hints for a tile-block further on are spread
-    /// over the arithmetic of this one instead of issued in a burst. A prefetch never faults,
-    /// whatever the address (a safe intrinsic), and never changes a result.
-    ///
-    /// Measured on an earlier development machine (2 threads, 16 distinct [8960 × 1536]
-    /// matrices so that every sweep comes from DRAM, variants interleaved, medians of 15
-    /// rounds): from three tokens on, spreading the hints four tile-blocks ahead took 4 tokens
-    /// from 2.16× to 1.18× the one-token time on Q6_K and from 1.49× to 1.28× on Q4_K (hints into
-    /// L1, `T0`, did worse); there up to two tokens ran as fast without hints. On the current
-    /// machine (`specdec bench model`, the three models, hints for every `G` against `G ≥ 3`
-    /// interleaved, 4 rounds of medians of 9) hints for one and two tokens pay as well: decode
-    /// 290 → 353 tokens/s on SmolLM2-135M (Q4_1, the 32-block kernels), 47 → 67 on
-    /// Qwen2.5-Coder-0.5B, 19.1 → 23.2 on the 1.5B; two tokens 25.1 → 17.6 ms on the 0.5B; three
-    /// and four unchanged. So the hints are on for every `G`.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    pub(in crate::quant) fn prefetch_part(
-        first_sweep: bool,
-        ahead: *const u8,
-        bytes: usize,
-        part: usize,
-        parts: usize,
-    ) {
-        if first_sweep {
-            let lines = bytes / 64;
-            for line in part * lines / parts..(part + 1) * lines / parts {
-                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(64 * line).cast());
-            }
-        }
-    }
-
     /// The sixteen outputs of one Q4_K tile against `G` tokens (`first_sweep`: these are the
     /// first tokens the tile meets in this product, see [`prefetch_part`]).
     ///
@@ -511,10 +548,10 @@ pub(super) mod avx512 {
         let mut acc = [_mm512_setzero_ps(); G];
         for (b, tb) in tile.chunks_exact(super::Q4K_TILE_BLOCK).enumerate() {
             let tb = tb.as_ptr();
-            let ahead = tb.wrapping_add(KQ_AHEAD * super::Q4K_TILE_BLOCK);
+            let ahead = tb.wrapping_add(super::KQ_AHEAD * super::Q4K_TILE_BLOCK);
             let mut isum = [_mm512_setzero_si512(); G];
             for j in 0..8 {
-                prefetch_part(first_sweep, ahead, super::Q4K_TILE_BLOCK, j, 8);
+                super::prefetch_part(first_sweep, ahead, super::Q4K_TILE_BLOCK, j, 8);
                 let mut dots = [[_mm512_setzero_si512(); 2]; G];
                 for p in 0..4 {
                     // SAFETY: `320 + 256j + 64p + 64 ≤ 2368` bytes of the tile-block.
@@ -581,10 +618,10 @@ pub(super) mod avx512 {
         let mut acc = [_mm512_setzero_ps(); G];
         for (b, tb) in tile.chunks_exact(super::Q6K_TILE_BLOCK).enumerate() {
             let tb = tb.as_ptr();
-            let ahead = tb.wrapping_add(KQ_AHEAD * super::Q6K_TILE_BLOCK);
+            let ahead = tb.wrapping_add(super::KQ_AHEAD * super::Q6K_TILE_BLOCK);
             let mut isum = [_mm512_setzero_si512(); G];
             for k in 0..16 {
-                prefetch_part(first_sweep, ahead, super::Q6K_TILE_BLOCK, k, 16);
+                super::prefetch_part(first_sweep, ahead, super::Q6K_TILE_BLOCK, k, 16);
                 // SAFETY: the group's 192 bytes end at `320 + 192k + 192 ≤ 3392`.
                 let (nib0, nib1, high) = unsafe {
                     let group = tb.add(super::Q6K_QUANTS + 192 * k);
@@ -637,5 +674,236 @@ pub(super) mod avx512 {
     pub(in crate::quant) fn store<const G: usize>(acc: [__m512; G]) -> [[f32; TILE_ROWS]; G] {
         // SAFETY: `__m512` and `[f32; 16]` have the same size, and every bit pattern is valid.
         acc.map(|v| unsafe { std::mem::transmute::<__m512, [f32; TILE_ROWS]>(v) })
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx2 {
+    //! The tile kernels for CPUs with AVX2 and no AVX-512 VNNI: each half of a tile (rows
+    //! `0..8`, `8..16`) in one 256-bit register, so the layout and the lane-wise arithmetic are
+    //! those of [`super::avx512`], with `vpdpbusd` replaced by `vpmaddubsw` (u8 × i8 pair sums
+    //! in 16 bits) and `vpmaddwd` (pairs into the 32-bit lane of each row). The 16-bit pair sums
+    //! never saturate: a Q4_K lane adds eight of them per sub-block, at most
+    //! `16 · 15 · 127 = 30480`; a Q6_K lane two, at most `4 · 63 · 127 = 32004`. So the block
+    //! integers are exact and each row's float steps are the module's own (bit-identical to every
+    //! other level, tested). Tokens come at most four at a time (sixteen registers).
+
+    use super::{TokenBlocks, TILE_ROWS};
+    use std::arch::x86_64::*;
+
+    /// Rows per half-tile (the 32-bit lanes of a 256-bit register).
+    const HALF: usize = TILE_ROWS / 2;
+
+    /// A 32-byte load at `p` (unaligned allowed).
+    ///
+    /// # Safety
+    /// `p .. p + 32` must be readable; the CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(in crate::quant) unsafe fn load(p: *const u8) -> __m256i {
+        // SAFETY: the caller guarantees 32 readable bytes.
+        unsafe { _mm256_loadu_si256(p.cast()) }
+    }
+
+    /// The 32-bit word at `p`, broadcast to all eight lanes.
+    ///
+    /// # Safety
+    /// `p .. p + 4` must be readable; the CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn broadcast_word(p: *const i8) -> __m256i {
+        // SAFETY: the caller guarantees 4 readable bytes; unaligned reads are allowed.
+        _mm256_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
+    }
+
+    /// Eight f16 at `p` as f32.
+    ///
+    /// # Safety
+    /// `p .. p + 16` must be readable; the CPU must support AVX2 and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    pub(in crate::quant) unsafe fn load_f16x8(p: *const u8) -> __m256 {
+        // SAFETY: 16 readable bytes (caller).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+
+    /// Eight bytes at `p` as the eight lanes' 32-bit integers (`signed`: as i8, else as u8).
+    ///
+    /// # Safety
+    /// `p .. p + 8` must be readable; the CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load_bytes8(p: *const u8, signed: bool) -> __m256i {
+        // SAFETY: 8 readable bytes (caller); unaligned reads are allowed.
+        let bytes = unsafe { _mm_loadl_epi64(p.cast()) };
+        match signed {
+            true => _mm256_cvtepi8_epi32(bytes),
+            false => _mm256_cvtepu8_epi32(bytes),
+        }
+    }
+
+    /// The sixteen outputs of one Q4_K tile against `G ≤ 4` tokens (`first_sweep` as in
+    /// [`super::avx512::q4k_tile`]).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C; `tile` holds `blocks` tile-blocks and every
+    /// token `blocks` activation blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4k_tile<const G: usize>(
+        tile: &[u8],
+        tokens: [TokenBlocks<'_>; G],
+        first_sweep: bool,
+    ) -> [[f32; TILE_ROWS]; G] {
+        let mask = _mm256_set1_epi8(15);
+        let mut acc = [[_mm256_setzero_ps(); G]; 2];
+        for (b, tb) in tile.chunks_exact(super::Q4K_TILE_BLOCK).enumerate() {
+            let tb = tb.as_ptr();
+            let ahead = tb.wrapping_add(super::KQ_AHEAD * super::Q4K_TILE_BLOCK);
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let mut isum = [_mm256_setzero_si256(); G];
+                for j in 0..8 {
+                    super::prefetch_part(first_sweep, ahead, super::Q4K_TILE_BLOCK, 8 * h + j, 16);
+                    // SAFETY: 8 bytes of scales at `16j + 8h`; each lane (sc, sc) as two i16
+                    let sc = unsafe { load_bytes8(tb.add(16 * j + HALF * h), false) };
+                    let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
+                    let mut dots = [_mm256_setzero_si256(); G];
+                    for p in 0..4 {
+                        // SAFETY: `320 + 256j + 64p + 32h + 32 ≤ 2368` bytes of the tile-block.
+                        let packed =
+                            unsafe { load(tb.add(super::Q4K_QUANTS + 256 * j + 64 * p + 32 * h)) };
+                        let low = _mm256_and_si256(packed, mask);
+                        let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask);
+                        for g in 0..G {
+                            // SAFETY: element `256b + 32j + 8p + 8 ≤ cols` of the token's quants.
+                            unsafe {
+                                let a = tokens[g].quants.as_ptr().add(256 * b + 32 * j + 8 * p);
+                                let pairs = _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(low, broadcast_word(a)),
+                                    _mm256_maddubs_epi16(high, broadcast_word(a.add(4))),
+                                );
+                                dots[g] = _mm256_add_epi16(dots[g], pairs);
+                            }
+                        }
+                    }
+                    for g in 0..G {
+                        isum[g] = _mm256_add_epi32(isum[g], _mm256_madd_epi16(dots[g], sc));
+                    }
+                }
+                let mut msum = [_mm256_setzero_si256(); G];
+                for p in 0..4 {
+                    // SAFETY: 16 bytes of min pairs at `128 + 32p + 16h`.
+                    let mins = _mm256_cvtepu8_epi16(unsafe {
+                        _mm_loadu_si128(tb.add(128 + 32 * p + 16 * h).cast())
+                    });
+                    for g in 0..G {
+                        // SAFETY: sub-block sums `8b + 2p`, `8b + 2p + 1` of the token.
+                        let pair = unsafe {
+                            broadcast_word(
+                                tokens[g].subblock_sums.as_ptr().add(8 * b + 2 * p).cast(),
+                            )
+                        };
+                        msum[g] = _mm256_add_epi32(msum[g], _mm256_madd_epi16(mins, pair));
+                    }
+                }
+                // SAFETY: 16 bytes each at `256 + 16h` and `288 + 16h`.
+                let (d, dmin) = unsafe {
+                    (
+                        load_f16x8(tb.add(256 + 16 * h)),
+                        load_f16x8(tb.add(288 + 16 * h)),
+                    )
+                };
+                for g in 0..G {
+                    let da = _mm256_set1_ps(tokens[g].scales[b]);
+                    let a = &mut acc[g];
+                    *a = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[g]), *a);
+                    *a = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum[g]), *a);
+                }
+            }
+        }
+        store(acc)
+    }
+
+    /// The sixteen outputs of one Q6_K tile against `G ≤ 4` tokens (`first_sweep` as in
+    /// [`super::avx512::q4k_tile`]).
+    ///
+    /// # Safety
+    /// As [`q4k_tile`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q6k_tile<const G: usize>(
+        tile: &[u8],
+        tokens: [TokenBlocks<'_>; G],
+        first_sweep: bool,
+    ) -> [[f32; TILE_ROWS]; G] {
+        let m4 = _mm256_set1_epi8(15);
+        let m30 = _mm256_set1_epi8(0x30);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); G]; 2];
+        for (b, tb) in tile.chunks_exact(super::Q6K_TILE_BLOCK).enumerate() {
+            let tb = tb.as_ptr();
+            let ahead = tb.wrapping_add(super::KQ_AHEAD * super::Q6K_TILE_BLOCK);
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let mut isum = [_mm256_setzero_si256(); G];
+                for k in 0..16 {
+                    super::prefetch_part(first_sweep, ahead, super::Q6K_TILE_BLOCK, 16 * h + k, 32);
+                    // SAFETY: the half's bytes of the group's 192 end at `320 + 192k + 160 + 32`.
+                    let (nib0, nib1, high) = unsafe {
+                        let group = tb.add(super::Q6K_QUANTS + 192 * k + 32 * h);
+                        (load(group), load(group.add(64)), load(group.add(128)))
+                    };
+                    // quants of step t: low nibble | (high bits 2t..2t+2) << 4
+                    let with_high = |low: __m256i, shifted: __m256i| {
+                        _mm256_or_si256(low, _mm256_and_si256(shifted, m30))
+                    };
+                    let w = [
+                        with_high(_mm256_and_si256(nib0, m4), _mm256_slli_epi16::<4>(high)),
+                        with_high(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(nib0), m4),
+                            _mm256_slli_epi16::<2>(high),
+                        ),
+                        with_high(_mm256_and_si256(nib1, m4), high),
+                        with_high(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(nib1), m4),
+                            _mm256_srli_epi16::<2>(high),
+                        ),
+                    ];
+                    // SAFETY: 8 bytes of scales at `16k + 8h`.
+                    let sc = unsafe { load_bytes8(tb.add(16 * k + HALF * h), true) };
+                    for g in 0..G {
+                        // SAFETY: group `16b + k` of the token: its offset and its 16 quants.
+                        unsafe {
+                            let offset = *tokens[g].offset_sums.as_ptr().add(16 * b + k);
+                            let a = tokens[g].quants.as_ptr().add(256 * b + 16 * k);
+                            let step =
+                                |t: usize| _mm256_maddubs_epi16(w[t], broadcast_word(a.add(4 * t)));
+                            let dot = _mm256_add_epi32(
+                                _mm256_madd_epi16(_mm256_add_epi16(step(0), step(1)), ones),
+                                _mm256_madd_epi16(_mm256_add_epi16(step(2), step(3)), ones),
+                            );
+                            let dot = _mm256_add_epi32(_mm256_set1_epi32(offset), dot);
+                            isum[g] = _mm256_add_epi32(isum[g], _mm256_mullo_epi32(dot, sc));
+                        }
+                    }
+                }
+                // SAFETY: 16 bytes at `256 + 16h`.
+                let d = unsafe { load_f16x8(tb.add(256 + 16 * h)) };
+                for g in 0..G {
+                    let da = _mm256_set1_ps(tokens[g].scales[b]);
+                    acc[g] =
+                        _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[g]), acc[g]);
+                }
+            }
+        }
+        store(acc)
+    }
+
+    /// The accumulators (`acc[h][g]`: half `h` of token `g`) as one array per token.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(in crate::quant) fn store<const G: usize>(acc: [[__m256; G]; 2]) -> [[f32; TILE_ROWS]; G] {
+        // SAFETY: `[__m256; 2]` and `[f32; 16]` have the same size, and every bit pattern is
+        // valid.
+        std::array::from_fn(|g| unsafe {
+            std::mem::transmute::<[__m256; 2], [f32; TILE_ROWS]>([acc[0][g], acc[1][g]])
+        })
     }
 }

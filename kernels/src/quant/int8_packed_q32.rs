@@ -35,11 +35,13 @@
 //! [`super::int8_packed`]).
 
 use super::dequant::le_f16;
-use super::int8_packed::{par_over_packed_tiles, Int8PackedMatrix, PackedProduct, TILE_ROWS};
+use super::int8_packed::{
+    par_over_packed_tiles, write_tokens, Int8PackedMatrix, PackedProduct, TILE_ROWS,
+};
 use super::int8_q32::{
     accumulate_block, decode_block, Format, Q8Blocks32, Q32_BLOCK, Q4_0, Q4_1, Q5_0, Q8_0,
 };
-use super::matmul::{check_len, for_token_groups, SimdLevel};
+use super::matmul::{check_len, for_token_groups, SimdLevel, TileOut};
 use crate::error::{KernelError, Result};
 
 /// Blocks of 32 elements per tile-block.
@@ -224,20 +226,36 @@ fn q32_packed_many_with(
     if n == 0 {
         return Ok(());
     }
-    par_over_packed_tiles(products, n, |p, _, tile, tile_out| {
-        for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
-            let sums = match formats[p] {
-                Format::Q8_0 => tile_sums::<Q8_0, G>(level, tile, acts, t),
-                Format::Q4_0 => tile_sums::<Q4_0, G>(level, tile, acts, t),
-                Format::Q4_1 => tile_sums::<Q4_1, G>(level, tile, acts, t),
-                Format::Q5_0 => tile_sums::<Q5_0, G>(level, tile, acts, t),
-            };
-            for (g, sums) in sums.iter().enumerate() {
-                tile_out.write(t + g, sums);
-            }
-        });
+    par_over_packed_tiles(products, n, |p, _, tile, tile_out| match formats[p] {
+        Format::Q8_0 => tile_products::<Q8_0>(level, tile, acts, tile_out),
+        Format::Q4_0 => tile_products::<Q4_0>(level, tile, acts, tile_out),
+        Format::Q4_1 => tile_products::<Q4_1>(level, tile, acts, tile_out),
+        Format::Q5_0 => tile_products::<Q5_0>(level, tile, acts, tile_out),
     });
     Ok(())
+}
+
+/// The tile's outputs for every token on `level`, tokens in groups of up to eight (four on
+/// AVX2: its sixteen registers), written to `tile_out`.
+#[inline(always)]
+fn tile_products<const T: u8>(
+    level: SimdLevel,
+    tile: &[u8],
+    acts: &Q8Blocks32,
+    tile_out: &mut TileOut<'_>,
+) {
+    let n = acts.n_tokens();
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => for_token_groups!(n, [1, 2, 3, 4], t, G => {
+            // SAFETY: the caller checked `level.ensure_available()`; the tile holds
+            // `ceil(blocks / 2)` tile-blocks of format `T` and `t + G ≤ n_tokens`.
+            write_tokens(tile_out, t, &unsafe { avx2::tile::<T, G>(tile, acts, t) });
+        }),
+        _ => for_token_groups!(n, [1, 2, 3, 4, 5, 6, 7, 8], t, G => {
+            write_tokens(tile_out, t, &tile_sums::<T, G>(level, tile, acts, t));
+        }),
+    }
 }
 
 /// The sixteen outputs of one tile against tokens `t0 .. t0 + G` on `level`.
@@ -287,9 +305,8 @@ mod avx512 {
     //! that is far less than the time to stream the bytes from DRAM on one core here, so the
     //! product is bound by memory.
 
-    use super::super::int8_packed::avx512::{
-        broadcast_word, load, load_f16x16, prefetch_part, store,
-    };
+    use super::super::int8_packed::avx512::{broadcast_word, load, load_f16x16, store};
+    use super::super::int8_packed::prefetch_part;
     use super::super::int8_q32::slab_offset;
     use super::{layout, offset, tile_block_bytes, Q8Blocks32, Q32_TILE_BLOCKS, TILE_ROWS};
     use super::{Q4_1, Q5_0, Q8_0};
@@ -397,6 +414,175 @@ mod avx512 {
                 *acc = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum), *acc);
                 if T == Q4_1 {
                     *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(acts.scaled_sums[i]), *acc);
+                }
+            }
+        }
+        store(acc)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! The tile kernel for CPUs with AVX2 and no AVX-512 VNNI: each half of a tile (rows
+    //! `0..8`, `8..16`) in one 256-bit register, the layout and the lane-wise arithmetic of
+    //! [`super::avx512`], with `vpdpbusd` replaced by `vpmaddubsw` (u8 × i8 pair sums in 16
+    //! bits) and `vpmaddwd` (pairs into each row's 32-bit lane). No 16-bit sum saturates, so
+    //! the block integers are exact and the float steps are the module's (bit-identical to
+    //! every other level, tested):
+    //! - the 4-bit types add all eight pair sums of a block in 16 bits (at most
+    //!   `16 · 15 · 127 = 30480`), Q5_0 two runs of four (at most `8 · 31 · 127 = 31496`);
+    //! - Q8_0's unsigned quants (`qw + 128`) would overflow a pair sum, so the kernel turns them
+    //!   back into `qw` and multiplies `|qw|` by the activations carrying `qw`'s sign
+    //!   (`vpsignb`): a pair sum is at most `2 · 128 · 127 = 32512`, and no offset is needed.
+    //!
+    //! Tokens come at most four at a time (sixteen registers).
+
+    use super::super::int8_packed::avx2::{load, load_f16x8, store};
+    use super::super::int8_packed::prefetch_part;
+    use super::super::int8_q32::slab_offset;
+    use super::{layout, offset, tile_block_bytes, Q8Blocks32, Q32_TILE_BLOCKS, TILE_ROWS};
+    use super::{Q4_1, Q5_0, Q8_0};
+    use std::arch::x86_64::*;
+
+    /// Tile-blocks the kernel hints ahead of the one it reads, as [`super::avx512`]'s.
+    const Q32_AHEAD: usize = 8;
+
+    /// Half `h`'s eight weight registers of block `e` of the tile-block at `tb`, element order
+    /// (`w[j]`: elements `4j .. 4j + 4` of each row), as stored (unsigned).
+    ///
+    /// # Safety
+    /// The tile-block of format `T` at `tb` must be readable; the CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn weights<const T: u8>(tb: *const u8, e: usize, h: usize) -> [__m256i; 8] {
+        let (header, quant_bytes) = layout(T);
+        // SAFETY: block `e`'s quants span `header + e·Q .. header + (e + 1)·Q` (caller); half
+        // `h` of each 64-byte register is its bytes `32h .. 32h + 32`.
+        let q = unsafe { tb.add(header + e * quant_bytes + 32 * h) };
+        if T == Q8_0 {
+            // SAFETY: eight registers at `64j` of the block's 512 quant bytes.
+            return std::array::from_fn(|j| unsafe { load(q.add(64 * j)) });
+        }
+        let m4 = _mm256_set1_epi8(15);
+        // SAFETY: four registers at `64p` of the block's 256 nibble bytes.
+        let nibbles: [__m256i; 4] = std::array::from_fn(|p| unsafe { load(q.add(64 * p)) });
+        let mut w: [__m256i; 8] = std::array::from_fn(|j| {
+            let v = nibbles[j / 2];
+            match j % 2 {
+                0 => _mm256_and_si256(v, m4),
+                _ => _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+            }
+        });
+        if T == Q5_0 {
+            let m10 = _mm256_set1_epi8(0x10);
+            // SAFETY: the fifth bits' register at `+ 256` of the block's 320 bytes.
+            let h = unsafe { load(q.add(256)) };
+            // bit j of each byte moved to bit 4 (no bit crosses a byte under the mask)
+            let fifth = [
+                _mm256_slli_epi16::<4>(h),
+                _mm256_slli_epi16::<3>(h),
+                _mm256_slli_epi16::<2>(h),
+                _mm256_slli_epi16::<1>(h),
+                h,
+                _mm256_srli_epi16::<1>(h),
+                _mm256_srli_epi16::<2>(h),
+                _mm256_srli_epi16::<3>(h),
+            ];
+            for (w, bit) in w.iter_mut().zip(fifth) {
+                *w = _mm256_or_si256(*w, _mm256_and_si256(bit, m10));
+            }
+        }
+        w
+    }
+
+    /// The sixteen outputs of one tile of format `T` against tokens `t0 .. t0 + G` (`G ≤ 4`).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C; `tile` holds `ceil(blocks / 2)` tile-blocks of
+    /// format `T` (`blocks = acts.blocks`) and `t0 + G ≤ acts.n_tokens()`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tile<const T: u8, const G: usize>(
+        tile: &[u8],
+        acts: &Q8Blocks32,
+        t0: usize,
+    ) -> [[f32; TILE_ROWS]; G] {
+        let tb_bytes = tile_block_bytes(T);
+        let ones = _mm256_set1_epi16(1);
+        let sign_flip = _mm256_set1_epi8(i8::MIN);
+        let shift = (offset(T) as u32).trailing_zeros();
+        let mut acc = [[_mm256_setzero_ps(); G]; 2];
+        for b in 0..acts.blocks {
+            let e = b % Q32_TILE_BLOCKS;
+            // SAFETY: tile-block `b / 2` lies inside the tile (caller).
+            let tb = unsafe { tile.as_ptr().add(b / Q32_TILE_BLOCKS * tb_bytes) };
+            for (h, acc) in acc.iter_mut().enumerate() {
+                prefetch_part(
+                    t0 == 0,
+                    tb.wrapping_add(Q32_AHEAD * tb_bytes),
+                    tb_bytes,
+                    2 * e + h,
+                    2 * Q32_TILE_BLOCKS,
+                );
+                // SAFETY: the tile-block is readable (above).
+                let mut w = unsafe { weights::<T>(tb, e, h) };
+                if T == Q8_0 {
+                    // the signed quants `qw = u − 128`
+                    for w in &mut w {
+                        *w = _mm256_xor_si256(*w, sign_flip);
+                    }
+                }
+                // SAFETY: 16 bytes of scales (and of mins) at `32e + 16h` of the header.
+                let d = unsafe { load_f16x8(tb.add(32 * e + 16 * h)) };
+                let m = if T == Q4_1 {
+                    // SAFETY: as above.
+                    unsafe { load_f16x8(tb.add(64 + 32 * e + 16 * h)) }
+                } else {
+                    _mm256_setzero_ps()
+                };
+                for (g, acc) in acc.iter_mut().enumerate() {
+                    let i = acts.index(t0 + g, b);
+                    let start = match T {
+                        Q4_1 | Q8_0 => 0,
+                        _ => -(acts.sums[i] << shift),
+                    };
+                    // SAFETY: the token's stored block `i` spans the 8-byte words of four slabs
+                    // from `slab_offset(i, 0)` (the layout of `Q8Blocks32`).
+                    let a = unsafe { acts.quants.as_ptr().add(slab_offset(i, 0)) };
+                    // SAFETY: elements `4j .. 4j + 4` of the block, inside its slabs.
+                    let word = |j: usize| unsafe {
+                        _mm256_set1_epi32(
+                            a.add(64 * (j / 2) + 4 * (j % 2))
+                                .cast::<i32>()
+                                .read_unaligned(),
+                        )
+                    };
+                    let mut isum = _mm256_set1_epi32(start);
+                    match T {
+                        Q8_0 => {
+                            for (j, &wj) in w.iter().enumerate() {
+                                let signed_acts = _mm256_sign_epi8(word(j), wj);
+                                let pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wj), signed_acts);
+                                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+                            }
+                        }
+                        _ => {
+                            // runs of pair sums added in 16 bits: eight (4-bit), four (Q5_0)
+                            let run = if T == Q5_0 { 4 } else { 8 };
+                            for r in 0..8 / run {
+                                let mut pairs = _mm256_setzero_si256();
+                                for (j, &wj) in w.iter().enumerate().skip(run * r).take(run) {
+                                    pairs =
+                                        _mm256_add_epi16(pairs, _mm256_maddubs_epi16(wj, word(j)));
+                                }
+                                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+                            }
+                        }
+                    }
+                    let da = _mm256_set1_ps(acts.scales[i]);
+                    *acc = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum), *acc);
+                    if T == Q4_1 {
+                        *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(acts.scaled_sums[i]), *acc);
+                    }
                 }
             }
         }

@@ -137,9 +137,9 @@ pub enum SimdLevel {
     /// Plain Rust, no target features (on x86_64 the fused multiply-add is a library call:
     /// slow, for tests and for CPUs without FMA).
     Portable,
-    /// x86_64 AVX2 + FMA.
+    /// x86_64 AVX2 + FMA + F16C.
     Avx2,
-    /// x86_64 AVX-512 (F, BW, VL, VNNI) + AVX2 + FMA.
+    /// x86_64 AVX-512 (F, BW, VL, VNNI) + AVX2 + FMA + F16C.
     Avx512,
 }
 
@@ -175,7 +175,11 @@ impl SimdLevel {
         match self {
             SimdLevel::Portable => true,
             #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            SimdLevel::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512 => {
                 is_x86_feature_detected!("avx512f")
@@ -184,6 +188,7 @@ impl SimdLevel {
                     && is_x86_feature_detected!("avx512vnni")
                     && is_x86_feature_detected!("avx2")
                     && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,

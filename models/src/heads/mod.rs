@@ -69,7 +69,7 @@ use std::sync::Arc;
 
 use specdec_kernels::kv::KvDtype;
 use specdec_kernels::quant::int8_q32::Q32_BLOCK;
-use specdec_kernels::quant::{QuantType, SimdLevel};
+use specdec_kernels::quant::{Int8PackedMatrix, QuantType, SimdLevel};
 
 pub use eagle::{EagleHead, HeadOutput, HeadStep};
 pub use file::{
@@ -282,7 +282,7 @@ pub(crate) fn head_matrix(
     };
     let mut matrix = WeightMatrix::quantize(rows, cols, &tensor.data, ty)
         .map_err(|e| ModelError::Config(format!("head tensor `{name}`: {e}")))?;
-    if ty == QuantType::Q8_0 && SimdLevel::detect() == SimdLevel::Avx512 {
+    if Int8PackedMatrix::has_kernels(ty, SimdLevel::detect()) {
         matrix.pack_for_int8()?;
     }
     Ok(matrix)

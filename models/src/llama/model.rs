@@ -43,23 +43,23 @@ pub enum MatmulPath {
     /// [`quant_matmul_int8`] (256-element blocks, [`Q8Activations`]); Q8_0, Q4_0, Q4_1 and Q5_0
     /// matrices ([`q32_supported`], the LM head / tied embedding included) use
     /// [`quant_matmul_q32`] (32-element blocks, [`Q8Blocks32`]); every other matrix takes the
-    /// [`MatmulPath::Exact`] product. On AVX-512 both families are read from a copy repacked
-    /// sixteen rows at a time ([`MatmulPath::prepare`], same results). Logits then
+    /// [`MatmulPath::Exact`] product. On AVX-512 and AVX2 both families are read from a copy
+    /// repacked sixteen rows at a time ([`MatmulPath::prepare`], same results). Logits then
     /// differ from the f32 reference by activation-quantisation noise (as llama.cpp's do).
     #[default]
     Int8,
 }
 
 impl MatmulPath {
-    /// Readies `weights` for this path: on [`MatmulPath::Int8`] with AVX-512, the matrices of
-    /// both 8-bit families get the copy the AVX-512 kernels read ([`ModelWeights::pack_for_int8`], the
-    /// same results faster); otherwise nothing changes.
+    /// Readies `weights` for this path: on [`MatmulPath::Int8`] with AVX-512 or AVX2, the
+    /// matrices of both 8-bit families get the copy the tile kernels read
+    /// ([`ModelWeights::pack_for_int8`], the same results faster); otherwise nothing changes.
     ///
     /// # Errors
     /// Packing errors.
     pub fn prepare(self, weights: &mut ModelWeights) -> Result<()> {
-        if self == MatmulPath::Int8 && SimdLevel::detect() == SimdLevel::Avx512 {
-            weights.pack_for_int8()?;
+        if self == MatmulPath::Int8 {
+            weights.pack_for_int8(SimdLevel::detect())?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use specdec_kernels::quant::int8::Q8_BLOCK;
 use specdec_kernels::quant::{
     int8_supported, quant_matmul, quantize_values, Int8PackedMatrix, QuantMatrix, QuantType,
+    SimdLevel,
 };
 
 use crate::error::{ModelError, Result};
@@ -428,11 +429,12 @@ pub struct ModelWeights {
 
 impl ModelWeights {
     /// [`WeightMatrix::pack_for_int8`] for every matrix the products read (the LM head
-    /// included; the token embedding, only gathered, stays as stored), in parallel.
+    /// included; the token embedding, only gathered, stays as stored) whose packed layout has
+    /// kernels on `level` ([`Int8PackedMatrix::has_kernels`]), in parallel.
     ///
     /// # Errors
     /// The first packing error.
-    pub fn pack_for_int8(&mut self) -> Result<()> {
+    pub fn pack_for_int8(&mut self, level: SimdLevel) -> Result<()> {
         use rayon::prelude::*;
         let mut matrices: Vec<&mut WeightMatrix> = self
             .layers
@@ -442,6 +444,7 @@ impl ModelWeights {
         matrices.push(&mut self.output);
         matrices
             .into_par_iter()
+            .filter(|m| Int8PackedMatrix::has_kernels(m.ty, level))
             .try_for_each(|m| m.pack_for_int8().map(drop))
     }
 }
