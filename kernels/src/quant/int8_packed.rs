@@ -1,5 +1,5 @@
-//! The k-quant weights repacked sixteen rows at a time for the AVX-512 8-bit product (the
-//! 32-element types get the same treatment in [`super::int8_packed_q32`], on this module's
+//! The k-quant weights repacked sixteen rows at a time for the AVX-512 and AVX2 8-bit products
+//! (the 32-element types get the same treatment in [`super::int8_packed_q32`], on this module's
 //! [`Int8PackedMatrix`]).
 //!
 //! **Why.** Over the GGUF layout one output is one row against one token: the sixteen lanes of
@@ -277,8 +277,8 @@ pub fn quant_matmul_int8_packed(
     quant_matmul_int8_packed_with(w, acts, out, SimdLevel::detect())
 }
 
-/// [`quant_matmul_int8_packed`] with an explicit [`SimdLevel`]: AVX-512 (F, BW, VL, VNNI) runs
-/// the tile kernels; every other level runs the portable reference, which reads the packed
+/// [`quant_matmul_int8_packed`] with an explicit [`SimdLevel`]: AVX-512 (F, BW, VL, VNNI) and
+/// AVX2 run their tile kernels; the portable level runs the reference, which reads the packed
 /// bytes one row at a time.
 ///
 /// # Errors

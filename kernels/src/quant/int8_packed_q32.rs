@@ -1,5 +1,5 @@
 //! The 32-element weight types (Q8_0, Q4_0, Q4_1, Q5_0) repacked sixteen rows at a time for the
-//! AVX-512 8-bit product with 32-block activations ([`Q8Blocks32`]): the same idea as the
+//! AVX-512 and AVX2 8-bit products with 32-block activations ([`Q8Blocks32`]): the same idea as the
 //! k-quant tiles of [`super::int8_packed`] (read its docs first), for the types the small
 //! models and the fallbacks of k-quant files use (in the Qwen2.5-Coder-0.5B Q4_K_M file, every
 //! matrix of width 896 is Q5_0 or Q8_0, the LM head included: 80% of the bytes a token reads).
@@ -172,8 +172,8 @@ pub fn quant_matmul_q32_packed(
     quant_matmul_q32_packed_with(w, acts, out, SimdLevel::detect())
 }
 
-/// [`quant_matmul_q32_packed`] with an explicit [`SimdLevel`]: AVX-512 (F, BW, VL, VNNI) runs
-/// the tile kernel; every other level runs the portable reference over the packed bytes.
+/// [`quant_matmul_q32_packed`] with an explicit [`SimdLevel`]: AVX-512 (F, BW, VL, VNNI) and
+/// AVX2 run their tile kernels; the portable level runs the reference over the packed bytes.
 ///
 /// # Errors
 /// As [`quant_matmul_q32_packed`], and [`KernelError::InvalidParameter`] when `level` is not

@@ -14,12 +14,12 @@
 //! - [`quant_matmul_int8`] ([`int8`]): activations quantised to 8 bits per 256-block
 //!   ([`Q8Activations`], quantise once per input and reuse), integer dot products, Q4_K and
 //!   Q6_K only ([`int8_supported`]); ~3-4x faster per token, with llama.cpp-like deviation from
-//!   the f32 result (bound stated in [`int8`]). On AVX-512 the fast kernels read a copy of the
+//!   the f32 result (bound stated in [`int8`]). On AVX-512 and AVX2 the fast kernels read a copy of the
 //!   weights repacked sixteen rows at a time ([`Int8PackedMatrix`], [`int8_packed`]), with
 //!   bit-identical results.
 //! - [`quant_matmul_q32`] ([`int8_q32`]): the same idea for the 32-element types Q8_0, Q4_0,
 //!   Q4_1 and Q5_0 ([`q32_supported`]), activations quantised per 32-block ([`Q8Blocks32`]),
-//!   any width multiple of 32; on AVX-512 over the same 16-row tiles
+//!   any width multiple of 32; on AVX-512 and AVX2 over the same 16-row tiles
 //!   ([`quant_matmul_q32_packed`], [`int8_packed_q32`]).
 
 pub mod cuda;
