@@ -525,10 +525,12 @@ mod avx2 {
                 );
                 // SAFETY: the tile-block is readable (above).
                 let mut w = unsafe { weights::<T>(tb, e, h) };
+                // Q8_0: `w` becomes the signed quants `qw = u − 128`, `magnitudes` their `|qw|`
+                let mut magnitudes = w;
                 if T == Q8_0 {
-                    // the signed quants `qw = u − 128`
-                    for w in &mut w {
+                    for (w, magnitude) in w.iter_mut().zip(&mut magnitudes) {
                         *w = _mm256_xor_si256(*w, sign_flip);
+                        *magnitude = _mm256_abs_epi8(*w);
                     }
                 }
                 // SAFETY: 16 bytes of scales (and of mins) at `32e + 16h` of the header.
@@ -559,9 +561,9 @@ mod avx2 {
                     let mut isum = _mm256_set1_epi32(start);
                     match T {
                         Q8_0 => {
-                            for (j, &wj) in w.iter().enumerate() {
+                            for (j, (&wj, &magnitude)) in w.iter().zip(&magnitudes).enumerate() {
                                 let signed_acts = _mm256_sign_epi8(word(j), wj);
-                                let pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wj), signed_acts);
+                                let pairs = _mm256_maddubs_epi16(magnitude, signed_acts);
                                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
                             }
                         }

@@ -280,12 +280,11 @@ fn rows<const T: u8>(
         // AVX-512 machines read the 16-row tiles of `int8_packed`; over the GGUF layout they
         // run the AVX2 kernel (the same bits)
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 | SimdLevel::Avx512 if std::arch::is_x86_feature_detected!("f16c") => {
-            // SAFETY: the caller checked `level.ensure_available()` (AVX2 and FMA are implied by
-            // both levels) and F16C was just detected.
+        SimdLevel::Avx2 | SimdLevel::Avx512 => {
+            // SAFETY: the caller checked `level.ensure_available()`, and both levels include
+            // AVX2, FMA and F16C.
             unsafe { avx2::rows::<T>(w, acts, first_row, out) }
         }
-        // every level gives the same bits: the portable kernel serves CPUs without F16C
         _ => rows_portable::<T>(w, acts, first_row, out),
     }
 }
