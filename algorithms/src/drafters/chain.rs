@@ -25,17 +25,22 @@ pub enum ChainMode {
 /// # Stopping by confidence (dynamic K within a step)
 /// The chain's *confidence* is the draft's own probability of the whole chain so far,
 /// `q(x₁)·q(x₂ | x₁)···q(x_j | x_<j)`: an estimate of the chance that every draft is accepted
-/// (EAGLE-2 ranks its tree's nodes by the same product). With a minimum `h`, the drafter stops
-/// extending a chain once its confidence falls below `h`, so a step drafts deeply where the
-/// draft is sure and stops after one or two tokens where it is not, within the budget's K.
+/// (EAGLE-2 ranks its tree's nodes by the same product). With a minimum `h`, the drafter draws
+/// `x_{j+1}` only while some token could keep the chain at `h`, that is while
+/// `confidence · max q(· | x_≤j) ≥ h`. So a step drafts deeply where the draft is sure, stops
+/// after one or two tokens where it is not, and drafts nothing (a plain step, one target token
+/// for the price of one) where the draft doubts even its first token, within the budget's K.
 ///
-/// The rule decides whether to draw `x_{j+1}` from the tokens already drawn, never from the
-/// token it would draw: the token that took the confidence below `h` stays in the chain. So
-/// every drafted token is distributed exactly as `q` given its prefix, and chain rejection stays
-/// lossless (a stopping time of the drafting process; proven by enumeration in
-/// `algorithms/tests/compositions.rs`). Dropping that token instead would keep `x_j` only when
-/// `q(x_j)` was large, drafting from a `q` biased towards its top tokens while verifying with the
-/// true `q`: a distribution change the same tests catch as a negative control.
+/// The rule decides whether to draw `x_{j+1}` from the tokens already drawn and the shape of
+/// `q`, never from the token it would draw: a sampled token that takes the confidence below `h`
+/// stays in the chain (and ends it, as no later token could lift it back). So every drafted
+/// token is distributed exactly as `q` given its prefix, and chain rejection stays lossless (a
+/// stopping time of the drafting process; proven by enumeration in
+/// `algorithms/tests/compositions.rs`). At T = 0 the argmax is the best token, so the chain is
+/// the longest greedy prefix whose confidence is at least `h`. Dropping a *sampled* crossing
+/// token instead would keep `x_j` only when `q(x_j)` was large, drafting from a `q` biased
+/// towards its top tokens while verifying with the true `q`: a distribution change the same
+/// tests catch as a negative control.
 pub struct ChainDrafter<M> {
     model: M,
     mode: ChainMode,
@@ -52,8 +57,8 @@ impl<M> ChainDrafter<M> {
         }
     }
 
-    /// The same drafter stopping each chain once its confidence (the product of `q` at its
-    /// drafts) is below `min_confidence` (see the type docs).
+    /// The same drafter drawing a token only while the chain's confidence (the product of `q`
+    /// at its drafts) can stay at `min_confidence` (see the type docs).
     ///
     /// # Errors
     /// [`crate::AlgorithmError::InvalidParameter`] (named `min_confidence`) unless
@@ -139,6 +144,14 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
             let rows = self.model.next_probs_batch(&queries)?;
             for (&i, q) in growing.iter().zip(rows) {
                 let chain = &mut chains[i];
+                if let Some(h) = &min_confidence {
+                    // before the draw, from `q` alone: not even its best token (if any) keeps
+                    // the chain at `h`
+                    if q.is_empty() || chain.confidence.clone() * q[argmax(&q)].clone() < *h {
+                        chain.open = false;
+                        continue;
+                    }
+                }
                 let token = match self.mode {
                     ChainMode::Argmax => Some(argmax(&q)),
                     ChainMode::Sample => {
@@ -157,7 +170,8 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
                     continue;
                 };
                 // the chain's probability under the draft, x_j included: decides whether x_{j+1}
-                // is drawn, never whether x_j stays (see the type docs)
+                // is drawn, never whether x_j stays (see the type docs); below `h` no later
+                // token can pass the check above, so the chain ends without asking the model
                 chain.confidence = chain.confidence.clone() * q[token].clone();
                 if let Some(h) = &min_confidence {
                     chain.open = chain.confidence >= *h;

@@ -66,22 +66,50 @@ fn a_chain_stops_once_the_drafts_probability_of_it_falls_below_the_minimum_confi
         .with_min_confidence(0.3)
         .unwrap();
     let budget = Budget::Chain(4);
-    // after [0]: q(0) = 1/2, then 1/4 < 0.3: that draft is kept and the chain stops
+    // after [0]: q(0) = 1/2, then at best 1/4 < 0.3: the chain stops before that draw
     let tree: DraftTree<f64> = d
         .propose(&request(&[0], &budget), &mut production())
         .unwrap();
-    assert_eq!(tree.tokens(), &[0, 0, 0]);
-    // after [1]: 3/4, 3/8, then 3/32
+    assert_eq!(tree.tokens(), &[0, 0]);
+    // after [1]: 3/4, 3/8, then at best 3/32
     let tree: DraftTree<f64> = d
         .propose(&request(&[1], &budget), &mut production())
         .unwrap();
-    assert_eq!(tree.tokens(), &[1, 2, 1, 2]);
+    assert_eq!(tree.tokens(), &[1, 2, 1]);
     // after [3]: q(3) = 1 forever, so the budget stops it
     let tree: DraftTree<f64> = d
         .propose(&request(&[3], &budget), &mut production())
         .unwrap();
     assert_eq!(tree.draft_count(), 4);
     assert!(d.name().contains("min_confidence 0.3"), "{}", d.name());
+    // where even the first draft's best token is below the minimum, the step drafts nothing
+    let mut unsure = ChainDrafter::new(table_model(), ChainMode::Sample)
+        .with_min_confidence(0.6)
+        .unwrap();
+    for seed in 0..10 {
+        let tree: DraftTree<f64> = unsure
+            .propose(&request(&[0], &budget), &mut Replay::production(seed))
+            .unwrap();
+        assert_eq!(
+            tree.tokens(),
+            &[0],
+            "seed {seed}: max q after [0] is 1/2 < 0.6"
+        );
+    }
+    // a sampled token that takes the chain below the minimum is kept, and ends the chain:
+    // after [1] (0.6 ≤ 3/4), token 3 has q = 1/4, so the chain [1, 3] stops at 3/16
+    let mut kept = BTreeSet::new();
+    for seed in 0..40 {
+        let tree: DraftTree<f64> = unsure
+            .propose(&request(&[1], &budget), &mut Replay::production(seed))
+            .unwrap();
+        kept.insert(tree.tokens().to_vec());
+    }
+    assert!(kept.contains(&vec![1, 3]), "{kept:?}");
+    assert!(
+        kept.iter().all(|t| t == &[1, 3] || t == &[1, 2]),
+        "{kept:?}"
+    );
     // batched, each chain stops where it stops alone
     let contexts: [&[u32]; 3] = [&[0], &[1], &[3]];
     let budgets = [budget.clone(), budget.clone(), budget];
