@@ -144,16 +144,19 @@ impl<N: Prob, M: DraftModel<N>> Drafter<N> for ChainDrafter<M> {
             let rows = self.model.next_probs_batch(&queries)?;
             for (&i, q) in growing.iter().zip(rows) {
                 let chain = &mut chains[i];
-                if let Some(h) = &min_confidence {
+                // `q`'s best token, where the argmax draw or the confidence check needs it
+                let best = (self.mode == ChainMode::Argmax || min_confidence.is_some())
+                    .then(|| argmax(&q));
+                if let (Some(h), Some(best)) = (&min_confidence, best) {
                     // before the draw, from `q` alone: not even its best token (if any) keeps
                     // the chain at `h`
-                    if q.is_empty() || chain.confidence.clone() * q[argmax(&q)].clone() < *h {
+                    if q.is_empty() || chain.confidence.clone() * q[best].clone() < *h {
                         chain.open = false;
                         continue;
                     }
                 }
                 let token = match self.mode {
-                    ChainMode::Argmax => Some(argmax(&q)),
+                    ChainMode::Argmax => best,
                     ChainMode::Sample => {
                         let request = &requests[i];
                         let key = DrawKey::new(

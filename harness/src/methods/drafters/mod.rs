@@ -362,8 +362,9 @@ pub fn chain_over(
 
 /// The chain drafter over `model` drawn as [`chain_mode`] says for `sampling`, drawing a token
 /// only while the draft's probability of the chain can stay at `min_confidence` when given
-/// ([`ChainDrafter::with_min_confidence`]; a step may then draft nothing). At T = 0 that probability is only meaningful over
-/// the draft's plain softmax, so `model` must then give `q` at T = 1 (argmax is unchanged).
+/// ([`ChainDrafter::with_min_confidence`]; a step may then draft nothing). At T = 0 that
+/// probability is only meaningful over the draft's plain softmax, so `model` must then give `q`
+/// at T = 1 (argmax is unchanged).
 ///
 /// # Errors
 /// [`HarnessError::InvalidEngine`] naming `min_confidence` outside (0, 1].
