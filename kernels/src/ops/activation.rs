@@ -1,4 +1,4 @@
-//! SwiGLU, softmax and argmax.
+//! SwiGLU, softmax (and its scaled exponentials) and argmax.
 
 use crate::error::{KernelError, Result};
 use crate::quant::SimdLevel;
@@ -32,6 +32,37 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     }
     for ((o, &g), &u) in out[done..].iter_mut().zip(&gate[done..]).zip(&up[done..]) {
         *o = g / (1.0 + exp_f32(-g)) * u;
+    }
+    Ok(())
+}
+
+/// Softmax weights at a temperature: `out[i] = exp_f32((x[i] − shift) · scale)` for every `i`,
+/// with `shift` usually the row's maximum (so every weight is at most 1) and `scale` the inverse
+/// temperature. Like [`swiglu`], every element is the same sequence of rounded operations on
+/// every [`SimdLevel`], so the result is bit-identical on every CPU with correctly rounded fused
+/// multiply-adds.
+///
+/// # Errors
+/// [`KernelError::ShapeMismatch`] when `out` is not as long as `x`.
+pub fn exp_scaled(x: &[f32], shift: f32, scale: f32, out: &mut [f32]) -> Result<()> {
+    if out.len() != x.len() {
+        return Err(KernelError::ShapeMismatch {
+            what: "exp_scaled output".to_string(),
+            expected: x.len(),
+            actual: out.len(),
+        });
+    }
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    match SimdLevel::detect() {
+        // SAFETY: `detect()` found AVX-512 F on this CPU; `x` and `out` have one length.
+        SimdLevel::Avx512 => done = unsafe { avx512::exp_scaled(x, shift, scale, out) },
+        // SAFETY: `detect()` found AVX2 and FMA on this CPU; `x` and `out` have one length.
+        SimdLevel::Avx2 => done = unsafe { avx2::exp_scaled(x, shift, scale, out) },
+        SimdLevel::Portable => {}
+    }
+    for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
+        *o = exp_f32((v - shift) * scale);
     }
     Ok(())
 }
@@ -133,6 +164,25 @@ mod avx512 {
         }
         whole
     }
+
+    /// The first `16 · ⌊len / 16⌋` elements of [`super::exp_scaled`]; returns how many it wrote.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F; `x` and `out` have one length.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn exp_scaled(x: &[f32], shift: f32, scale: f32, out: &mut [f32]) -> usize {
+        let whole = x.len() / 16 * 16;
+        let (shift, scale) = (_mm512_set1_ps(shift), _mm512_set1_ps(scale));
+        for i in (0..whole).step_by(16) {
+            // SAFETY: `i + 16 ≤ whole ≤ len` for both slices; unaligned access is allowed.
+            unsafe {
+                let v = _mm512_loadu_ps(x.as_ptr().add(i));
+                let e = exp16(_mm512_mul_ps(_mm512_sub_ps(v, shift), scale));
+                _mm512_storeu_ps(out.as_mut_ptr().add(i), e);
+            }
+        }
+        whole
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -196,6 +246,25 @@ mod avx2 {
                 let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
                 let silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
                 _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_mul_ps(silu, u));
+            }
+        }
+        whole
+    }
+
+    /// The first `8 · ⌊len / 8⌋` elements of [`super::exp_scaled`]; returns how many it wrote.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `x` and `out` have one length.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp_scaled(x: &[f32], shift: f32, scale: f32, out: &mut [f32]) -> usize {
+        let whole = x.len() / 8 * 8;
+        let (shift, scale) = (_mm256_set1_ps(shift), _mm256_set1_ps(scale));
+        for i in (0..whole).step_by(8) {
+            // SAFETY: `i + 8 ≤ whole ≤ len` for both slices; unaligned access is allowed.
+            unsafe {
+                let v = _mm256_loadu_ps(x.as_ptr().add(i));
+                let e = exp8(_mm256_mul_ps(_mm256_sub_ps(v, shift), scale));
+                _mm256_storeu_ps(out.as_mut_ptr().add(i), e);
             }
         }
         whole
@@ -343,6 +412,43 @@ mod tests {
                 "swiglu({g}, {u}) = {o}, want {want}"
             );
         }
+    }
+
+    #[test]
+    fn exp_scaled_is_the_same_arithmetic_on_every_level() {
+        // lengths with and without a tail past the SIMD width; huge, tiny and non-finite inputs
+        let specials = [
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-40,
+            -150.0,
+            60.0,
+            f32::NAN,
+            f32::NEG_INFINITY,
+        ];
+        for len in [1usize, 8, 15, 16, 17, 1037] {
+            let x: Vec<f32> = (0..len)
+                .map(|i| {
+                    specials
+                        .get(i % 61)
+                        .copied()
+                        .unwrap_or((i as f32 * 0.37).sin() * 30.0)
+                })
+                .collect();
+            for (shift, scale) in [(0.0, 1.0), (29.5, 1.0), (29.5, 1.0 / 0.7), (-3.0, 0.25)] {
+                let mut out = vec![0.0; len];
+                exp_scaled(&x, shift, scale, &mut out).unwrap();
+                for (&o, &v) in out.iter().zip(&x) {
+                    let want = exp_f32((v - shift) * scale);
+                    assert!(
+                        o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()),
+                        "exp(({v} - {shift}) * {scale}) = {o}, want {want}"
+                    );
+                }
+            }
+        }
+        assert!(exp_scaled(&[0.0; 3], 0.0, 1.0, &mut [0.0; 2]).is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub mod embedding;
 pub mod norm;
 pub mod rope;
 
-pub use activation::{argmax, softmax_in_place, swiglu};
+pub use activation::{argmax, exp_scaled, softmax_in_place, swiglu};
 pub use embedding::embed_rows;
 pub use norm::rms_norm;
 pub use rope::{apply_rope, RopeAngles, RopeLayout, RopeScaling};

@@ -9,7 +9,7 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::prepare::SamplingParams;
+use super::prepare::{inverse_temperature, SamplingParams};
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
 use crate::error::{KernelError, Result};
@@ -50,7 +50,7 @@ pub fn prepare_logits_cuda(
     let inv_t = if params.is_greedy() {
         0.0f32
     } else {
-        (1.0 / params.temperature) as f32
+        inverse_temperature(params)?
     };
     let top_k = params.top_k.map_or(0, |k| k.min(vocab)) as u32;
     let top_p = params.top_p.map_or(1.0, |p| p as f32);

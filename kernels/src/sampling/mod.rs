@@ -28,6 +28,8 @@ pub use num_rational::BigRational;
 pub use number::{ratio, KernelFloat, Mass, Prob, FIXED_POINT_ONE};
 pub use penalties::Penalties;
 pub use prepare::{check_distribution, prepare_logits, prepare_probs, SamplingParams};
-pub use rejection::{argmax, normalize, residual, sample_bonus, sample_or, sample_residual};
+pub use rejection::{
+    argmax, normalize, normalize_in_place, residual, sample_bonus, sample_or, sample_residual,
+};
 pub use replay::{GivenUniforms, Production, Recording, Replay};
 pub use rules::{accept_rule, categorical_rule, ExactUniform, Uniform24, Uniform64, UniformDraw};

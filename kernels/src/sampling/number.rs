@@ -98,6 +98,9 @@ pub trait KernelFloat: Prob + Copy {
     /// probability. NaN and negative values give 0; values above 1 saturate at `2^32`. The
     /// scaling by `2^32` is exact, so the result is the same on every IEEE machine.
     fn fixed_point(self) -> u64;
+    /// `Σ fixed_point(v)` over `values`, added saturating: the exact sum that
+    /// [`Prob::total`] converts back.
+    fn fixed_point_total(values: &[Self]) -> u64;
     /// Converts a fixed-point sum back: `sum as Self * 2^-32` (round to nearest even).
     fn from_fixed_point(sum: u64) -> Self;
     /// The uniform `bits * 2^-24` for `bits < 2^24`: exactly representable in `f32` and `f64`.
@@ -137,10 +140,7 @@ macro_rules! float_prob {
                 self.fixed_point()
             }
             fn total(values: &[Self]) -> Self {
-                let sum = values
-                    .iter()
-                    .fold(0u64, |acc, v| acc.saturating_add(v.fixed_point()));
-                Self::from_fixed_point(sum)
+                Self::from_fixed_point(Self::fixed_point_total(values))
             }
         }
 
@@ -154,6 +154,33 @@ macro_rules! float_prob {
                     // Exact: scaling by a power of two, then truncation toward zero.
                     (self * 4_294_967_296.0) as u64
                 }
+            }
+            fn fixed_point_total(values: &[Self]) -> u64 {
+                // Σ fixed_point(v), saturating, computed branch-free so that it vectorises:
+                // each value clamped to [0, 1] (NaN and negatives to 0) is `c · 2^32 =
+                // high · 2^16 + low` with `high = trunc(c · 2^16) <= 2^16` and `low < 2^16`, both
+                // exact (the scalings are by powers of two, and `low` keeps bits of `c` only), so
+                // `trunc(c · 2^32) = high · 2^16 + trunc(low)`. In blocks of 2^15 values the
+                // halves' sums fit u32; the blocks' exact sums are then added saturating, which
+                // equals the value-by-value saturating sum.
+                values
+                    .chunks(1 << 15)
+                    .map(|block| {
+                        let (mut high_sum, mut low_sum) = (0u32, 0u32);
+                        for &v in block {
+                            let c = if v > 0.0 { v.min(1.0) } else { 0.0 };
+                            // SAFETY: `c` is in [0, 1], so `c · 2^16` is finite and in
+                            // [0, 2^16], which i32 holds; conversion truncates toward zero.
+                            let high: i32 = unsafe { (c * 65_536.0).to_int_unchecked() };
+                            let low = c * 4_294_967_296.0 - high as $t * 65_536.0;
+                            // SAFETY: `low` is in [0, 2^16) (see above), which i32 holds.
+                            let low: i32 = unsafe { low.to_int_unchecked() };
+                            high_sum += high as u32;
+                            low_sum += low as u32;
+                        }
+                        (u64::from(high_sum) << 16) + u64::from(low_sum)
+                    })
+                    .fold(0u64, u64::saturating_add)
             }
             fn from_fixed_point(sum: u64) -> Self {
                 (sum as $t) * (1.0 / 4_294_967_296.0)
@@ -273,6 +300,63 @@ mod tests {
             BigRational::new(BigInt::from(3), BigInt::from(2))
         );
         assert_eq!(BigRational::total(&[ratio(1, 2), ratio(1, 3)]), ratio(5, 6));
+    }
+
+    /// The definition [`Prob::total`] must equal: the value-by-value saturating sum of
+    /// [`KernelFloat::fixed_point`].
+    fn reference_total<T: KernelFloat>(values: &[T]) -> u64 {
+        values
+            .iter()
+            .fold(0u64, |acc, &v| acc.saturating_add(v.fixed_point()))
+    }
+
+    #[test]
+    fn float_total_is_the_exact_sum_of_the_fixed_points() {
+        // values spread over every binade below 1, the grid's edges, and the specials, in a row
+        // longer than one block of the vectorised sum
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let specials = [
+            0.0,
+            -0.0,
+            1.0,
+            1.5,
+            -0.25,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1.0 - f64::EPSILON,
+            2f64.powi(-32),
+            2f64.powi(-33),
+            3.0 * 2f64.powi(-33),
+            1e-300,
+            65_535.0 / 65_536.0,
+        ];
+        let values: Vec<f64> = (0..(1 << 15) + 777)
+            .map(|i| match specials.get(i % 101) {
+                Some(&v) => v,
+                None => {
+                    let bits = next();
+                    let mantissa = (bits >> 11) as f64 / (1u64 << 53) as f64;
+                    mantissa * 2f64.powi(-((bits % 40) as i32))
+                }
+            })
+            .collect();
+        let singles: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        for len in [0, 1, 7, 100, 1 << 15, values.len()] {
+            let want64 = reference_total(&values[..len]);
+            assert_eq!(f64::fixed_point_total(&values[..len]), want64, "f64 {len}");
+            let want32 = reference_total(&singles[..len]);
+            assert_eq!(f32::fixed_point_total(&singles[..len]), want32, "f32 {len}");
+        }
+        // enough ones to saturate no u64, but every block at its largest
+        let ones = vec![1.0f32; (1 << 16) + 1];
+        assert_eq!(f32::fixed_point_total(&ones), reference_total(&ones));
     }
 
     #[test]

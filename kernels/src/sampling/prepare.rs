@@ -14,8 +14,9 @@
 //!   weight (the most probable token always stays). Removed tokens get probability exactly zero.
 
 use super::number::Prob;
-use super::rejection::argmax;
+use super::rejection::{argmax, normalize_in_place};
 use crate::error::{KernelError, Result};
+use crate::ops::exp_scaled;
 
 /// Temperature, top-k, top-p and min-p.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -138,7 +139,7 @@ pub fn prepare_probs<N: Prob>(probs: &[N], params: &SamplingParams) -> Result<Ve
             .map(|i| if i == best { N::one() } else { N::zero() })
             .collect());
     }
-    let mut weights: Vec<N> = match params.inverse_whole_temperature() {
+    let weights: Vec<N> = match params.inverse_whole_temperature() {
         Some(1) => probs.to_vec(),
         Some(k) => probs.iter().map(|p| p.pow_u32(k)).collect(),
         None => probs
@@ -149,6 +150,15 @@ pub fn prepare_probs<N: Prob>(probs: &[N], params: &SamplingParams) -> Result<Ve
                 temperature: params.temperature.to_string(),
             })?,
     };
+    cut_and_normalize(weights, params)
+}
+
+/// Applies top-k, top-p and min-p to `weights` (non-negative, positive total; normalised or not)
+/// and normalises them by their order-independent total ([`Prob::total`]), in place.
+///
+/// # Errors
+/// [`KernelError::InvalidDistribution`] when no mass is left.
+fn cut_and_normalize<N: Prob>(mut weights: Vec<N>, params: &SamplingParams) -> Result<Vec<N>> {
     if params.top_k.is_some() || params.top_p.is_some() {
         let mut order: Vec<usize> = (0..weights.len()).collect();
         // Most probable first, lower id first among ties (stable sort on a descending key).
@@ -183,49 +193,96 @@ pub fn prepare_probs<N: Prob>(probs: &[N], params: &SamplingParams) -> Result<Ve
             }
         }
     }
-    super::rejection::normalize(&weights).ok_or_else(|| KernelError::InvalidDistribution {
-        what: "prepared probabilities".to_string(),
-        reason: "no mass left after temperature/top-k/top-p/min-p".to_string(),
-    })
+    if !normalize_in_place(&mut weights) {
+        return Err(KernelError::InvalidDistribution {
+            what: "prepared probabilities".to_string(),
+            reason: "no mass left after temperature/top-k/top-p/min-p".to_string(),
+        });
+    }
+    Ok(weights)
 }
 
-/// Softmax of `logits / temperature` in `f32` (max-subtracted), then top-k / top-p / min-p as
-/// in [`prepare_probs`]. `temperature = 0` gives one-hot at the argmax logit.
+/// Softmax of `logits / temperature` in `f32` (max-subtracted, by [`exp_scaled`]: the same bits
+/// on every CPU), then top-k / top-p / min-p and normalisation as in [`prepare_probs`].
+/// `temperature = 0` gives one-hot at the argmax logit.
 ///
 /// # Errors
-/// As [`prepare_probs`]; non-finite logits are refused.
+/// As [`prepare_probs`]; non-finite logits are refused, naming the first; a temperature so small
+/// that its inverse overflows f32 is [`KernelError::InvalidParameter`].
 pub fn prepare_logits(logits: &[f32], params: &SamplingParams) -> Result<Vec<f32>> {
     params.validate()?;
-    if let Some(i) = logits.iter().position(|l| !l.is_finite()) {
-        return Err(KernelError::InvalidDistribution {
-            what: "logits".to_string(),
-            reason: format!("logit {i} is {}", logits[i]),
-        });
+    let max = finite_max(logits)?;
+    if params.is_greedy() {
+        // every logit is finite, so the first equal to the largest is the argmax (lowest id)
+        let best = logits.iter().position(|&l| l == max).unwrap_or(0);
+        let mut one_hot = vec![0.0f32; logits.len()];
+        one_hot[best] = 1.0;
+        return Ok(one_hot);
+    }
+    let inverse_temperature = inverse_temperature(params)?;
+    let mut weights = vec![0.0f32; logits.len()];
+    exp_scaled(logits, max, inverse_temperature, &mut weights)?;
+    cut_and_normalize(weights, params)
+}
+
+/// `1 / temperature` in f64, rounded to f32: the factor f32 logits are scaled by (on the CPU
+/// and the GPU alike) for a temperature above 0.
+///
+/// # Errors
+/// [`KernelError::InvalidParameter`] for a temperature so small that the factor overflows f32.
+pub(crate) fn inverse_temperature(params: &SamplingParams) -> Result<f32> {
+    let inverse = (1.0 / params.temperature) as f32;
+    if !inverse.is_finite() {
+        return Err(invalid(
+            "temperature",
+            format!(
+                "{} is so small that 1 / temperature overflows f32; use 0 for greedy",
+                params.temperature
+            ),
+        ));
+    }
+    Ok(inverse)
+}
+
+/// The largest of `logits`, all of which must be finite.
+///
+/// # Errors
+/// [`KernelError::InvalidDistribution`] naming the first non-finite logit, or the empty row.
+fn finite_max(logits: &[f32]) -> Result<f32> {
+    let invalid = |reason: String| KernelError::InvalidDistribution {
+        what: "logits".to_string(),
+        reason,
+    };
+    // One branch-free pass in lanes of 16, which the compiler vectorises: the largest logit,
+    // and whether any has the all-ones exponent of an infinity or a NaN; the position of the
+    // first non-finite logit is searched only on failure.
+    const LANES: usize = 16;
+    const EXPONENT: u32 = 0x7f80_0000;
+    let mut lane_max = [f32::NEG_INFINITY; LANES];
+    let mut lane_bad = [0u32; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for ((m, bad), &l) in lane_max.iter_mut().zip(&mut lane_bad).zip(chunk) {
+            *m = if l > *m { l } else { *m };
+            *bad |= u32::from(l.to_bits() & EXPONENT == EXPONENT);
+        }
+    }
+    for (m, &l) in lane_max.iter_mut().zip(tail) {
+        *m = if l > *m { l } else { *m };
+    }
+    let max = lane_max.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let finite = lane_bad.iter().all(|&b| b == 0) && tail.iter().all(|l| l.is_finite());
+    if let Some(i) = (!finite)
+        .then(|| logits.iter().position(|l| !l.is_finite()))
+        .flatten()
+    {
+        return Err(invalid(format!("logit {i} is {}", logits[i])));
     }
     if logits.is_empty() {
-        return Err(KernelError::InvalidDistribution {
-            what: "logits".to_string(),
-            reason: "it is empty".to_string(),
-        });
+        return Err(invalid("it is empty".to_string()));
     }
-    if params.is_greedy() {
-        let best = argmax(logits);
-        return Ok((0..logits.len())
-            .map(|i| if i == best { 1.0 } else { 0.0 })
-            .collect());
-    }
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let inv_t = (1.0 / params.temperature) as f32;
-    let exps: Vec<f32> = logits.iter().map(|l| ((l - max) * inv_t).exp()).collect();
-    let sum: f32 = exps.iter().sum();
-    let probs: Vec<f32> = exps.iter().map(|e| e / sum).collect();
-    prepare_probs(
-        &probs,
-        &SamplingParams {
-            temperature: 1.0,
-            ..*params
-        },
-    )
+    Ok(max)
 }
 
 #[cfg(test)]
@@ -425,6 +482,72 @@ mod tests {
         }
         let one = prepare_logits(&[3.0], &SamplingParams::default()).unwrap();
         assert_eq!(one, vec![1.0]);
+    }
+
+    #[test]
+    fn logits_softmax_is_the_f64_softmax_over_a_real_sized_row() {
+        // a row as long as SmolLM2's vocabulary plus a tail, with standouts, ties and a spread
+        // wide enough that some weights underflow f32
+        let vocab = 49_152 + 5;
+        let logits: Vec<f32> = (0..vocab)
+            .map(|i| match i % 4099 {
+                7 => 14.0,
+                8 => 14.0,
+                _ => ((i as f32 * 0.618).fract() - 0.5) * 240.0,
+            })
+            .collect();
+        for temperature in [1.0, 0.7, 1.6] {
+            let params = SamplingParams::with_temperature(temperature);
+            let got = prepare_logits(&logits, &params).unwrap();
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let exps: Vec<f64> = logits
+                .iter()
+                .map(|&l| ((f64::from(l) - f64::from(max)) / temperature).exp())
+                .collect();
+            let sum: f64 = exps.iter().sum();
+            let mut total = 0.0f64;
+            for (i, (&g, e)) in got.iter().zip(&exps).enumerate() {
+                let want = e / sum;
+                total += f64::from(g);
+                if want > 1e-30 {
+                    assert!(
+                        (f64::from(g) - want).abs() <= 4e-6 * want,
+                        "T {temperature} id {i}: {g} vs {want}"
+                    );
+                } else {
+                    assert!(f64::from(g) <= 1e-30, "T {temperature} id {i}: {g}");
+                }
+            }
+            assert!((total - 1.0).abs() < 1e-5, "T {temperature}: sum {total}");
+            assert_eq!(got[7], got[8], "ties keep equal probabilities");
+        }
+    }
+
+    #[test]
+    fn a_non_finite_logit_is_named_and_nothing_is_prepared() {
+        for (bad, at) in [(f32::NAN, 3), (f32::INFINITY, 0), (f32::NEG_INFINITY, 40)] {
+            let mut logits = vec![0.5f32; 41];
+            logits[at] = bad;
+            for params in [SamplingParams::greedy(), SamplingParams::default()] {
+                match prepare_logits(&logits, &params) {
+                    Err(KernelError::InvalidDistribution { reason, .. }) => {
+                        assert_eq!(reason, format!("logit {at} is {bad}"))
+                    }
+                    other => panic!("{bad} at {at}: {other:?}"),
+                }
+            }
+        }
+        assert!(matches!(
+            prepare_logits(&[1.0, 2.0], &SamplingParams::with_temperature(1e-40)),
+            Err(KernelError::InvalidParameter {
+                what: "temperature",
+                ..
+            })
+        ));
+        assert!(matches!(
+            prepare_logits(&[], &SamplingParams::default()),
+            Err(KernelError::InvalidDistribution { reason, .. }) if reason == "it is empty"
+        ));
     }
 
     #[test]

@@ -39,11 +39,20 @@ pub fn residual<N: Prob>(p: &[N], q: &[N]) -> Vec<N> {
 
 /// `weights / Σ weights` (the sum by [`Prob::total`]); `None` if the total is not positive.
 pub fn normalize<N: Prob>(weights: &[N]) -> Option<Vec<N>> {
+    let mut normalized = weights.to_vec();
+    normalize_in_place(&mut normalized).then_some(normalized)
+}
+
+/// [`normalize`] in place: `false` (and `weights` unchanged) if the total is not positive.
+pub fn normalize_in_place<N: Prob>(weights: &mut [N]) -> bool {
     let total = N::total(weights);
     if !total.is_positive() {
-        return None;
+        return false;
     }
-    Some(weights.iter().map(|w| w.clone() / total.clone()).collect())
+    for w in weights.iter_mut() {
+        *w = w.clone() / total.clone();
+    }
+    true
 }
 
 /// Draws from `weights`; if they have no mass, from `fallback`; if that has none either, returns
