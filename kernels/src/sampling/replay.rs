@@ -25,7 +25,7 @@
 use super::counter::{CounterRng, UniformSource};
 use super::decisions::{Decisions, DrawKey};
 use super::number::KernelFloat;
-use super::rules::{accept_rule, categorical_rule, Uniform24, Uniform64};
+use super::rules::{accept_rule, Uniform24};
 use std::collections::BTreeMap;
 
 /// The kernels' decision rules (module docs) over a source of raw words.
@@ -67,11 +67,38 @@ pub fn accept_from_word<F: KernelFloat>(word: u64, p_target: F, q_draft: F) -> b
     accept_rule(&mut Uniform24::from_word(word), &p_target, &q_draft)
 }
 
-/// The categorical rule on a raw word (see the module docs): [`categorical_rule`] over
-/// [`Uniform64`] and the weights' fixed-point masses; `None` iff the fixed-point total is 0.
+/// The categorical rule on a raw word (see the module docs):
+/// [`categorical_rule`](super::rules::categorical_rule) over
+/// [`Uniform64`](super::rules::Uniform64) and the weights' fixed-point masses; `None` iff the
+/// fixed-point total is 0.
+///
+/// Computed without materialising the masses: the total by the vectorised
+/// [`KernelFloat::fixed_point_total`], the threshold `t = (r · T) >> 64` once, then the lowest
+/// index whose prefix exceeds `t`, block by block (a block whose whole mass keeps the prefix
+/// at most `t` is skipped). The answer is the rule's over the masses (tested against it).
 pub fn categorical_from_word<F: KernelFloat>(word: u64, weights: &[F]) -> Option<usize> {
-    let masses: Vec<u64> = weights.iter().map(|w| w.fixed_point()).collect();
-    categorical_rule(&mut Uniform64(word), &masses)
+    const BLOCK: usize = 256;
+    let total = F::fixed_point_total(weights);
+    if total == 0 {
+        return None;
+    }
+    let threshold = ((u128::from(word) * u128::from(total)) >> 64) as u64;
+    let mut prefix = 0u64;
+    for (b, block) in weights.chunks(BLOCK).enumerate() {
+        let block_mass = F::fixed_point_total(block);
+        if prefix + block_mass <= threshold {
+            prefix += block_mass;
+            continue;
+        }
+        for (i, w) in block.iter().enumerate() {
+            prefix += w.fixed_point();
+            if threshold < prefix {
+                return Some(b * BLOCK + i);
+            }
+        }
+    }
+    // Unreachable for a word below 2^64: the last prefix is the total, above the threshold.
+    Some(weights.len() - 1)
 }
 
 impl<S: UniformSource, F: KernelFloat> Decisions<F> for Replay<S> {
@@ -161,6 +188,7 @@ impl<S: UniformSource> UniformSource for Recording<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampling::rules::{categorical_rule, Uniform64};
     use crate::sampling::Purpose;
 
     fn key() -> DrawKey {
@@ -178,6 +206,32 @@ mod tests {
             accept_from_word(u64::MAX, 0.3f32, 0.3),
             "p >= q always accepts"
         );
+    }
+
+    proptest::proptest! {
+        /// The block-skipping walk draws what the rule draws over the materialised masses, on
+        /// rows long enough for several blocks, with zero, tiny, saturating and NaN weights.
+        #[test]
+        fn categorical_from_word_is_the_rule_over_the_masses(
+            weights in proptest::collection::vec(
+                proptest::prop_oneof![
+                    4 => 0.0f32..1.0,
+                    1 => proptest::strategy::Just(0.0f32),
+                    1 => 0.0f32..1e-9,
+                    1 => proptest::sample::select(vec![1.0f32, 2.0, -0.5, f32::NAN]),
+                ],
+                1..1500,
+            ),
+            word in proptest::num::u64::ANY,
+        ) {
+            let masses: Vec<u64> = weights.iter().map(|w| w.fixed_point()).collect();
+            let rule = categorical_rule(&mut Uniform64(word), &masses);
+            proptest::prop_assert_eq!(categorical_from_word(word, &weights), rule);
+            for edge in [0, u64::MAX] {
+                let rule = categorical_rule(&mut Uniform64(edge), &masses);
+                proptest::prop_assert_eq!(categorical_from_word(edge, &weights), rule);
+            }
+        }
     }
 
     #[test]
