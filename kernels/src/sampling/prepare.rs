@@ -160,29 +160,15 @@ pub fn prepare_probs<N: Prob>(probs: &[N], params: &SamplingParams) -> Result<Ve
 /// [`KernelError::InvalidDistribution`] when no mass is left.
 fn cut_and_normalize<N: Prob>(mut weights: Vec<N>, params: &SamplingParams) -> Result<Vec<N>> {
     if params.top_k.is_some() || params.top_p.is_some() {
-        let mut order: Vec<usize> = (0..weights.len()).collect();
-        // Most probable first, lower id first among ties (stable sort on a descending key).
-        order.sort_by(|&a, &b| {
-            weights[b]
-                .partial_cmp(&weights[a])
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        let mut keep = params.top_k.unwrap_or(order.len()).min(order.len());
-        if let Some(top_p) = params.top_p {
-            let kept: Vec<N> = order[..keep].iter().map(|&i| weights[i].clone()).collect();
-            let threshold = N::from_f64(top_p) * N::total(&kept);
-            let mut mass = N::zero();
-            for (n, &i) in order[..keep].iter().enumerate() {
-                mass = mass + weights[i].clone();
-                if mass >= threshold {
-                    keep = n + 1;
-                    break;
-                }
-            }
+        let mut kept = top_k_top_p_ids(&weights, params);
+        kept.sort_unstable();
+        // zero the runs between kept ids (no mask over the whole row)
+        let mut next = 0;
+        for i in kept {
+            weights[next..i].fill(N::zero());
+            next = i + 1;
         }
-        for &i in &order[keep..] {
-            weights[i] = N::zero();
-        }
+        weights[next..].fill(N::zero());
     }
     if let Some(min_p) = params.min_p.filter(|&m| m > 0.0) {
         // The largest weight survived top-k and top-p, so the cut is relative to it either way.
@@ -200,6 +186,78 @@ fn cut_and_normalize<N: Prob>(mut weights: Vec<N>, params: &SamplingParams) -> R
         });
     }
     Ok(weights)
+}
+
+/// The ids top-k and then top-p keep (in no particular order): with the row sorted most probable
+/// first (lower id first among ties), top-k keeps the first `k`, and top-p the shortest prefix
+/// of those whose running sum (in `N`, in that order) reaches `top_p` times their total.
+///
+/// Sorting the whole row is what this must equal, but it is not what it does: the top-k set is
+/// selected in linear time, and top-p sorts only the candidates whose weight is at least a cut
+/// (2^-10, then 2^-20 of the largest) when the running sum already reaches the threshold among
+/// them. Every id below the cut weighs less than every candidate, so the sorted row begins with
+/// the sorted candidates and the prefix found among them is the one the whole row gives; when
+/// no cut suffices, all ids are sorted.
+fn top_k_top_p_ids<N: Prob>(weights: &[N], params: &SamplingParams) -> Vec<usize> {
+    let most_probable_first = |&a: &usize, &b: &usize| {
+        weights[b]
+            .partial_cmp(&weights[a])
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(&b))
+    };
+    // The top-k set, when top-k cuts anything; `None` stands for every id (no row-long list).
+    let top_k_ids = params.top_k.filter(|&k| k < weights.len()).map(|k| {
+        let mut ids: Vec<usize> = (0..weights.len()).collect();
+        ids.select_nth_unstable_by(k - 1, most_probable_first);
+        ids.truncate(k);
+        ids
+    });
+    let Some(top_p) = params.top_p else {
+        return top_k_ids.unwrap_or_else(|| (0..weights.len()).collect());
+    };
+    let (total, largest) = match &top_k_ids {
+        Some(ids) => {
+            let kept: Vec<N> = ids.iter().map(|&i| weights[i].clone()).collect();
+            let largest = kept[argmax(&kept)].clone();
+            (N::total(&kept), largest)
+        }
+        None => (N::total(weights), weights[argmax(weights)].clone()),
+    };
+    let threshold = N::from_f64(top_p) * total;
+    // The shortest most-probable-first prefix of `candidates` whose running sum reaches the
+    // threshold, or `None` when their whole sum stays below it.
+    let prefix = |mut candidates: Vec<usize>| {
+        candidates.sort_unstable_by(most_probable_first);
+        let mut mass = N::zero();
+        let end = candidates.iter().position(|&i| {
+            mass = mass.clone() + weights[i].clone();
+            mass >= threshold
+        })?;
+        candidates.truncate(end + 1);
+        Some(candidates)
+    };
+    let ids = || match &top_k_ids {
+        Some(ids) => ids.clone(),
+        None => (0..weights.len()).collect(),
+    };
+    for cut in [1.0 / 1024.0, 1.0 / 1_048_576.0] {
+        let bound = N::from_f64(cut) * largest.clone();
+        let candidates: Vec<usize> = match &top_k_ids {
+            Some(ids) => ids
+                .iter()
+                .copied()
+                .filter(|&i| weights[i] >= bound)
+                .collect(),
+            None => (0..weights.len())
+                .filter(|&i| weights[i] >= bound)
+                .collect(),
+        };
+        if let Some(kept) = prefix(candidates) {
+            return kept;
+        }
+    }
+    // No cut held enough mass (or rounding kept the sum below the threshold): every id.
+    prefix(ids()).unwrap_or_else(ids)
 }
 
 /// Softmax of `logits / temperature` in `f32` (max-subtracted, by [`exp_scaled`]: the same bits
@@ -520,6 +578,80 @@ mod tests {
             }
             assert!((total - 1.0).abs() < 1e-5, "T {temperature}: sum {total}");
             assert_eq!(got[7], got[8], "ties keep equal probabilities");
+        }
+    }
+
+    /// What [`top_k_top_p_ids`] must equal: the row sorted whole (stable, most probable first),
+    /// its first `k`, then the shortest prefix whose running sum reaches `top_p` of their total.
+    fn kept_by_sorting_everything<N: Prob>(weights: &[N], params: &SamplingParams) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..weights.len()).collect();
+        order.sort_by(|&a, &b| {
+            weights[b]
+                .partial_cmp(&weights[a])
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let mut keep = params.top_k.unwrap_or(order.len()).min(order.len());
+        if let Some(top_p) = params.top_p {
+            let kept: Vec<N> = order[..keep].iter().map(|&i| weights[i].clone()).collect();
+            let threshold = N::from_f64(top_p) * N::total(&kept);
+            let mut mass = N::zero();
+            for (n, &i) in order[..keep].iter().enumerate() {
+                mass = mass + weights[i].clone();
+                if mass >= threshold {
+                    keep = n + 1;
+                    break;
+                }
+            }
+        }
+        let mut kept = order[..keep].to_vec();
+        kept.sort_unstable();
+        kept
+    }
+
+    #[test]
+    fn top_k_and_top_p_keep_what_sorting_the_whole_row_keeps() {
+        // rows with long flat tails, heavy heads, ties at every level and exact zeros, so that
+        // each cut (2^-10, 2^-20, none) is the one that decides in some case
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for case in 0..300 {
+            let len = 1 + (next() % 3000) as usize;
+            let spread = (next() % 40) as i32;
+            let row: Vec<f64> = (0..len)
+                .map(|_| match next() % 10 {
+                    0 => 0.0,
+                    1 => 0.25, // ties
+                    _ => 2f64.powi(-((next() % (spread as u64 + 1)) as i32)) * 0.75,
+                })
+                .collect();
+            let top_k = (next() % 3 == 0).then(|| 1 + (next() % (len as u64 + 5)) as usize);
+            let top_p =
+                [None, Some(0.5), Some(0.9), Some(0.999_999), Some(1.0)][(next() % 5) as usize];
+            let params = SamplingParams {
+                top_k,
+                top_p,
+                ..SamplingParams::default()
+            };
+            let mut got = top_k_top_p_ids(&row, &params);
+            got.sort_unstable();
+            assert_eq!(
+                got,
+                kept_by_sorting_everything(&row, &params),
+                "case {case}: {params:?}"
+            );
+            let single: Vec<f32> = row.iter().map(|&w| w as f32).collect();
+            let mut got = top_k_top_p_ids(&single, &params);
+            got.sort_unstable();
+            assert_eq!(
+                got,
+                kept_by_sorting_everything(&single, &params),
+                "f32 case {case}"
+            );
         }
     }
 
