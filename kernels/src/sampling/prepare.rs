@@ -637,22 +637,20 @@ mod tests {
                 top_p,
                 ..SamplingParams::default()
             };
-            let mut got = top_k_top_p_ids(&row, &params);
-            got.sort_unstable();
-            assert_eq!(
-                got,
-                kept_by_sorting_everything(&row, &params),
-                "case {case}: {params:?}"
-            );
             let single: Vec<f32> = row.iter().map(|&w| w as f32).collect();
-            let mut got = top_k_top_p_ids(&single, &params);
-            got.sort_unstable();
-            assert_eq!(
-                got,
-                kept_by_sorting_everything(&single, &params),
-                "f32 case {case}"
-            );
+            assert_keeps_what_sorting_keeps(&row, &params, case);
+            assert_keeps_what_sorting_keeps(&single, &params, case);
         }
+    }
+
+    fn assert_keeps_what_sorting_keeps<N: Prob>(row: &[N], params: &SamplingParams, case: usize) {
+        let mut got = top_k_top_p_ids(row, params);
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            kept_by_sorting_everything(row, params),
+            "case {case}: {params:?}"
+        );
     }
 
     #[test]
