@@ -224,40 +224,43 @@ fn top_k_top_p_ids<N: Prob>(weights: &[N], params: &SamplingParams) -> Vec<usize
         None => (N::total(weights), weights[argmax(weights)].clone()),
     };
     let threshold = N::from_f64(top_p) * total;
-    // The shortest most-probable-first prefix of `candidates` whose running sum reaches the
-    // threshold, or `None` when their whole sum stays below it.
-    let prefix = |mut candidates: Vec<usize>| {
-        candidates.sort_unstable_by(most_probable_first);
+    // The ids of the top-k set (every id without top-k) that pass `keep` (generic, not `dyn`,
+    // so that the filter over the whole row compiles to a tight loop).
+    fn members(
+        top_k_ids: Option<&[usize]>,
+        len: usize,
+        keep: impl Fn(usize) -> bool,
+    ) -> Vec<usize> {
+        match top_k_ids {
+            Some(ids) => ids.iter().copied().filter(|&i| keep(i)).collect(),
+            None => (0..len).filter(|&i| keep(i)).collect(),
+        }
+    }
+    let top_k_ids = top_k_ids.as_deref();
+    // `ids` sorted most probable first: `Ok` with the shortest prefix whose running sum reaches
+    // the threshold, `Err` with all of them when their whole sum stays below it.
+    let prefix = |mut ids: Vec<usize>| -> std::result::Result<Vec<usize>, Vec<usize>> {
+        ids.sort_unstable_by(most_probable_first);
         let mut mass = N::zero();
-        let end = candidates.iter().position(|&i| {
+        match ids.iter().position(|&i| {
             mass = mass.clone() + weights[i].clone();
             mass >= threshold
-        })?;
-        candidates.truncate(end + 1);
-        Some(candidates)
-    };
-    let ids = || match &top_k_ids {
-        Some(ids) => ids.clone(),
-        None => (0..weights.len()).collect(),
+        }) {
+            Some(end) => {
+                ids.truncate(end + 1);
+                Ok(ids)
+            }
+            None => Err(ids),
+        }
     };
     for cut in [1.0 / 1024.0, 1.0 / 1_048_576.0] {
         let bound = N::from_f64(cut) * largest.clone();
-        let candidates: Vec<usize> = match &top_k_ids {
-            Some(ids) => ids
-                .iter()
-                .copied()
-                .filter(|&i| weights[i] >= bound)
-                .collect(),
-            None => (0..weights.len())
-                .filter(|&i| weights[i] >= bound)
-                .collect(),
-        };
-        if let Some(kept) = prefix(candidates) {
+        if let Ok(kept) = prefix(members(top_k_ids, weights.len(), |i| weights[i] >= bound)) {
             return kept;
         }
     }
     // No cut held enough mass (or rounding kept the sum below the threshold): every id.
-    prefix(ids()).unwrap_or_else(ids)
+    prefix(members(top_k_ids, weights.len(), |_| true)).unwrap_or_else(|every| every)
 }
 
 /// Softmax of `logits / temperature` in `f32` (max-subtracted, by [`exp_scaled`]: the same bits
@@ -331,11 +334,10 @@ fn finite_max(logits: &[f32]) -> Result<f32> {
     }
     let max = lane_max.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let finite = lane_bad.iter().all(|&b| b == 0) && tail.iter().all(|l| l.is_finite());
-    if let Some(i) = (!finite)
-        .then(|| logits.iter().position(|l| !l.is_finite()))
-        .flatten()
-    {
-        return Err(invalid(format!("logit {i} is {}", logits[i])));
+    if !finite {
+        if let Some(i) = logits.iter().position(|l| !l.is_finite()) {
+            return Err(invalid(format!("logit {i} is {}", logits[i])));
+        }
     }
     if logits.is_empty() {
         return Err(invalid("it is empty".to_string()));

@@ -25,7 +25,7 @@
 use super::counter::{CounterRng, UniformSource};
 use super::decisions::{Decisions, DrawKey};
 use super::number::KernelFloat;
-use super::rules::{accept_rule, Uniform24};
+use super::rules::{accept_rule, Uniform24, Uniform64};
 use std::collections::BTreeMap;
 
 /// The kernels' decision rules (module docs) over a source of raw words.
@@ -69,7 +69,7 @@ pub fn accept_from_word<F: KernelFloat>(word: u64, p_target: F, q_draft: F) -> b
 
 /// The categorical rule on a raw word (see the module docs):
 /// [`categorical_rule`](super::rules::categorical_rule) over
-/// [`Uniform64`](super::rules::Uniform64) and the weights' fixed-point masses; `None` iff the
+/// [`Uniform64`] and the weights' fixed-point masses; `None` iff the
 /// fixed-point total is 0.
 ///
 /// Computed without materialising the masses: the total by the vectorised
@@ -82,7 +82,7 @@ pub fn categorical_from_word<F: KernelFloat>(word: u64, weights: &[F]) -> Option
     if total == 0 {
         return None;
     }
-    let threshold = ((u128::from(word) * u128::from(total)) >> 64) as u64;
+    let threshold = Uniform64(word).scaled(total);
     let mut prefix = 0u64;
     for (b, block) in weights.chunks(BLOCK).enumerate() {
         let block_mass = F::fixed_point_total(block);
@@ -188,7 +188,7 @@ impl<S: UniformSource> UniformSource for Recording<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::rules::{categorical_rule, Uniform64};
+    use crate::sampling::rules::categorical_rule;
     use crate::sampling::Purpose;
 
     fn key() -> DrawKey {

@@ -82,9 +82,17 @@ impl<F: KernelFloat> UniformDraw<F> for Uniform24<F> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Uniform64(pub u64);
 
+impl Uniform64 {
+    /// `floor(word · scale / 2^64)`: the uniform scaled to `[0, scale)`, exact (a 128-bit
+    /// product); `scaled_below(scale, bound)` is `scaled(scale) < bound`.
+    pub fn scaled(self, scale: u64) -> u64 {
+        ((u128::from(self.0) * u128::from(scale)) >> 64) as u64
+    }
+}
+
 impl UniformDraw<u64> for Uniform64 {
     fn scaled_below(&mut self, scale: &u64, bound: &u64) -> bool {
-        ((u128::from(self.0) * u128::from(*scale)) >> 64) < u128::from(*bound)
+        self.scaled(*scale) < *bound
     }
 }
 
