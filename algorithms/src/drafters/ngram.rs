@@ -130,9 +130,9 @@ pub struct TokenTree {
 }
 
 /// The tree draft: the continuations of up to `cfg.max_matches` matches (each at most
-/// `max_depth` tokens) merged into a trie in match order, stopping at `max_nodes` draft nodes.
-/// Sibling tokens are distinct. A root-only tree if nothing matches or the context is empty
-/// (root token 0 then).
+/// `max_depth` tokens) merged into a trie in match order ([`merge_continuations`]), stopping at
+/// `max_nodes` draft nodes. A root-only tree if nothing matches or the context is empty (root
+/// token 0 then).
 pub fn ngram_tree(
     context: &[u32],
     cfg: &NgramConfig,
@@ -140,20 +140,32 @@ pub fn ngram_tree(
     max_depth: usize,
 ) -> TokenTree {
     let root = context.last().copied().unwrap_or(0);
+    let matches = find_matches(context, cfg, max_depth);
+    merge_continuations(root, matches.iter().map(|m| &m.continuation[..]), max_nodes)
+}
+
+/// The trie of `continuations` below `root`, merged in the order given (a node's children are
+/// ranked by when they were first proposed), stopping at `max_nodes` draft nodes. Sibling
+/// tokens are distinct.
+pub fn merge_continuations<'c>(
+    root: u32,
+    continuations: impl IntoIterator<Item = &'c [u32]>,
+    max_nodes: usize,
+) -> TokenTree {
     let mut parents: Vec<Option<usize>> = vec![None];
     let mut ranks = vec![0usize];
     let mut tokens = vec![root];
     let mut child_count = vec![0usize];
-    'matches: for m in find_matches(context, cfg, max_depth) {
+    'continuations: for continuation in continuations {
         let mut node = 0;
-        for &token in &m.continuation {
+        for &token in continuation {
             let existing =
                 (node + 1..tokens.len()).find(|&c| parents[c] == Some(node) && tokens[c] == token);
             node = match existing {
                 Some(c) => c,
                 None => {
                     if tokens.len() > max_nodes {
-                        break 'matches;
+                        break 'continuations;
                     }
                     parents.push(Some(node));
                     ranks.push(child_count[node]);
@@ -169,6 +181,46 @@ pub fn ngram_tree(
     let shape =
         TreeShape::new(&parents, &ranks).expect("a trie built parent-first is a valid tree");
     TokenTree { shape, tokens }
+}
+
+/// The deterministic draft for `budget` of a lookup drafter whose `continuations(max_len,
+/// max_matches)` lists up to `max_matches` continuations of at most `max_len` tokens, best
+/// first: [`Budget::Chain`]`(k)` the best one (≤ `k` tokens); [`Budget::TreeNodes`]`(n)` the
+/// trie of up to `tree_matches` of depth ≤ `max_depth`, at most `n` nodes; [`Budget::Tree`] the
+/// shape's node count and depth (not its exact shape); [`Budget::Plain`] the root alone.
+pub(crate) fn lookup_tree(
+    root: u32,
+    budget: &Budget,
+    max_depth: usize,
+    tree_matches: usize,
+    mut continuations: impl FnMut(usize, usize) -> Vec<Vec<u32>>,
+) -> TokenTree {
+    let (max_nodes, max_len, count) = match budget {
+        Budget::Plain => (0, 0, 0),
+        Budget::Chain(k) => (*k, *k, 1),
+        Budget::TreeNodes(n) => (*n, max_depth, tree_matches),
+        Budget::Tree(shape) => (shape.drafts(), shape.max_depth(), tree_matches),
+    };
+    let found = match max_len.min(count) {
+        0 => Vec::new(),
+        _ => continuations(max_len, count),
+    };
+    merge_continuations(root, found.iter().map(Vec::as_slice), max_nodes)
+}
+
+/// A lookup drafter's [`DraftTree`] of `tokens` (no `q`: the draft is deterministic).
+///
+/// # Errors
+/// As [`DraftTree::new`].
+pub(crate) fn deterministic_tree<N: Prob>(tree: TokenTree) -> Result<DraftTree<N>> {
+    let TokenTree { shape, tokens } = tree;
+    let probs = vec![None; tokens.len()];
+    Ok(DraftTree::new(
+        shape.topology().clone(),
+        tokens,
+        probs,
+        DraftKind::Deterministic,
+    )?)
 }
 
 #[cfg(test)]
@@ -302,24 +354,21 @@ impl NgramDrafter {
         Ok(Self { config, max_depth })
     }
 
-    /// The deterministic token tree for `context` under `budget`.
+    /// The deterministic token tree for `context` under `budget` ([`lookup_tree`] over
+    /// [`find_matches`]).
     pub fn token_tree(&self, context: &[u32], budget: &Budget) -> TokenTree {
-        match budget {
-            Budget::Plain => ngram_tree(context, &self.config, 0, 0),
-            Budget::Chain(k) => {
-                let chain = ngram_chain(context, &self.config, *k);
-                let mut tokens = vec![context.last().copied().unwrap_or(0)];
-                tokens.extend(&chain);
-                TokenTree {
-                    shape: TreeShape::chain(chain.len()),
-                    tokens,
-                }
-            }
-            Budget::TreeNodes(n) => ngram_tree(context, &self.config, *n, self.max_depth),
-            Budget::Tree(shape) => {
-                ngram_tree(context, &self.config, shape.drafts(), shape.max_depth())
-            }
-        }
+        let root = context.last().copied().unwrap_or(0);
+        let matches = self.config.max_matches;
+        lookup_tree(root, budget, self.max_depth, matches, |max_len, count| {
+            let config = NgramConfig {
+                max_matches: count,
+                ..self.config
+            };
+            find_matches(context, &config, max_len)
+                .into_iter()
+                .map(|m| m.continuation)
+                .collect()
+        })
     }
 }
 
@@ -341,13 +390,6 @@ impl<N: Prob> Drafter<N> for NgramDrafter {
         _decisions: &mut dyn Decisions<N>,
     ) -> Result<DraftTree<N>> {
         request.root()?;
-        let TokenTree { shape, tokens } = self.token_tree(request.context, request.budget);
-        let probs = vec![None; tokens.len()];
-        Ok(DraftTree::new(
-            shape.topology().clone(),
-            tokens,
-            probs,
-            DraftKind::Deterministic,
-        )?)
+        deterministic_tree(self.token_tree(request.context, request.budget))
     }
 }
