@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use specdec_algorithms::drafters::{
-    ChainDrafter, DraftModel, Drafter, DynamicTreeDrafter, FeatureDraftModel, FnModel, NgramConfig,
-    NgramDrafter, ShapeDrafter, StagedDrafter, TreeFill,
+    ChainDrafter, DraftModel, Drafter, DynamicTreeDrafter, FeatureDraftModel, FnModel,
+    HistoryDrafter, NgramConfig, NgramDrafter, ShapeDrafter, StagedDrafter, TreeFill,
 };
 use specdec_algorithms::policy::{CostCurve, CostModel, FallbackPolicy};
 use specdec_algorithms::proof::matrix::describe_params;
@@ -160,6 +160,15 @@ fn toy_drafters(
             )]
         }
         "ngram" => vec![drafting("ngram", ngram()?, None)],
+        "history" => {
+            // two finished requests' text: the prompt's suffix `1 2 0 1` occurs in the first
+            // only, so the first step drafts from the history
+            let mut history =
+                HistoryDrafter::new(NgramConfig::default(), 16, 64)?.with_spec_factor(Some(1.0))?;
+            Drafter::<Q>::finished(&mut history, 0, &[1, 2, 0, 1, 2, 2, 0])?;
+            Drafter::<Q>::finished(&mut history, 1, &[0, 2, 2, 1, 0, 0, 2])?;
+            vec![drafting("history (two finished requests)", history, None)]
+        }
         "staged" => vec![
             drafting(
                 "staged ngram -> model",

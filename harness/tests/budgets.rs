@@ -133,6 +133,27 @@ fn tree_sizes_past_the_draft_limit_are_refused_at_validation() {
         ),
         (
             with_method(&format!(
+                "drafter = {{ kind = \"history\", n = 65 }}\n{fixed}"
+            )),
+            "methods[0].drafter",
+            &["history.n", "65", "64"],
+        ),
+        (
+            with_method(&format!(
+                "drafter = {{ kind = \"history\", n = 4, history_tokens = 1000000000000 }}\n{fixed}"
+            )),
+            "methods[0].drafter",
+            &["history.history_tokens", "67108864"],
+        ),
+        (
+            with_method(&format!(
+                "drafter = {{ kind = \"history\", n = 4, spec_factor = -1.0 }}\n{fixed}"
+            )),
+            "methods[0].drafter",
+            &["history.spec_factor", "positive"],
+        ),
+        (
+            with_method(&format!(
                 "drafter = {{ kind = \"staged\", levels = [\"toy\", \"toy\"] }}\n{fixed}"
             )),
             "methods[0].drafter",

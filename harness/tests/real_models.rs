@@ -120,6 +120,15 @@ fn smollm2_greedy_speculation_equals_plain() {
     let requests = humaneval_requests(&backend, 3, 24);
     let methods = [
         method("ngram", DrafterConfig::of(Ngram { n: 3 }), 4),
+        method(
+            "history",
+            DrafterConfig::of(History {
+                n: 4,
+                history_tokens: Some(4096),
+                spec_factor: Some(1.0),
+            }),
+            4,
+        ),
         layer_skip(3),
         method(
             "tree",

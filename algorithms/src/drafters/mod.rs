@@ -15,6 +15,8 @@
 //! - [`DynamicTreeDrafter`]: EAGLE-2-style dynamic tree (expand by cumulative draft probability,
 //!   keep the best N nodes);
 //! - [`NgramDrafter`]: prompt lookup ([`ngram`]), deterministic;
+//! - [`HistoryDrafter`]: prompt lookup over the context and finished sequences ([`history`]),
+//!   deterministic;
 //! - [`StagedDrafter`]: multi-level speculation — level 0 proposes, level 1 verifies it losslessly
 //!   against its own `q1` and extends it by sampling from `q1`; the result is a chain drawn from
 //!   `q1` for the target to verify.
@@ -84,6 +86,7 @@ mod chain;
 mod dynamic;
 pub mod feature;
 mod heads;
+pub mod history;
 mod model;
 pub mod ngram;
 mod shaped;
@@ -94,11 +97,13 @@ pub use chain::{ChainDrafter, ChainMode};
 pub use dynamic::DynamicTreeDrafter;
 pub use feature::{FeatureDraftModel, FeatureHead, FeatureOutput};
 pub use heads::{EagleFeatureHead, MedusaDraftModel};
+pub use history::{HistoryDrafter, TokenHistory};
 pub use model::{
     check_along, check_distinct, ranked_tokens, DraftModel, FnModel, Namespaced, PathsQuery,
 };
 pub use ngram::{
-    find_matches, ngram_chain, ngram_tree, NgramConfig, NgramDrafter, NgramMatch, TokenTree,
+    find_matches, merge_continuations, ngram_chain, ngram_tree, NgramConfig, NgramDrafter,
+    NgramMatch, TokenTree,
 };
 pub use shaped::{ShapeDrafter, TreeFill};
 pub use staged::{StagedDrafter, LEVEL0_NAMESPACE, LEVEL1_NAMESPACE};
@@ -222,6 +227,17 @@ pub trait Drafter<N> {
     /// A draft model's errors (e.g. rewinding its KV cache).
     fn observe(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
         let _ = feedback;
+        Ok(())
+    }
+
+    /// The sequence finished (or was cancelled) with `context`, its prompt and output, as its
+    /// final text; [`Drafter::release`] follows. Drafters that learn from finished text (the
+    /// history drafter) read it here. Default: ignore.
+    ///
+    /// # Errors
+    /// The drafter's errors.
+    fn finished(&mut self, sequence: u64, context: &[u32]) -> Result<()> {
+        let _ = (sequence, context);
         Ok(())
     }
 

@@ -27,7 +27,8 @@
 //!    from this machine's costs as they are now; every drafter hears the verdict
 //!    ([`Drafter::observe`]: the new context and what the target committed, with the target's
 //!    features of the committed tokens for a drafter that [`Drafter::wants_features`]), after
-//!    admission too, and is told when a request retires ([`Drafter::release`]).
+//!    admission too, and is told when a request retires, with its final text
+//!    ([`Drafter::finished`], then [`Drafter::release`]).
 //!
 //! Invariant between steps: the target's KV holds the request's context except its last token.
 //! Requests are admitted when a batch slot is free (and their KV need fits) and retired
@@ -559,10 +560,15 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Releases a request's target sequence, its drafters' state and its own seed in `seeds`.
+    /// Releases a request's target sequence, its drafters' state and its own seed in `seeds`,
+    /// after telling its drafters its final text ([`Drafter::finished`]).
     fn retire(&mut self, seq: &Active, seeds: &mut SeededSequences) -> Result<()> {
         seeds.seed_sequence(seq.request.id, None);
         self.target.release(seq.seq)?;
+        self.drafter.finished(seq.request.id, &seq.context)?;
+        if let Some((fallback, _)) = self.fallback.as_mut() {
+            fallback.finished(seq.request.id, &seq.context)?;
+        }
         self.release_drafts(seq.request.id)
     }
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use specdec_algorithms::drafters::{
-    ChainDrafter, ChainMode, DraftModel, NgramConfig, NgramDrafter, PathsQuery, ShapeDrafter,
-    StagedDrafter, TreeFill,
+    ChainDrafter, ChainMode, DraftModel, HistoryDrafter, NgramConfig, NgramDrafter, PathsQuery,
+    ShapeDrafter, StagedDrafter, TreeFill,
 };
 use specdec_algorithms::policy::{FixedPolicy, SpeculationPolicy};
 use specdec_algorithms::proof::{g_test_samples, target_distribution};
@@ -112,11 +112,13 @@ fn greedy_speculation_equals_plain_decoding_for_every_drafter_and_batch() {
                 NgramDrafter::new(NgramConfig::default(), 3).unwrap(),
                 draft_lm(&pair, greedy),
             );
-            let drafters: [(&mut dyn Drafter<f32>, Box<dyn SpeculationPolicy>); 4] = [
+            let mut history = HistoryDrafter::new(NgramConfig::default(), 3, 64).unwrap();
+            let drafters: [(&mut dyn Drafter<f32>, Box<dyn SpeculationPolicy>); 5] = [
                 (&mut chain, Box::new(FixedPolicy::chain(3))),
                 (&mut tree, Box::new(FixedPolicy::chain(6))),
                 (&mut ngram, Box::new(FixedPolicy::chain(3))),
                 (&mut staged, Box::new(FixedPolicy::chain(3))),
+                (&mut history, Box::new(FixedPolicy::chain(3))),
             ];
             for (drafter, policy) in drafters {
                 let name = drafter.name();
@@ -134,6 +136,43 @@ fn greedy_speculation_equals_plain_decoding_for_every_drafter_and_batch() {
             }
         }
     }
+}
+
+/// The engine hands every finished request's text to its drafter ([`Drafter::finished`]): a
+/// history drafter that served a batch of requests drafts their repeats from what they
+/// generated, more and more accurately than prompt lookup alone, and the output stays plain
+/// decoding's.
+#[test]
+fn finished_requests_feed_the_history_drafter() {
+    let greedy = SamplingParams::greedy();
+    let pair = pair(2);
+    let reqs = requests(4, 16);
+    let expected = plain(&pair, options(greedy, 1), &reqs);
+    let mut history = HistoryDrafter::new(NgramConfig::default(), 3, 1024).unwrap();
+    let mut accepted = Vec::new();
+    for pass in 0..2 {
+        let verifier = paired(VerifyMethod::Greedy, DraftKind::Deterministic);
+        let policy = Box::new(FixedPolicy::chain(4));
+        let got = run(
+            &pair,
+            &mut history,
+            verifier,
+            policy,
+            options(greedy, 2),
+            &reqs,
+        );
+        let tokens: Vec<Vec<u32>> = got.iter().map(|g| g.tokens.clone()).collect();
+        assert_eq!(tokens, expected, "pass {pass}");
+        let count = |g: &Generation| g.steps.iter().map(|s| s.accepted).sum::<usize>();
+        accepted.push(got.iter().map(count).sum::<usize>());
+    }
+    assert_eq!(history.history().sequences(), 2 * reqs.len());
+    let generated: usize = expected.iter().map(Vec::len).sum();
+    eprintln!("accepted {accepted:?} of {generated} tokens");
+    assert!(
+        accepted[1] > accepted[0],
+        "accepted {accepted:?} of {generated} tokens"
+    );
 }
 
 /// Two limited draft vocabularies of half the ids: the first ids, and scattered ids in a ranked

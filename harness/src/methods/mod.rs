@@ -50,7 +50,9 @@ pub use verifiers::{Pairing, VerifierEntry, VerifierKind, VerifierRole, VERIFIER
 /// Every entry's parameter type, for code that writes methods (`DrafterConfig::of(Tree {
 /// branching: vec![3, 2, 1] })`).
 pub mod kinds {
-    pub use super::drafters::{Chain, DynamicTree, LayerSkip, Ngram, Plain, Sequoia, Staged, Tree};
+    pub use super::drafters::{
+        Chain, DynamicTree, History, LayerSkip, Ngram, Plain, Sequoia, Staged, Tree,
+    };
     pub use super::policies::{Aimd, CostOptimal, Fixed, Pid, Threshold};
     pub use super::verifiers::{
         Auto, ChainRejection, Greedy, MultiRound, RecursiveRejection, TargetOnly, Typical,

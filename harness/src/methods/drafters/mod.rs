@@ -10,6 +10,7 @@
 mod chain;
 mod dynamic_tree;
 mod eagle;
+mod history;
 mod layer_skip;
 mod medusa;
 mod ngram;
@@ -21,6 +22,9 @@ mod tree;
 pub use chain::Chain;
 pub use dynamic_tree::{DynamicTree, DYNAMIC_TREE_MAX_TOP_K};
 pub use eagle::Eagle;
+pub use history::{
+    History, HISTORY_DEFAULT_SPEC_FACTOR, HISTORY_DEFAULT_TOKENS, HISTORY_MAX_TOKENS,
+};
 pub use layer_skip::LayerSkip;
 pub use medusa::Medusa;
 pub use ngram::{Ngram, NGRAM_MAX_N};
@@ -47,6 +51,7 @@ pub static DRAFTERS: &[&dyn DrafterEntry] = &[
     &Registered::<DynamicTree>::ENTRY,
     &Registered::<Sequoia>::ENTRY,
     &Registered::<Ngram>::ENTRY,
+    &Registered::<History>::ENTRY,
     &Registered::<Staged>::ENTRY,
     &Registered::<LayerSkip>::ENTRY,
     &Registered::<Eagle>::ENTRY,
