@@ -147,6 +147,13 @@ fn tree_sizes_past_the_draft_limit_are_refused_at_validation() {
         ),
         (
             with_method(&format!(
+                "drafter = {{ kind = \"history\", n = 64, history_tokens = 67108864 }}\n{fixed}"
+            )),
+            "methods[0].drafter",
+            &["history.n = 64", "index entries", "268435456"],
+        ),
+        (
+            with_method(&format!(
                 "drafter = {{ kind = \"history\", n = 4, spec_factor = -1.0 }}\n{fixed}"
             )),
             "methods[0].drafter",

@@ -23,7 +23,8 @@ pub use chain::Chain;
 pub use dynamic_tree::{DynamicTree, DYNAMIC_TREE_MAX_TOP_K};
 pub use eagle::Eagle;
 pub use history::{
-    History, HISTORY_DEFAULT_SPEC_FACTOR, HISTORY_DEFAULT_TOKENS, HISTORY_MAX_TOKENS,
+    History, HISTORY_DEFAULT_SPEC_FACTOR, HISTORY_DEFAULT_TOKENS, HISTORY_MAX_INDEX_ENTRIES,
+    HISTORY_MAX_TOKENS,
 };
 pub use layer_skip::LayerSkip;
 pub use medusa::Medusa;
