@@ -117,6 +117,13 @@ pub struct ServeBenchArgs {
     /// Replace the results in the --out folder instead.
     #[arg(long)]
     pub force: bool,
+    /// Give every load point its own prompts: the next `--requests` (or clients) of the pool,
+    /// wrapping around it, and the warm-up request its last prompt. A method that keeps what
+    /// finished requests generated (`history`) then never drafts a prompt's answer from the
+    /// same prompt at an earlier point (a point's `--repeats` send its prompts again). Without
+    /// it every point sends the same prompts.
+    #[arg(long)]
+    pub fresh_prompts: bool,
 }
 
 /// What a finished benchmark gives back.
@@ -167,6 +174,7 @@ impl ServeBenchArgs {
             timeout: 300,
             out: None,
             force: false,
+            fresh_prompts: false,
         }
     }
 
@@ -600,7 +608,15 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
             ("min acceptance".into(), args.min_acceptance.to_string()),
             (
                 "prompts".into(),
-                format!("{} ({} prompts)", args.prompts, prompts.len()),
+                format!(
+                    "{} ({} prompts; {})",
+                    args.prompts,
+                    prompts.len(),
+                    match args.fresh_prompts {
+                        true => "each load point its own, wrapping around the pool",
+                        false => "the same ones at every load point",
+                    }
+                ),
             ),
             ("max tokens".into(), args.max_tokens.to_string()),
             ("temperature".into(), args.temperature.to_string()),
@@ -627,6 +643,20 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
 
 type Measured = (f64, Vec<RequestRecord>, Vec<PhaseRecord>);
 
+/// The pool index of every load point's first prompt, for points of `counts` requests: all 0
+/// (every point sends the same prompts), or with `fresh` each point after the ones before it
+/// (indices wrap around the pool where they are used).
+fn first_prompts(counts: &[usize], fresh: bool) -> Vec<usize> {
+    counts
+        .iter()
+        .scan(0, |next, &n| {
+            let first = *next;
+            *next += if fresh { n } else { 0 };
+            Some(first)
+        })
+        .collect()
+}
+
 /// Waits for both servers, warms each with one request, measures the capacity, then runs every
 /// load point in both modes.
 async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> Result<Measured> {
@@ -635,17 +665,22 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
     wait_healthy(&servers.speculative, &args.method, load_limit).await?;
     let timeout = Duration::from_secs(args.timeout);
     let model = model_id(&args.target);
-    let requests_for = |n: usize| -> Vec<Request> {
+    // request `i` of a phase whose prompts start at `first`
+    let prompt_of = |first: usize, i: usize| &prompts[(first + i) % prompts.len()];
+    let requests_for = |first: usize, n: usize| -> Vec<Request> {
         (0..n)
             .map(|i| {
                 let seed = args.seed.wrapping_add(i as u64);
-                request_for(&prompts[i % prompts.len()], &model, args, seed)
+                request_for(prompt_of(first, i), &model, args, seed)
             })
             .collect()
     };
-    let prompt_of = |i: usize| &prompts[i % prompts.len()];
+    let warm_up = match args.fresh_prompts {
+        true => prompts.len() - 1,
+        false => 0,
+    };
     for mode in [Mode::Plain, Mode::Speculative] {
-        let warm = closed_loop(servers.addr(mode), &requests_for(1), 1, timeout).await;
+        let warm = closed_loop(servers.addr(mode), &requests_for(warm_up, 1), 1, timeout).await;
         if let Some(e) = &warm.results[0].1.error {
             return Err(ServerError::Engine(format!(
                 "the {} server's warm-up request failed: {e}",
@@ -656,7 +691,7 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
 
     let capacity = closed_loop(
         servers.plain.addr,
-        &requests_for(args.requests),
+        &requests_for(0, args.requests),
         args.batch_size,
         timeout,
     )
@@ -692,13 +727,18 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
             .iter()
             .map(|&clients| Load::Clients { clients }),
     );
-    let (mut records, mut phases) = (Vec::new(), Vec::new());
-    for (point, load) in loads.iter().enumerate() {
-        let n = match *load {
+    let counts: Vec<usize> = loads
+        .iter()
+        .map(|load| match *load {
             Load::Rate { .. } => args.requests,
             Load::Clients { clients } => args.requests.max(clients),
-        };
-        let requests = requests_for(n);
+        })
+        .collect();
+    let firsts = first_prompts(&counts, args.fresh_prompts);
+    let (mut records, mut phases) = (Vec::new(), Vec::new());
+    for (point, load) in loads.iter().enumerate() {
+        let (n, first) = (counts[point], firsts[point]);
+        let requests = requests_for(first, n);
         for repeat in 0..args.repeats {
             let order = if repeat % 2 == 0 {
                 [Mode::Plain, Mode::Speculative]
@@ -751,7 +791,7 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
                         .results
                         .into_iter()
                         .enumerate()
-                        .map(|(i, got)| record(mode, *load, repeat, i, prompt_of(i), got)),
+                        .map(|(i, got)| record(mode, *load, repeat, i, prompt_of(first, i), got)),
                 );
             }
         }
@@ -829,6 +869,13 @@ mod tests {
             assert!(run(&args).is_err());
             assert!(!out.exists(), "{expected}: {} was created", out.display());
         }
+    }
+
+    #[test]
+    fn fresh_prompts_give_each_load_point_the_next_block() {
+        assert_eq!(first_prompts(&[50, 50, 64], false), vec![0, 0, 0]);
+        assert_eq!(first_prompts(&[50, 50, 64], true), vec![0, 50, 100]);
+        assert!(first_prompts(&[], true).is_empty());
     }
 
     #[test]
