@@ -279,6 +279,36 @@ fn shipped_experiments_parse_and_the_policy_study_runs() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Every config shipped under `experiments/` (its subfolders included) parses and validates:
+/// names, kinds, keys and limits, before any model is opened.
+#[test]
+fn every_shipped_config_parses() {
+    fn configs(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                configs(&path, found);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                found.push(path);
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments");
+    let mut found = Vec::new();
+    configs(&root, &mut found);
+    assert!(
+        found.len() > 20,
+        "{} configs under {}",
+        found.len(),
+        root.display()
+    );
+    for path in found {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.display().to_string();
+        ExperimentConfig::from_toml(&text, &name).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
 /// Continuous batching through the harness: the toy engine run with 4 requests in flight gives
 /// the same tokens and per-step acceptance as one at a time (randomness is keyed by request, not
 /// by batch position), and the steps record the batch they ran in.
