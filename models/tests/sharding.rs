@@ -218,12 +218,14 @@ fn greedy_differs_only_at_near_ties(name: &str, texts: &[&str], n_new: usize, ma
         );
         worst_delta = worst_delta.max(delta);
         worst_share = worst_share.max(delta / bound);
-        let top_two_gap = |i: usize| {
-            let top = top_k(a.row(prompt.len() - 1 + i), 2);
-            (top[0].0, top[0].1 - top[1].1)
-        };
-        for (i, &token) in on_one.iter().enumerate() {
-            let (best, gap) = top_two_gap(i);
+        // per generated token: the single rank's best id and its lead over the second
+        let top_two: Vec<(u32, f32)> = (0..on_one.len())
+            .map(|i| {
+                let top = top_k(a.row(prompt.len() - 1 + i), 2);
+                (top[0].0, top[0].1 - top[1].1)
+            })
+            .collect();
+        for (i, (&token, &(best, gap))) in on_one.iter().zip(&top_two).enumerate() {
             assert_eq!(
                 best, token,
                 "{name} {text:?}: a forced row is not the decoded one"
@@ -242,7 +244,7 @@ fn greedy_differs_only_at_near_ties(name: &str, texts: &[&str], n_new: usize, ma
         match on_one.iter().zip(&on_two).position(|(x, y)| x != y) {
             Some(i) => {
                 differing += 1;
-                let (_, gap) = top_two_gap(i);
+                let gap = top_two[i].1;
                 assert!(
                     gap <= 2.0 * delta,
                     "{name} {text:?}: 2 ranks first differ at token {i}, where the top two \

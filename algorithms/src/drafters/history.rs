@@ -115,8 +115,8 @@ impl TokenHistory {
         if sequence.is_empty() {
             return;
         }
-        if self.len() + sequence.len() > self.capacity {
-            let mut held = self.len() + sequence.len();
+        let mut held = self.len() + sequence.len();
+        if held > self.capacity {
             while held > self.capacity - self.capacity / 4 {
                 match self.sequences.pop_front() {
                     Some(oldest) => held -= oldest,
@@ -160,40 +160,37 @@ impl TokenHistory {
         }
     }
 
-    /// Up to `limit` continuations (each 1..=`max_len` tokens, within its sequence) of the
-    /// occurrences of `gram` (`min_n..=max_n` tokens), most recent first, skipping any in
-    /// `seen`; each one found is added to `seen`. Inspects at most [`MAX_PROBES`] occurrences.
+    /// Appends to `found` the continuations (each 1..=`max_len` tokens, within its sequence)
+    /// of the occurrences of `gram` (`min_n..=max_n` tokens), most recent first, that `found`
+    /// does not hold yet, until it holds `limit`. Inspects at most [`MAX_PROBES`] occurrences.
     pub fn continuations(
         &self,
         gram: &[u32],
         max_len: usize,
         limit: usize,
-        seen: &mut Vec<Vec<u32>>,
-    ) -> Vec<Vec<u32>> {
+        found: &mut Vec<Vec<u32>>,
+    ) {
         let n = gram.len();
-        let mut found = Vec::new();
         if n < self.config.min_n || n > self.config.max_n || max_len == 0 {
-            return found;
+            return;
         }
         let i = n - self.config.min_n;
         let mut at = self.latest[i].get(&hash(gram)).copied().unwrap_or(NONE);
         for _ in 0..MAX_PROBES {
             if at == NONE || found.len() >= limit {
-                break;
+                return;
             }
             let start = at as usize;
             if &self.tokens[start..start + n] == gram {
                 let rest = &self.tokens[start + n..];
                 let end = rest.iter().take(max_len).position(|&t| t == END);
-                let continuation = rest[..end.unwrap_or(max_len.min(rest.len()))].to_vec();
-                if !continuation.is_empty() && !seen.contains(&continuation) {
-                    seen.push(continuation.clone());
-                    found.push(continuation);
+                let continuation = &rest[..end.unwrap_or(max_len.min(rest.len()))];
+                if !continuation.is_empty() && !found.iter().any(|c| c == continuation) {
+                    found.push(continuation.to_vec());
                 }
             }
             at = self.previous[i][start];
         }
-        found
     }
 }
 
@@ -266,28 +263,28 @@ impl HistoryDrafter {
     /// `context`, best first: for each suffix length from `max_n` down to `min_n`, the context's
     /// occurrences, then the history's, most recent first; each distinct continuation once.
     pub fn continuations(&self, context: &[u32], max_len: usize, limit: usize) -> Vec<Vec<u32>> {
-        let mut seen: Vec<Vec<u32>> = Vec::new();
-        for n in (self.config.min_n..=self.config.max_n).rev() {
-            if n > context.len() || seen.len() >= limit {
-                continue;
+        let mut found: Vec<Vec<u32>> = Vec::new();
+        let longest = self.config.max_n.min(context.len());
+        for n in (self.config.min_n..=longest).rev() {
+            if found.len() >= limit {
+                break;
             }
             let exactly_n = NgramConfig {
                 max_n: n,
                 min_n: n,
-                max_matches: limit - seen.len(),
+                max_matches: limit - found.len(),
             };
             let max_len = self.cap(n, max_len);
             for m in find_matches(context, &exactly_n, max_len) {
-                if !seen.contains(&m.continuation) {
-                    seen.push(m.continuation);
+                if !found.contains(&m.continuation) {
+                    found.push(m.continuation);
                 }
             }
             let gram = &context[context.len() - n..];
-            let more = limit.saturating_sub(seen.len());
-            self.history.continuations(gram, max_len, more, &mut seen);
+            self.history.continuations(gram, max_len, limit, &mut found);
         }
-        seen.truncate(limit);
-        seen
+        found.truncate(limit);
+        found
     }
 
     /// The deterministic token tree for `context` under `budget`.

@@ -565,27 +565,24 @@ impl<'a> Engine<'a> {
     fn retire(&mut self, seq: &Active, seeds: &mut SeededSequences) -> Result<()> {
         seeds.seed_sequence(seq.request.id, None);
         self.target.release(seq.seq)?;
-        self.drafter.finished(seq.request.id, &seq.context)?;
-        if let Some((fallback, _)) = self.fallback.as_mut() {
-            fallback.finished(seq.request.id, &seq.context)?;
-        }
-        self.release_drafts(seq.request.id)
+        let id = seq.request.id;
+        self.each_drafter(|d| d.finished(id, &seq.context))?;
+        self.each_drafter(|d| d.release(id))
     }
 
     /// Tells every drafter (the main one and the fallback) a sequence's verdict.
     fn observe_drafts(&mut self, feedback: &DraftFeedback<'_>) -> Result<()> {
-        self.drafter.observe(feedback)?;
-        if let Some((fallback, _)) = self.fallback.as_mut() {
-            fallback.observe(feedback)?;
-        }
-        Ok(())
+        self.each_drafter(|d| d.observe(feedback))
     }
 
-    /// Tells every drafter that request `id` retired.
-    fn release_drafts(&mut self, id: u64) -> Result<()> {
-        self.drafter.release(id)?;
+    /// Runs `tell` on every drafter: the main one, then the fallback.
+    fn each_drafter(
+        &mut self,
+        mut tell: impl FnMut(&mut dyn Drafter<f32>) -> specdec_algorithms::Result<()>,
+    ) -> Result<()> {
+        tell(&mut *self.drafter)?;
         if let Some((fallback, _)) = self.fallback.as_mut() {
-            fallback.release(id)?;
+            tell(&mut **fallback)?;
         }
         Ok(())
     }
