@@ -113,8 +113,9 @@ enum Command {
         /// the tokens in --kv-memory; values rounded when stored, attention in f32; CPU only).
         #[arg(long, default_value = "f32")]
         kv_dtype: String,
-        /// Split the target among N tensor-parallel CPU ranks (threads of this process, one
-        /// all-reduce after each block's attention and MLP); the draft stays whole.
+        /// Split the target among N tensor-parallel ranks (one all-reduce after each block's
+        /// attention and MLP): CPU ranks on threads of this process, or with --device cuda one
+        /// rank per GPU (devices 0..N, NCCL); the draft stays whole on rank 0.
         #[arg(long = "tp", value_name = "N", default_value_t = 1)]
         tensor_parallel: usize,
         /// Write one JSON line per target pass here (drafts proposed and accepted, timings, the
@@ -174,7 +175,7 @@ enum Command {
         /// Requests in the running batch at most (continuous batching).
         #[arg(long, default_value_t = 8)]
         batch_size: usize,
-        /// Split the target among N tensor-parallel CPU ranks (as `specdec generate --tp`);
+        /// Split the target among N tensor-parallel ranks (as `specdec generate --tp`);
         /// with CONFIG, its models.tensor_parallel unless given.
         #[arg(long = "tp", value_name = "N")]
         tensor_parallel: Option<usize>,

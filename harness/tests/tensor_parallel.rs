@@ -107,11 +107,15 @@ fn tensor_parallel_is_parsed_and_refused_where_it_cannot_run() {
     };
     let loaded = ExperimentConfig::from_toml(&config("smollm2-135m", "cpu", 2), "<t>").unwrap();
     assert_eq!(loaded.config.models.tensor_parallel, Some(2));
+    for gpu in ["cuda", "cuda:0"] {
+        let loaded = ExperimentConfig::from_toml(&config("smollm2-135m", gpu, 2), "<t>").unwrap();
+        assert_eq!(loaded.config.models.tensor_parallel, Some(2), "{gpu}");
+    }
     for (target, device, ranks, want) in [
         ("smollm2-135m", "cpu", 0, "0 is not in 1..=64"),
         ("smollm2-135m", "cpu", 65, "65 is not in"),
         ("toy", "cpu", 2, "only real models"),
-        ("smollm2-135m", "cuda", 2, "CPU ranks only"),
+        ("smollm2-135m", "cuda:1", 2, "cannot start at cuda:1"),
     ] {
         let err = ExperimentConfig::from_toml(&config(target, device, ranks), "<t>")
             .unwrap_err()

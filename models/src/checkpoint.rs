@@ -11,7 +11,7 @@ use specdec_kernels::kv::dtype::require_f32;
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::hf_folder::HfFolder;
-use crate::llama::cuda::{CudaLlamaModel, CudaLlamaOptions};
+use crate::llama::cuda::CudaLlamaModel;
 use crate::llama::{
     read_config, read_special_tokens, read_weights, DeviceModelOptions, LlamaConfig, LlamaModel,
     LlamaOptions, ModelWeights, SpecialTokens,
@@ -125,6 +125,40 @@ impl Checkpoint {
         crate::shard::ShardedModel::new(&config, &weights, &self.special_tokens(), options, world)
     }
 
+    /// A tensor-parallel group of `world` ranks on `options.device`: CPU ranks on threads of
+    /// this process ([`Checkpoint::load_sharded`]), or GPU ranks joined by NCCL, rank `r` on
+    /// CUDA device `r` ([`crate::shard::ShardedModel::on_gpus`]).
+    ///
+    /// # Errors
+    /// As [`Checkpoint::load_sharded`] and [`crate::shard::ShardedModel::on_gpus`] (fewer GPUs
+    /// than ranks, no NCCL); a GPU other than device 0 ([`crate::ModelError::Config`]: the ranks
+    /// take devices `0..world`); a KV type other than f32 on GPUs.
+    pub fn load_sharded_on_device(
+        &self,
+        options: DeviceModelOptions,
+        world: usize,
+    ) -> Result<Box<dyn LanguageModel>> {
+        match options.device {
+            Device::Cpu => Ok(Box::new(self.load_sharded(options.cpu_options(), world)?)),
+            Device::Cuda(0) => {
+                require_f32(options.kv_dtype, "the CUDA runner")?;
+                let config = self.config()?;
+                let weights = self.weights(&config)?;
+                Ok(Box::new(crate::shard::ShardedModel::on_gpus(
+                    &config,
+                    &weights,
+                    &self.special_tokens(),
+                    options.cuda_options(0),
+                    world,
+                )?))
+            }
+            Device::Cuda(ordinal) => Err(crate::ModelError::Config(format!(
+                "{world} tensor-parallel GPU ranks take CUDA devices 0..{world}, one each; \
+                 they cannot start at cuda:{ordinal}"
+            ))),
+        }
+    }
+
     /// The decoder on `options.device`: the CPU runner or the CUDA runner.
     ///
     /// # Errors
@@ -132,20 +166,10 @@ impl Checkpoint {
     /// usable GPU is a [`crate::ModelError::Config`] naming the problem).
     pub fn load_on_device(&self, options: DeviceModelOptions) -> Result<Box<dyn LanguageModel>> {
         Ok(match options.device {
-            Device::Cpu => Box::new(self.load(LlamaOptions {
-                kv_capacity_tokens: options.kv_capacity_tokens,
-                kv_block_size: options.kv_block_size,
-                kv_dtype: options.kv_dtype,
-                matmul: options.cpu_matmul,
-            })?),
+            Device::Cpu => Box::new(self.load(options.cpu_options())?),
             Device::Cuda(ordinal) => {
                 require_f32(options.kv_dtype, "the CUDA runner")?;
-                let cuda = CudaLlamaOptions {
-                    kv_capacity_tokens: options.kv_capacity_tokens,
-                    kv_block_size: options.kv_block_size,
-                    matmul: options.gpu_matmul,
-                    device: ordinal,
-                };
+                let cuda = options.cuda_options(ordinal);
                 match self {
                     // the GGUF path checks the GPU before reading the file
                     Checkpoint::Gguf(file) => Box::new(CudaLlamaModel::from_gguf(file, cuda)?),

@@ -56,7 +56,8 @@ pub struct ServeOptions {
     pub kv_dtype: Option<String>,
     /// `cpu`, `cuda` or `cuda:N` (`models.device`).
     pub device: String,
-    /// Tensor-parallel CPU ranks of the target (`models.tensor_parallel`; 1: one runner).
+    /// Tensor-parallel ranks of the target (`models.tensor_parallel`; 1: one runner): CPU
+    /// ranks, or one per GPU on a GPU device.
     pub tensor_parallel: usize,
     /// Address to listen on.
     pub host: String,

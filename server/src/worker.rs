@@ -151,8 +151,7 @@ pub fn run(
             settings.batch_size,
         )
     })
-    .and_then(|backend| backend.tensor_parallel(settings.tensor_parallel))
-    .and_then(|backend| backend.on_device(parse_device(&settings.device)?))
+    .and_then(|backend| backend.place(parse_device(&settings.device)?, settings.tensor_parallel))
     .and_then(|mut backend| backend.build(&settings.method).map(|_| backend));
     let mut backend = match backend {
         Ok(b) => b,

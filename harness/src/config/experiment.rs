@@ -400,13 +400,17 @@ impl ExperimentConfig {
                         "only real models (run by the engine) are split into ranks".into(),
                     ));
                 }
-                if self.models.device != "cpu" {
+                if let Some(ordinal) = self
+                    .models
+                    .device
+                    .strip_prefix("cuda:")
+                    .filter(|ordinal| *ordinal != "0")
+                {
                     return Err(invalid(
                         "models.tensor_parallel",
                         format!(
-                            "{ranks} ranks on `{}`: tensor parallelism runs CPU ranks only (GPU \
-                             ranks over NCCL are not wired into the engine yet)",
-                            self.models.device
+                            "{ranks} GPU ranks take CUDA devices 0..{ranks}, one each; they \
+                             cannot start at cuda:{ordinal} (use device = \"cuda\")"
                         ),
                     ));
                 }

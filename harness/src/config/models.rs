@@ -34,10 +34,11 @@ pub struct ModelsConfig {
     #[serde(default)]
     pub kv_dtype: Option<String>,
     /// Tensor-parallel ranks of the target (≥ 1, [default: 1]): the target's weights and KV
-    /// heads split among that many CPU ranks on threads of one process, joined by an
-    /// all-reduce after each block's attention and MLP; the draft stays whole on rank 0's
-    /// thread. CPU only (GPU ranks over NCCL are not wired into the engine); the ranks must
-    /// divide the KV heads' and quantisation blocks' split (a clear error otherwise).
+    /// heads split among that many ranks, joined by an all-reduce after each block's attention
+    /// and MLP: CPU ranks on threads of one process, or with a GPU `device` one rank per GPU
+    /// (CUDA devices `0..N`, NCCL; fewer GPUs than ranks is a clear error at load). The draft
+    /// stays whole on rank 0's thread and device. The ranks must divide the KV heads' and
+    /// quantisation blocks' split (a clear error otherwise).
     #[serde(default)]
     pub tensor_parallel: Option<usize>,
 }

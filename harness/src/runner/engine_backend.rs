@@ -80,8 +80,7 @@ impl EngineBackend {
             config.batch_size,
         )?
         .with_penalties(config.sampling.penalties())?
-        .tensor_parallel(config.models.tensor_parallel.unwrap_or(1))?
-        .on_device(device)
+        .place(device, config.models.tensor_parallel.unwrap_or(1))
     }
 
     /// Applies `penalties` to the target's logits of every later run.
@@ -166,15 +165,48 @@ impl EngineBackend {
         })
     }
 
+    /// Places the target on `device` split among `world` tensor-parallel ranks: CPU ranks on
+    /// threads of this process ([`EngineBackend::tensor_parallel`]), or GPU ranks, one per GPU
+    /// (devices `0..world`), joined by NCCL; `world` = 1 is [`EngineBackend::on_device`]. Drafts
+    /// stay whole, on rank 0's thread and device (the draft co-located with rank 0, its drafts
+    /// reaching every rank as the step's tokens).
+    ///
+    /// # Errors
+    /// As [`check_tensor_parallel`], [`EngineBackend::tensor_parallel`],
+    /// [`EngineBackend::on_device`] and [`LoadedModel::instantiate_sharded_on`] (more ranks
+    /// than GPUs, no NCCL, a group not starting at device 0).
+    pub fn place(mut self, device: Device, world: usize) -> Result<Self> {
+        check_tensor_parallel(world)?;
+        if device == Device::Cpu {
+            return self.tensor_parallel(world);
+        }
+        if world == 1 {
+            return self.on_device(device);
+        }
+        let mut target = self.target_file.instantiate_sharded_on(
+            device,
+            self.kv.target_tokens,
+            self.kv.memory.dtype(),
+            world,
+        )?;
+        time_forward(target.as_mut(), 1)?;
+        self.target = Target::Sharded(target);
+        self.device = device;
+        self.built.clear();
+        self.prepared_s.clear();
+        self.verify_curve.clear();
+        Ok(self)
+    }
+
     /// Splits the target among `world` tensor-parallel CPU ranks on threads of this process
     /// (each holding its share of the weights and of the KV heads, joined by the thread
     /// communicator); `world` = 1 keeps the single runner. Drafts stay whole, on the caller's
-    /// thread (rank 0's). Call before [`EngineBackend::on_device`].
+    /// thread (rank 0's). GPU ranks are placed by [`EngineBackend::place`].
     ///
     /// # Errors
-    /// As [`check_tensor_parallel`]; [`HarnessError::InvalidEngine`] on a GPU (NCCL ranks, one per GPU, are not
-    /// wired into the engine); as [`LoadedModel::instantiate_sharded`] (a `world` the KV heads
-    /// or quantisation blocks cannot be split into).
+    /// As [`check_tensor_parallel`]; [`HarnessError::InvalidEngine`] once the target is on a GPU
+    /// (use [`EngineBackend::place`]); as [`LoadedModel::instantiate_sharded`] (a `world` the KV
+    /// heads or quantisation blocks cannot be split into).
     pub fn tensor_parallel(mut self, world: usize) -> Result<Self> {
         check_tensor_parallel(world)?;
         if world == 1 {
@@ -182,8 +214,8 @@ impl EngineBackend {
         }
         if self.device != Device::Cpu {
             return Err(crate::HarnessError::InvalidEngine(format!(
-                "tensor_parallel = {world} runs CPU ranks only: GPU ranks (NCCL, one per GPU) \
-                 are not wired into the engine yet"
+                "tensor_parallel = {world} after the target moved to a GPU: place the ranks \
+                 and the device together (EngineBackend::place)"
             )));
         }
         let sharded = self.target_file.instantiate_sharded(
@@ -208,7 +240,9 @@ impl EngineBackend {
         }
         if matches!(self.target, Target::Sharded(_)) {
             return Err(crate::HarnessError::InvalidEngine(
-                "a tensor-parallel target runs on CPU ranks only".into(),
+                "a tensor-parallel target is moved with its ranks: place the ranks and the \
+                 device together (EngineBackend::place)"
+                    .into(),
             ));
         }
         let mut target = self.target_file.instantiate_on(

@@ -108,16 +108,43 @@ impl LoadedModel {
         if device == Device::Cpu {
             return Ok(Box::new(self.instantiate(kv_tokens, dtype)?));
         }
-        let cpu = kv_options(kv_tokens, dtype);
-        let options = DeviceModelOptions {
-            device,
-            kv_capacity_tokens: cpu.kv_capacity_tokens,
-            kv_block_size: cpu.kv_block_size,
-            kv_dtype: dtype,
-            cpu_matmul: cpu.matmul,
-            gpu_matmul: GpuMatmul::BatchInvariant,
-        };
-        Ok(self.checkpoint.load_on_device(options)?)
+        Ok(self
+            .checkpoint
+            .load_on_device(device_options(device, kv_tokens, dtype))?)
+    }
+
+    /// [`LoadedModel::instantiate_on`] split among `world` tensor-parallel ranks: CPU ranks on
+    /// threads, or GPU ranks (one per GPU, devices `0..world`, NCCL) in the batch-invariant mode,
+    /// each with a pool of `kv_tokens` slots of its share of the KV heads.
+    ///
+    /// # Errors
+    /// As [`Checkpoint::load_sharded_on_device`] (fewer GPUs than ranks is an error naming
+    /// both counts).
+    pub fn instantiate_sharded_on(
+        &self,
+        device: Device,
+        kv_tokens: usize,
+        dtype: KvDtype,
+        world: usize,
+    ) -> Result<DeviceModel> {
+        Ok(self
+            .checkpoint
+            .load_sharded_on_device(device_options(device, kv_tokens, dtype), world)?)
+    }
+}
+
+/// The runners' options for a pool of `kv_tokens` slots of `dtype` on `device`: the CPU
+/// defaults, and on a GPU the batch-invariant mode (the engine's greedy equality rests on batch
+/// invariance).
+fn device_options(device: Device, kv_tokens: usize, dtype: KvDtype) -> DeviceModelOptions {
+    let cpu = kv_options(kv_tokens, dtype);
+    DeviceModelOptions {
+        device,
+        kv_capacity_tokens: cpu.kv_capacity_tokens,
+        kv_block_size: cpu.kv_block_size,
+        kv_dtype: dtype,
+        cpu_matmul: cpu.matmul,
+        gpu_matmul: GpuMatmul::BatchInvariant,
     }
 }
 
@@ -128,8 +155,9 @@ pub enum Target {
     Cpu(Box<LlamaModel>),
     /// A runner on another device.
     Device(DeviceModel),
-    /// Tensor-parallel CPU ranks on threads of this process (`tensor_parallel` ≥ 2).
-    Sharded(Box<ShardedModel>),
+    /// Tensor-parallel ranks (`tensor_parallel` ≥ 2): CPU ranks on threads of this process, or
+    /// GPU ranks joined by NCCL.
+    Sharded(DeviceModel),
 }
 
 impl Target {

@@ -4,10 +4,12 @@
 //! f32 boundary), [`apply_rope`](super::rope::apply_rope) (bit-identical, given the same angle
 //! tables), [`swiglu`](super::activation::swiglu) (within 8 ulp: CUDA's `expf`, within 2 ulp, vs the
 //! CPU's [`exp_f32`](super::activation::exp_f32), within 1, and three roundings on each side), and
-//! the batch-invariant matrix product (each output one FMA chain over `k` in order).
+//! the batch-invariant matrix product (each output one FMA chain over `k` in order), and
+//! [`sum_ranks`](super::reduce::sum_ranks) (bit-identical).
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
+use super::reduce::check_sum_ranks;
 use super::rope::RopeLayout;
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
@@ -355,12 +357,44 @@ pub fn add_broadcast_cuda(gpu: &Gpu, x: &mut CudaSlice<f32>, y: &CudaSlice<f32>)
     Ok(())
 }
 
+/// The rank-order sum of `world` partial buffers laid end to end in `gathered`
+/// (`[world × out.len()]`) into `out`: [`sum_ranks`](super::reduce::sum_ranks) on the device,
+/// bit-identical to it.
+///
+/// # Errors
+/// As [`sum_ranks`](super::reduce::sum_ranks) (shapes); [`KernelError::Cuda`] on CUDA errors.
+pub fn sum_ranks_cuda(
+    gpu: &Gpu,
+    gathered: &CudaSlice<f32>,
+    world: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    check_sum_ranks(gathered.len(), world, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let world = u32::try_from(world).map_err(|_| KernelError::InvalidParameter {
+        what: "world",
+        reason: format!("{world} ranks do not fit in 32 bits"),
+    })?;
+    let f = gpu.function(&sources::OPS, "sum_ranks_f32")?;
+    let len = out.len() as u64;
+    let cfg = grid_stride(out.len());
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(gathered).arg(out).arg(&len).arg(&world);
+    // SAFETY: gathered holds world × len and out len elements (checked); argument order matches
+    // sum_ranks_f32 (gathered, out, len, world).
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch sum_ranks_f32", e))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cuda::testing::gpu_for_test;
     use crate::ops::activation::swiglu;
     use crate::ops::norm::rms_norm;
+    use crate::ops::reduce::sum_ranks;
     use crate::ops::rope::{apply_rope, RopeAngles};
     use crate::sampling::mix64;
 
@@ -533,5 +567,30 @@ mod tests {
                 assert_eq!(got[r * cols + c], want, "bf16 matmul row {r} col {c}");
             }
         }
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn sum_ranks_equals_the_cpu_bit_for_bit() {
+        let Some(gpu) = gpu_for_test("ops::cuda::sum_ranks_equals_the_cpu_bit_for_bit") else {
+            return;
+        };
+        let st = gpu.stream();
+        for (world, len) in [(1usize, 5usize), (2, 1537), (3, 70_001), (8, 300)] {
+            let gathered = values(world * len, 20 + world as u64);
+            let mut want = vec![0.0f32; len];
+            sum_ranks(&gathered, world, &mut want).unwrap();
+            let mut out = st.alloc_zeros::<f32>(len).unwrap();
+            sum_ranks_cuda(&gpu, &st.clone_htod(&gathered).unwrap(), world, &mut out).unwrap();
+            let got = st.clone_dtoh(&out).unwrap();
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "world {world}, len {len}"
+            );
+        }
+        let short = st.clone_htod(&[1.0f32; 5]).unwrap();
+        let mut out = st.alloc_zeros::<f32>(2).unwrap();
+        assert!(sum_ranks_cuda(&gpu, &short, 3, &mut out).is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! CPU reference of the per-token operations of a Llama / Qwen2 layer: RMSNorm, RoPE (both
-//! layouts), SwiGLU, embedding gather from a quantised table, softmax and argmax.
+//! layouts), SwiGLU, embedding gather from a quantised table, softmax and argmax; and the
+//! rank-order sum of a tensor-parallel all-reduce.
 //!
 //! Every op works token by token: a token's result depends only on its own inputs, so all ops
 //! are batch-invariant (bit-identical alone or in any batch). Activations are row-major
@@ -9,9 +10,11 @@ pub mod activation;
 pub mod cuda;
 pub mod embedding;
 pub mod norm;
+pub mod reduce;
 pub mod rope;
 
 pub use activation::{argmax, exp_scaled, softmax_in_place, swiglu};
 pub use embedding::embed_rows;
 pub use norm::rms_norm;
+pub use reduce::sum_ranks;
 pub use rope::{apply_rope, RopeAngles, RopeLayout, RopeScaling};

@@ -99,3 +99,15 @@ extern "C" __global__ void add_broadcast_f32(float* __restrict__ x, const float*
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (u64)gridDim.x * blockDim.x)
     x[i] = __fadd_rn(x[i], y[i % period]);
 }
+
+// - sum_ranks_f32: out[i] = gathered[i] + gathered[len + i] + ... in rank order (world partial
+//   buffers of len values end to end), grid-stride over len; bytes = 4 * (world + 1) * len. One
+//   rounded f32 add per rank after the first, as the CPU's `sum_ranks`.
+extern "C" __global__ void sum_ranks_f32(const float* __restrict__ gathered, float* __restrict__ out,
+                                         u64 len, u32 world) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (u64)gridDim.x * blockDim.x) {
+    float sum = gathered[i];
+    for (u32 r = 1; r < world; ++r) sum = __fadd_rn(sum, gathered[(u64)r * len + i]);
+    out[i] = sum;
+  }
+}

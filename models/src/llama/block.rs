@@ -88,6 +88,23 @@ pub(crate) struct TensorParallel<'a> {
     pub(crate) q_dim: usize,
 }
 
+impl TensorParallel<'_> {
+    /// The columns `plan.o_cols` of every token's full attention output, gathered from all
+    /// ranks' `attn` (`[n, own query width]`): the input of an output projection split off the
+    /// head boundaries (`plan.gather_attention`).
+    ///
+    /// # Errors
+    /// Communicator errors.
+    pub(crate) fn gathered_attention(&self, attn: &[f32], n: usize) -> Result<Vec<f32>> {
+        let full = interleave(&self.comm.all_gather(attn)?, n);
+        let cols = self.plan.o_cols.clone();
+        Ok(full
+            .chunks(self.q_dim)
+            .flat_map(|row| row[cols.clone()].iter().copied())
+            .collect())
+    }
+}
+
 /// `x += y` element-wise.
 pub(crate) fn add(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {

@@ -10,7 +10,7 @@ use specdec_kernels::kv::{PagedKvCache, SlotMoves};
 use specdec_kernels::ops::{apply_rope, embed_rows, rms_norm, swiglu, RopeAngles};
 use specdec_kernels::KernelError;
 
-use super::block::{add, interleave, BlockSeq, BlockShape, TensorParallel};
+use super::block::{add, BlockSeq, BlockShape, TensorParallel};
 use super::forward::{BlockWeights, DecoderWeights, DeviceBackend, KvPool};
 use super::model::MatmulPath;
 use super::product::ProductInput;
@@ -183,13 +183,7 @@ impl DeviceBackend for CpuBackend<'_> {
     ) -> Result<()> {
         match self.parallel {
             Some(tp) if tp.plan.gather_attention => {
-                let full = interleave(&tp.comm.all_gather(attn)?, n);
-                let cols = tp.plan.o_cols.clone();
-                let selected: Vec<f32> = full
-                    .chunks(tp.q_dim)
-                    .flat_map(|row| row[cols.clone()].iter().copied())
-                    .collect();
-                self.products(&selected, n, &mut [(wo, out)])
+                self.products(&tp.gathered_attention(attn, n)?, n, &mut [(wo, out)])
             }
             _ => self.products(attn, n, &mut [(wo, out)]),
         }

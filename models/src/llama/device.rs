@@ -8,7 +8,7 @@ use specdec_kernels::kv::KvDtype;
 
 #[cfg(doc)]
 use super::cuda::CudaLlamaModel;
-use super::cuda::GpuMatmul;
+use super::cuda::{CudaLlamaOptions, GpuMatmul};
 #[cfg(doc)]
 use super::model::LlamaModel;
 use super::model::{LlamaOptions, MatmulPath};
@@ -72,4 +72,26 @@ pub fn load_on_device(
     options: DeviceModelOptions,
 ) -> Result<Box<dyn LanguageModel>> {
     Checkpoint::Gguf(Arc::clone(file)).load_on_device(options)
+}
+
+impl DeviceModelOptions {
+    /// The CPU runner's options: this cache and the CPU matmul path.
+    pub fn cpu_options(&self) -> LlamaOptions {
+        LlamaOptions {
+            kv_capacity_tokens: self.kv_capacity_tokens,
+            kv_block_size: self.kv_block_size,
+            kv_dtype: self.kv_dtype,
+            matmul: self.cpu_matmul,
+        }
+    }
+
+    /// The CUDA runner's options on device `ordinal`: this cache and the GPU product mode.
+    pub fn cuda_options(&self, ordinal: usize) -> CudaLlamaOptions {
+        CudaLlamaOptions {
+            kv_capacity_tokens: self.kv_capacity_tokens,
+            kv_block_size: self.kv_block_size,
+            matmul: self.gpu_matmul,
+            device: ordinal,
+        }
+    }
 }

@@ -39,6 +39,11 @@ pub trait Communicator: Send + Sync {
     /// # Errors
     /// [`ModelError::Communicator`] when the group was aborted.
     fn barrier(&self) -> Result<()>;
+
+    /// Fails every pending and future collective of the whole group, so that the other ranks
+    /// stop waiting for one that failed. A group that cannot be aborted does nothing (the
+    /// default).
+    fn abort(&self) {}
 }
 
 /// The group of one rank: every collective is the identity.
@@ -134,13 +139,6 @@ impl ThreadCommunicator {
                 shared: Arc::clone(&shared),
             })
             .collect())
-    }
-
-    /// Fails every pending and future collective of the whole group.
-    pub fn abort(&self) {
-        let mut state = self.lock();
-        state.aborted = true;
-        self.shared.turn.notify_all();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -243,6 +241,12 @@ impl Communicator for ThreadCommunicator {
     fn barrier(&self) -> Result<()> {
         let state = self.lock();
         self.wait_all(state).map(drop)
+    }
+
+    fn abort(&self) {
+        let mut state = self.lock();
+        state.aborted = true;
+        self.shared.turn.notify_all();
     }
 }
 

@@ -11,12 +11,25 @@
 //! NCCL and sums them in rank order on the host: `world_size`× the traffic of a reduce, and
 //! bit-identical to the in-process [`super::ThreadCommunicator`]. The buffers of the trait are
 //! host slices; each collective stages them through device memory on the rank's stream and
-//! synchronises before returning.
+//! synchronises before returning. A GPU rank's forward sums on the device instead
+//! ([`NcclCommunicator::all_reduce_sum_device`]): the same all-gather, then the rank-order sum
+//! by `sum_ranks_cuda`, the same bits without leaving the GPU.
+//!
+//! Each rank's NCCL calls run on its GPU's [`Gpu`] stream, the stream its kernels run on, so a
+//! collective is ordered after the kernels that wrote its input without a host wait.
+//!
+//! An NCCL group cannot be aborted from here ([`Communicator::abort`] does nothing): a rank
+//! that fails between collectives leaves the others waiting in the next one. The ranks of a
+//! [`super::ShardedModel`] run the same checks on the same calls before their first
+//! collective, so bad input fails on every rank alike.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaContext, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream};
 use cudarc::nccl::Comm;
+use specdec_kernels::cuda::Gpu;
+use specdec_kernels::ops::cuda::sum_ranks_cuda;
+use specdec_kernels::ops::sum_ranks;
 
 use super::comm::Communicator;
 use crate::error::{ModelError, Result};
@@ -69,22 +82,22 @@ impl NcclCommunicator {
                 "a group needs at least one rank".into(),
             ));
         }
-        // SAFETY: as in `available`.
-        if !unsafe { cudarc::nccl::sys::is_culib_present() } {
-            return Err(ModelError::Communicator(
-                "libnccl is not on the library path (install NCCL 2.x for CUDA 13)".into(),
-            ));
-        }
         let devices = specdec_kernels::cuda::probe::cuda_device_count();
         if devices < world {
             return Err(ModelError::Communicator(format!(
                 "NCCL puts one rank per GPU: {world} ranks need {world} GPUs, {devices} visible"
             )));
         }
+        // SAFETY: as in `available`.
+        if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+            return Err(ModelError::Communicator(
+                "libnccl is not on the library path (install NCCL 2.x for CUDA 13)".into(),
+            ));
+        }
         let streams = (0..world)
             .map(|ordinal| {
-                CudaContext::new(ordinal)
-                    .map(|ctx| ctx.default_stream())
+                Gpu::shared(ordinal)
+                    .map(|gpu| gpu.stream().clone())
                     .map_err(|e| nccl_error(&format!("opening GPU {ordinal}"), e))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -101,6 +114,45 @@ impl NcclCommunicator {
                 comm: Mutex::new(CommCell(comm)),
             })
             .collect())
+    }
+
+    /// The CUDA device ordinal of this rank's GPU (rank `r` of [`NcclCommunicator::group`] is
+    /// on device `r`).
+    pub fn ordinal(&self) -> usize {
+        self.stream.context().ordinal()
+    }
+
+    /// Replaces `buf` (this rank's partial sums on `gpu`, its own GPU) by the element-wise sum
+    /// of every rank's `buf` in rank order, without leaving the device: NCCL all-gathers the
+    /// buffers into `[world × len]`, then `sum_ranks_cuda` adds them rank by rank. The bits
+    /// equal [`Communicator::all_reduce_sum`]'s. Every rank must call it with the same length
+    /// (the ranks of one forward do); it is not checked, since checking would cost a host round
+    /// trip per call. Asynchronous: ordered on the rank's stream.
+    ///
+    /// # Errors
+    /// [`ModelError::Communicator`] when `gpu` is not this rank's GPU or NCCL fails; kernel
+    /// errors.
+    pub fn all_reduce_sum_device(&self, gpu: &Gpu, buf: &mut CudaSlice<f32>) -> Result<()> {
+        if !Arc::ptr_eq(gpu.stream(), &self.stream) {
+            return Err(ModelError::Communicator(format!(
+                "rank {} of the NCCL group sums on its own GPU's stream (device {}), not on {}",
+                self.rank,
+                self.ordinal(),
+                gpu.name()
+            )));
+        }
+        if self.world == 1 || buf.is_empty() {
+            return Ok(());
+        }
+        let mut gathered = self
+            .stream
+            .alloc_zeros::<f32>(buf.len() * self.world)
+            .map_err(|e| nccl_error("device allocation", e))?;
+        self.comm()
+            .0
+            .all_gather(&*buf, &mut gathered)
+            .map_err(|e| nccl_error("all_gather", e))?;
+        Ok(sum_ranks_cuda(gpu, &gathered, self.world, buf)?)
     }
 
     fn comm(&self) -> MutexGuard<'_, CommCell> {
@@ -149,17 +201,7 @@ impl Communicator for NcclCommunicator {
             )));
         }
         let all = self.gather_equal(buf)?;
-        // rank order, as the trait promises
-        let mut parts = all.chunks_exact(buf.len().max(1));
-        if let Some(first) = parts.next() {
-            buf.copy_from_slice(&first[..buf.len()]);
-            for part in parts {
-                for (b, &v) in buf.iter_mut().zip(part) {
-                    *b += v;
-                }
-            }
-        }
-        Ok(())
+        Ok(sum_ranks(&all, self.world, buf)?)
     }
 
     fn all_gather(&self, local: &[f32]) -> Result<Vec<Vec<f32>>> {

@@ -1,26 +1,28 @@
-//! [`ShardedModel`]: a tensor-parallel group of [`LlamaModel`] ranks on threads of one process,
-//! presented as one [`LanguageModel`].
+//! [`ShardedModel`]: a tensor-parallel group of ranks on threads of one process, presented as
+//! one [`LanguageModel`]: CPU ranks ([`LlamaModel`]) joined by the thread communicator, or GPU
+//! ranks ([`CudaLlamaModel`], one per GPU) joined by NCCL.
 
 use std::sync::Arc;
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::llama::cuda::{CudaLlamaModel, CudaLlamaOptions};
 use crate::llama::{
     read_config, read_special_tokens, read_weights, LlamaConfig, LlamaModel, LlamaOptions,
     ModelWeights, SpecialTokens,
 };
 use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
-use crate::shard::ThreadCommunicator;
+use crate::shard::{Communicator, NcclCommunicator, ThreadCommunicator};
 
-/// `world` ranks, each a [`LlamaModel`] holding its slice of the weights and KV heads, joined by
-/// a [`ThreadCommunicator`]. Every call runs on all ranks (forward on one thread per rank); the
-/// ranks' sequence ids agree because every rank sees the same calls.
-pub struct ShardedModel {
-    ranks: Vec<LlamaModel>,
-    comms: Vec<ThreadCommunicator>,
+/// `world` ranks `R`, each holding its slice of the weights and KV heads, joined by their
+/// communicators. Every call runs on all ranks (forward on one thread per rank); the ranks'
+/// sequence ids agree because every rank sees the same calls.
+pub struct ShardedModel<R = LlamaModel> {
+    ranks: Vec<R>,
+    comms: Vec<Arc<dyn Communicator>>,
 }
 
-impl std::fmt::Debug for ShardedModel {
+impl<R> std::fmt::Debug for ShardedModel<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShardedModel")
             .field("world", &self.ranks.len())
@@ -29,7 +31,7 @@ impl std::fmt::Debug for ShardedModel {
 }
 
 /// Aborts the group if its rank's thread unwinds, so the other ranks fail instead of waiting.
-struct AbortOnPanic<'a>(&'a ThreadCommunicator);
+struct AbortOnPanic<'a>(&'a dyn Communicator);
 
 impl Drop for AbortOnPanic<'_> {
     fn drop(&mut self) {
@@ -39,8 +41,8 @@ impl Drop for AbortOnPanic<'_> {
     }
 }
 
-impl ShardedModel {
-    /// Splits `weights` among `world` ranks.
+impl ShardedModel<LlamaModel> {
+    /// Splits `weights` among `world` CPU ranks.
     ///
     /// # Errors
     /// As [`crate::shard::ShardPlan::new`] (too many ranks for the KV heads or blocks).
@@ -51,7 +53,10 @@ impl ShardedModel {
         options: LlamaOptions,
         world: usize,
     ) -> Result<Self> {
-        let comms = ThreadCommunicator::group(world)?;
+        let comms: Vec<Arc<dyn Communicator>> = ThreadCommunicator::group(world)?
+            .into_iter()
+            .map(|comm| Arc::new(comm) as Arc<dyn Communicator>)
+            .collect();
         let ranks = comms
             .iter()
             .map(|comm| {
@@ -60,7 +65,7 @@ impl ShardedModel {
                     weights,
                     special.clone(),
                     options,
-                    Arc::new(comm.clone()),
+                    comm.clone(),
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -82,9 +87,49 @@ impl ShardedModel {
             world,
         )
     }
+}
 
+impl ShardedModel<CudaLlamaModel> {
+    /// Splits `weights` among `world` GPU ranks, rank `r` on CUDA device `r` (NCCL puts one rank
+    /// per GPU); `options.device` is ignored, every other option holds for every rank.
+    ///
+    /// # Errors
+    /// As [`NcclCommunicator::group`] (fewer GPUs than ranks, no NCCL) and
+    /// [`CudaLlamaModel::rank_of`].
+    pub fn on_gpus(
+        config: &LlamaConfig,
+        weights: &ModelWeights,
+        special: &SpecialTokens,
+        options: CudaLlamaOptions,
+        world: usize,
+    ) -> Result<Self> {
+        let nccl: Vec<Arc<NcclCommunicator>> = NcclCommunicator::group(world)?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let ranks = nccl
+            .iter()
+            .map(|comm| {
+                CudaLlamaModel::rank_of(
+                    config.clone(),
+                    weights,
+                    special.clone(),
+                    options,
+                    comm.clone(),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let comms = nccl
+            .into_iter()
+            .map(|comm| comm as Arc<dyn Communicator>)
+            .collect();
+        Ok(Self { ranks, comms })
+    }
+}
+
+impl<R: LanguageModel + Send> ShardedModel<R> {
     /// The ranks, rank `r` at index `r`.
-    pub fn ranks(&self) -> &[LlamaModel] {
+    pub fn ranks(&self) -> &[R] {
         &self.ranks
     }
 
@@ -92,7 +137,7 @@ impl ShardedModel {
     fn on_all<T: PartialEq + std::fmt::Debug>(
         &mut self,
         what: &str,
-        mut f: impl FnMut(&mut LlamaModel) -> Result<T>,
+        mut f: impl FnMut(&mut R) -> Result<T>,
     ) -> Result<T> {
         let mut answers = self
             .ranks
@@ -108,7 +153,7 @@ impl ShardedModel {
     }
 }
 
-impl LanguageModel for ShardedModel {
+impl<R: LanguageModel + Send> LanguageModel for ShardedModel<R> {
     fn vocab_size(&self) -> usize {
         self.ranks[0].vocab_size()
     }
@@ -151,7 +196,7 @@ impl LanguageModel for ShardedModel {
                 .zip(&self.comms)
                 .map(|(rank, comm)| {
                     s.spawn(move || {
-                        let _guard = AbortOnPanic(comm);
+                        let _guard = AbortOnPanic(comm.as_ref());
                         rank.forward(steps)
                     })
                 })

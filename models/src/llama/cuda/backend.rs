@@ -2,7 +2,9 @@
 //! buffers, [`DeviceMatrix`] products in the chosen [`GpuMatmul`] mode, the f32 KV pool
 //! ([`CudaKvPool`]) written by `kv::cuda::append` and moved by `kv::cuda::move_slots`, and one
 //! [`AttentionPlan`] (block tables and ancestor masks uploaded once) for every layer of the
-//! forward. Nothing crosses to the host inside a forward.
+//! forward. Nothing crosses to the host inside a forward, except on a tensor-parallel rank
+//! whose plan splits the attention output projection off the head boundaries (the attention
+//! output is gathered through the host there); a rank's all-reduces stay on the device.
 
 use std::sync::Arc;
 
@@ -15,10 +17,11 @@ use specdec_kernels::ops::cuda::{add_broadcast_cuda, rms_norm_cuda, rope_cuda, s
 
 use super::device_error;
 use super::matmul::{product, GpuMatmul};
-use super::weights::{DeviceLayer, DeviceMatrix, DeviceWeights};
+use super::weights::{upload_f32, DeviceLayer, DeviceMatrix, DeviceWeights};
 use crate::error::Result;
-use crate::llama::block::BlockShape;
+use crate::llama::block::{BlockShape, TensorParallel};
 use crate::llama::forward::{BlockWeights, DecoderWeights, DeviceBackend, KvPool};
+use crate::shard::{NcclCommunicator, ShardPlan};
 
 /// A runner's KV pool on the GPU: f32 blocks in `KvLayout` order
 /// (`[layer][K|V][kv_head][slot][head_dim]` per block), `data.len()` a whole number of blocks of
@@ -49,11 +52,24 @@ impl KvPool for CudaKvPool {
     }
 }
 
+/// The tensor-parallel group a GPU rank's block combines its partial products over.
+pub(crate) struct GpuTensorParallel<'a> {
+    /// The group, this rank on `CudaBackend::gpu`.
+    pub(crate) comm: &'a NcclCommunicator,
+    /// This rank's share.
+    pub(crate) plan: &'a ShardPlan,
+    /// The query width of all ranks together.
+    pub(crate) q_dim: usize,
+}
+
 /// One GPU as one forward sees it: the product mode, the KV pool, the physical slot of every
-/// new row, the forward's attention plan and its rows' RoPE tables.
+/// new row, the forward's attention plan and its rows' RoPE tables, and the rank's group when
+/// the model is split.
 pub(crate) struct CudaBackend<'a> {
     /// The device.
     pub(crate) gpu: &'a Gpu,
+    /// The tensor-parallel group; `None` for the whole model.
+    pub(crate) parallel: Option<GpuTensorParallel<'a>>,
     /// How the products run.
     pub(crate) mode: GpuMatmul,
     /// The KV pool the blocks write.
@@ -154,6 +170,46 @@ impl DeviceBackend for CudaBackend<'_> {
         Ok(self
             .plan
             .run(self.gpu, &self.kv.data, layer, scale, q, out)?)
+    }
+
+    /// A rank whose plan gathers the attention output downloads its rows, gathers every rank's
+    /// through the communicator and multiplies the uploaded block-aligned columns.
+    fn attention_projection(
+        &self,
+        attn: &CudaSlice<f32>,
+        n: usize,
+        wo: &DeviceMatrix,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        match &self.parallel {
+            Some(tp) if tp.plan.gather_attention => {
+                let own = self
+                    .gpu
+                    .stream()
+                    .clone_dtoh(attn)
+                    .map_err(|e| device_error("download attention output", e))?;
+                let group = TensorParallel {
+                    comm: tp.comm,
+                    plan: tp.plan,
+                    q_dim: tp.q_dim,
+                };
+                let selected = upload_f32(
+                    self.gpu,
+                    "gathered attention output",
+                    &group.gathered_attention(&own, n)?,
+                )?;
+                self.products(&selected, n, &mut [(wo, out)])
+            }
+            _ => self.products(attn, n, &mut [(wo, out)]),
+        }
+    }
+
+    /// The device all-reduce of the rank's group (rank-order sums, no host copy).
+    fn all_reduce(&self, partial: &mut CudaSlice<f32>) -> Result<()> {
+        match &self.parallel {
+            Some(tp) => tp.comm.all_reduce_sum_device(self.gpu, partial),
+            None => Ok(()),
+        }
     }
 
     fn swiglu(

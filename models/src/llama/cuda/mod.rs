@@ -6,8 +6,10 @@
 //! chains, draft trees) over a paged KV cache and returns f32 logits `[n_new, vocab]` per
 //! sequence on the host; new tokens' K/V are speculative until [`commit`](crate::LanguageModel::commit) keeps a
 //! root-to-node path; `rewind`, `fork` and `release` behave as on the CPU. Steps and commit paths
-//! are checked by the same code as the CPU runner's (same errors). One GPU, one rank: the
-//! tensor-parallel split stays CPU-only here. Without a usable GPU every constructor returns
+//! are checked by the same code as the CPU runner's (same errors). A model is the whole decoder
+//! on one GPU, or one rank of a tensor-parallel group ([`CudaLlamaModel::rank_of`]: the CPU
+//! ranks' [`ShardPlan`](crate::shard::ShardPlan), one rank per GPU, all-reduces on the device
+//! over NCCL). Without a usable GPU every constructor returns
 //! [`ModelError::Config`](crate::ModelError::Config) naming the problem (the probe never panics).
 //!
 //! The forward's arithmetic is not written here: it is the CPU runner's, the block and decoder

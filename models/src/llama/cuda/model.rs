@@ -15,14 +15,14 @@ use specdec_kernels::ops::RopeAngles;
 use specdec_kernels::verification::VerifyMethod;
 use specdec_kernels::TreeTopology;
 
-use super::backend::{CudaBackend, CudaKvPool};
+use super::backend::{CudaBackend, CudaKvPool, GpuTensorParallel};
 use super::device_error;
 use super::kv_mirror::KvMirror;
 use super::matmul::GpuMatmul;
 use super::weights::{upload_f32, DeviceWeights};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::llama::block::BlockShape;
+use crate::llama::block::{interleave, BlockShape};
 use crate::llama::config::LlamaConfig;
 use crate::llama::forward::{run_blocks, KvPool};
 use crate::llama::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
@@ -32,6 +32,7 @@ use crate::model::{
     check_request, forward_then_verify_host, verify_rows, LanguageModel, Logits, SeqId,
     SequenceStep, VerifiedBatch, VerifyRequest,
 };
+use crate::shard::{Communicator, NcclCommunicator, ShardPlan};
 
 /// Options of a [`CudaLlamaModel`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +60,8 @@ impl Default for CudaLlamaOptions {
 }
 
 /// A Llama / Qwen2 decoder on one GPU implementing [`LanguageModel`] with the CPU runner's
-/// contract (see the [module docs](super) for layout and precision). Single rank only.
+/// contract (see the [module docs](super) for layout and precision): the whole model, or one
+/// rank of a tensor-parallel group ([`CudaLlamaModel::rank_of`]).
 pub struct CudaLlamaModel {
     gpu: Arc<Gpu>,
     config: LlamaConfig,
@@ -70,6 +72,10 @@ pub struct CudaLlamaModel {
     special: SpecialTokens,
     last_trees: HashMap<SeqId, TreeTopology>,
     matmul: GpuMatmul,
+    /// This rank's share of the decoder ([`ShardPlan::single`] for the whole model).
+    plan: ShardPlan,
+    /// The group's communicator; `None` for the whole model on one GPU.
+    comm: Option<Arc<NcclCommunicator>>,
 }
 
 impl std::fmt::Debug for CudaLlamaModel {
@@ -129,6 +135,43 @@ impl CudaLlamaModel {
         special: SpecialTokens,
         options: CudaLlamaOptions,
     ) -> Result<Self> {
+        Self::build(config, weights, special, options, None)
+    }
+
+    /// Rank `comm.rank()` of a tensor-parallel group of `comm.world_size()` GPU ranks over the
+    /// full `weights`, on the communicator's GPU (`options.device` is ignored): it uploads only
+    /// its [`ShardPlan`] slice (its KV heads with their query heads, its FFN rows, its
+    /// vocabulary rows of the LM head) and keeps only its KV heads' cache. Inside a forward the
+    /// partial sums after the attention output and down projections are all-reduced on the
+    /// device ([`NcclCommunicator::all_reduce_sum_device`]); where the plan splits the output
+    /// projection off the head boundaries, the attention output is gathered through the host.
+    /// The logits (each rank's vocabulary rows) are gathered on the host, and a sharded rank
+    /// verifies there ([`LanguageModel::forward_verify`]'s host path).
+    ///
+    /// # Errors
+    /// As [`CudaLlamaModel::from_weights`]; as [`ShardPlan::new`] (too many ranks for the KV
+    /// heads or quantisation blocks).
+    pub fn rank_of(
+        config: LlamaConfig,
+        weights: &ModelWeights,
+        special: SpecialTokens,
+        options: CudaLlamaOptions,
+        comm: Arc<NcclCommunicator>,
+    ) -> Result<Self> {
+        let options = CudaLlamaOptions {
+            device: comm.ordinal(),
+            ..options
+        };
+        Self::build(config, weights, special, options, Some(comm))
+    }
+
+    fn build(
+        config: LlamaConfig,
+        weights: &ModelWeights,
+        special: SpecialTokens,
+        options: CudaLlamaOptions,
+        comm: Option<Arc<NcclCommunicator>>,
+    ) -> Result<Self> {
         let gpu = open_gpu(&options)?;
         config.validate()?;
         if weights.layers.len() != config.n_layers {
@@ -145,15 +188,23 @@ impl CudaLlamaModel {
                 options.kv_capacity_tokens, options.kv_block_size
             )));
         }
+        let plan = match &comm {
+            Some(comm) => ShardPlan::new(&config, weights, comm.rank(), comm.world_size())?,
+            None => ShardPlan::single(&config),
+        };
         let layout = KvLayout::new(
             config.n_layers,
-            config.n_kv_heads,
+            plan.kv_heads.len(),
             config.head_dim,
             options.kv_block_size,
         )?;
         let blocks = options.kv_capacity_tokens.div_ceil(options.kv_block_size);
         let mirror = KvMirror::new(options.kv_block_size, blocks)?;
-        let device_weights = DeviceWeights::upload(&gpu, &config, weights)?;
+        let device_weights = match plan.world {
+            1 => DeviceWeights::upload(&gpu, weights, config.tied_head)?,
+            // a rank's LM head is its vocabulary rows, a slice even of a tied embedding
+            _ => DeviceWeights::upload(&gpu, &plan.slice_weights(&config, weights)?, false)?,
+        };
         let data = gpu
             .stream()
             .alloc_zeros::<f32>(blocks * layout.block_elems())
@@ -174,6 +225,8 @@ impl CudaLlamaModel {
             special,
             last_trees: HashMap::new(),
             matmul: options.matmul,
+            plan,
+            comm,
         })
     }
 
@@ -220,8 +273,8 @@ impl CudaLlamaModel {
         Ok(())
     }
 
-    /// The forward of `steps` (checked, non-empty) with its `[Σ n_new × vocab]` logits left on
-    /// the device, every step's tree recorded for its commit.
+    /// The forward of `steps` (checked, non-empty) with its `[Σ n_new × vocab rows]` logits left
+    /// on the device (a rank's own vocabulary rows), every step's tree recorded for its commit.
     fn forward_on_device(&mut self, steps: &[SequenceStep<'_>]) -> Result<CudaSlice<f32>> {
         self.reserve(steps)?;
         let c = self.config.clone();
@@ -238,9 +291,9 @@ impl CudaLlamaModel {
         let shape = BlockShape {
             hidden: c.hidden,
             head_dim: c.head_dim,
-            q_heads: c.n_heads,
-            kv_heads: c.n_kv_heads,
-            ffn: c.ffn,
+            q_heads: self.plan.q_heads(&c).len(),
+            kv_heads: self.plan.kv_heads.len(),
+            ffn: self.plan.ffn.len(),
             rms_eps: c.rms_eps,
             rope_layout: c.rope_layout,
         };
@@ -257,9 +310,20 @@ impl CudaLlamaModel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let plan = AttentionPlan::new(gpu, &self.layout, self.kv.data.len(), c.n_heads, &planned)?;
+        let plan = AttentionPlan::new(
+            gpu,
+            &self.layout,
+            self.kv.data.len(),
+            shape.q_heads,
+            &planned,
+        )?;
         let mut dev = CudaBackend {
             gpu,
+            parallel: self.comm.as_deref().map(|comm| GpuTensorParallel {
+                comm,
+                plan: &self.plan,
+                q_dim: c.q_dim(),
+            }),
             mode: self.matmul,
             kv: &mut self.kv,
             slots,
@@ -290,24 +354,29 @@ impl CudaLlamaModel {
         }
         let logits = self.forward_on_device(steps)?;
         let gpu = &*self.gpu;
-        let logits = gpu
+        let mut logits = gpu
             .stream()
             .clone_dtoh(&logits)
             .map_err(|e| device_error("download logits", e))?;
         gpu.synchronize()?;
+        if let Some(comm) = self.comm.as_deref().filter(|c| c.world_size() > 1) {
+            // every rank's vocabulary rows, side by side per token
+            let n = steps.iter().map(|s| s.tokens.len()).sum();
+            logits = interleave(&comm.all_gather(&logits)?, n);
+        }
         split_logits(steps, self.config.vocab_size, &logits)
     }
 
     /// [`LanguageModel::forward_verify`] on the device: the logits stay here, one batched
     /// prepare and one verify launch ([`verify_rows`] over [`Gpu`]), only the verdicts are
-    /// downloaded. Typical acceptance, which the device verifier does not run, verifies on the
-    /// host instead.
+    /// downloaded. Typical acceptance, which the device verifier does not run, and a sharded
+    /// rank, whose logits are gathered on the host, verify on the host instead.
     fn forward_verify_impl(
         &mut self,
         steps: &[SequenceStep<'_>],
         request: &VerifyRequest<'_>,
     ) -> Result<VerifiedBatch> {
-        if matches!(request.method, VerifyMethod::Typical { .. }) {
+        if matches!(request.method, VerifyMethod::Typical { .. }) || self.plan.world > 1 {
             return forward_then_verify_host(steps, request, |steps| self.forward_impl(steps));
         }
         check_request(steps, request)?;

@@ -235,6 +235,38 @@ fn the_device_is_a_run_time_choice() {
     );
 }
 
+/// GPU ranks are checked before anything is uploaded: more ranks than visible GPUs is refused
+/// naming both counts, and a group must start at device 0 (NCCL puts rank `r` on GPU `r`).
+#[test]
+fn gpu_ranks_beyond_the_gpus_are_refused_naming_both_counts() {
+    use crate::llama::DeviceModelOptions;
+    use crate::Checkpoint;
+    use specdec_kernels::cuda::Device;
+    let file = synthetic(Architecture::Qwen2, 3);
+    let refusal = |device: Device, world: usize| {
+        let options = DeviceModelOptions {
+            device,
+            kv_capacity_tokens: 64,
+            ..DeviceModelOptions::default()
+        };
+        match Checkpoint::Gguf(file.clone()).load_sharded_on_device(options, world) {
+            Ok(_) => panic!("{world} ranks on {device:?} loaded"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let visible = cuda_device_count();
+    let world = (visible + 1).max(2);
+    let err = refusal(Device::Cuda(0), world);
+    assert!(
+        err.contains(&format!(
+            "{world} ranks need {world} GPUs, {visible} visible"
+        )),
+        "{err}"
+    );
+    let err = refusal(Device::Cuda(1), 2);
+    assert!(err.contains("cannot start at cuda:1"), "{err}");
+}
+
 #[test]
 fn bf16_weights_stay_within_the_gpu_tolerance_on_the_cpu() {
     // The premise of the tolerance, checked where it can be: the CPU's exact path with every
@@ -612,4 +644,84 @@ fn verifying_on_the_device_gives_the_host_verdicts_and_commits_them() {
             assert_eq!(gpu.seq_len(seq).unwrap(), before + path.len());
         }
     });
+}
+
+/// Tensor parallelism on GPUs: a group of one rank per visible GPU (at most 2, the synthetic
+/// Qwen2's KV heads) through [`crate::shard::ShardedModel::on_gpus`], NCCL and the device
+/// all-reduce, against the whole model on GPU 0, both batch-invariant. One rank must give the
+/// whole model's bits (the same products; the sum over one rank is the identity); two ranks
+/// split every product, so they are held to the module's tolerance, with greedy tokens compared
+/// where the top two are clear of it. A machine with one GPU runs the one-rank group;
+/// multi-GPU groups are exercised only where several GPUs are visible.
+#[test]
+#[ignore = "needs a GPU"]
+fn gpu_ranks_equal_the_whole_model() {
+    use crate::llama::{read_special_tokens, read_weights};
+    use crate::shard::ShardedModel;
+    with_models(
+        "llama::cuda::gpu_ranks_equal_the_whole_model",
+        |arch, file| {
+            let config = read_config(file).unwrap();
+            let world = cuda_device_count().clamp(1, 2).min(config.n_kv_heads);
+            let weights = read_weights(file, &config).unwrap();
+            let options = CudaLlamaOptions {
+                kv_capacity_tokens: 512,
+                kv_block_size: 16,
+                matmul: GpuMatmul::BatchInvariant,
+                device: 0,
+            };
+            let mut ranks = ShardedModel::on_gpus(
+                &config,
+                &weights,
+                &read_special_tokens(file),
+                options,
+                world,
+            )
+            .expect("the GPU ranks load");
+            let mut whole = gpu_model(file, GpuMatmul::BatchInvariant);
+            let what = format!("{arch:?}, {world} GPU rank(s)");
+            let (rs, ws) = (ranks.new_sequence().unwrap(), whole.new_sequence().unwrap());
+            let (r, w) = (
+                extend(&mut ranks, rs, &PROMPT),
+                extend(&mut whole, ws, &PROMPT),
+            );
+            let check = |r: &Logits, w: &Logits, at: &str| {
+                if world == 1 {
+                    for row in 0..w.rows() {
+                        assert_eq!(bits(r.row(row)), bits(w.row(row)), "{what} {at}, row {row}");
+                    }
+                } else {
+                    assert_close(r, w, GpuMatmul::BatchInvariant, &format!("{what} {at}"));
+                }
+            };
+            check(&r, &w, "prefill");
+            let mut next = w.argmax(w.rows() - 1);
+            for step in 0..8 {
+                let (r, w) = (
+                    extend(&mut ranks, rs, &[next]),
+                    extend(&mut whole, ws, &[next]),
+                );
+                check(&r, &w, &format!("decode step {step}"));
+                if margin(w.row(0)) > 2.0 * tolerance(w.row(0), GpuMatmul::BatchInvariant) {
+                    assert_eq!(
+                        r.argmax(0),
+                        w.argmax(0),
+                        "{what}: greedy token at step {step}"
+                    );
+                }
+                next = w.argmax(0);
+            }
+            // a draft tree forwarded, then rewound: the group's caches agree with the whole model's
+            let (tree, tokens) = tree();
+            let (r, w) = (
+                forward(&mut ranks, rs, &tokens, &tree),
+                forward(&mut whole, ws, &tokens, &tree),
+            );
+            check(&r, &w, "tree");
+            ranks.rewind(rs, 0).unwrap();
+            ranks.release(rs).unwrap();
+            let room = ranks.kv_room().expect("rank 0's pool");
+            assert_eq!(room.free_blocks, room.total_blocks, "{what}: blocks leaked");
+        },
+    );
 }

@@ -215,11 +215,12 @@ pub struct DeviceWeights {
 }
 
 impl DeviceWeights {
-    /// Uploads `weights` (described by `config`).
+    /// Uploads `weights`; with `tied_head` the LM head is the token embedding, stored once
+    /// (`weights.output` is not uploaded).
     ///
     /// # Errors
     /// As [`DeviceMatrix::upload`].
-    pub fn upload(gpu: &Gpu, config: &LlamaConfig, weights: &ModelWeights) -> Result<Self> {
+    pub fn upload(gpu: &Gpu, weights: &ModelWeights, tied_head: bool) -> Result<Self> {
         let layers = weights
             .layers
             .iter()
@@ -251,7 +252,7 @@ impl DeviceWeights {
             token_embd: DeviceMatrix::upload(gpu, &weights.token_embd)?,
             layers,
             output_norm: upload_f32(gpu, "output_norm", &weights.output_norm)?,
-            untied_output: if config.tied_head {
+            untied_output: if tied_head {
                 None
             } else {
                 Some(DeviceMatrix::upload(gpu, &weights.output)?)
