@@ -5,11 +5,12 @@
 //! tables), [`swiglu`](super::activation::swiglu) (within 8 ulp: CUDA's `expf`, within 2 ulp, vs the
 //! CPU's [`exp_f32`](super::activation::exp_f32), within 1, and three roundings on each side), and
 //! the batch-invariant matrix product (each output one FMA chain over `k` in order), and
-//! [`sum_ranks`](super::reduce::sum_ranks) (bit-identical).
+//! [`sum_ranks`](super::reduce::sum_ranks) and
+//! [`join_rank_columns`](super::reduce::join_rank_columns) (bit-identical).
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::reduce::check_sum_ranks;
+use super::reduce::{check_join, check_sum_ranks};
 use super::rope::RopeLayout;
 use crate::cuda::nvrtc::cuda_error;
 use crate::cuda::{sources, Gpu};
@@ -388,13 +389,52 @@ pub fn sum_ranks_cuda(
     Ok(())
 }
 
+/// Joins the column blocks of `world` ranks gathered in `gathered` into whole rows of `out`:
+/// [`join_rank_columns`](super::reduce::join_rank_columns) on the device, bit-identical to it.
+///
+/// # Errors
+/// As [`join_rank_columns`](super::reduce::join_rank_columns) (shapes); [`KernelError::Cuda`] on
+/// CUDA errors.
+pub fn join_rank_columns_cuda(
+    gpu: &Gpu,
+    gathered: &CudaSlice<f32>,
+    world: usize,
+    stride: usize,
+    rows: usize,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let cols = check_join(gathered.len(), world, stride, rows, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let world = u32::try_from(world).map_err(|_| KernelError::InvalidParameter {
+        what: "world",
+        reason: format!("{world} ranks do not fit in 32 bits"),
+    })?;
+    let f = gpu.function(&sources::OPS, "join_rank_columns_f32")?;
+    let (rows, cols, stride) = (rows as u64, cols as u64, stride as u64);
+    let cfg = grid_stride(out.len());
+    let mut l = gpu.stream().launch_builder(&f);
+    l.arg(gathered)
+        .arg(out)
+        .arg(&rows)
+        .arg(&cols)
+        .arg(&world)
+        .arg(&stride);
+    // SAFETY: out holds rows × cols and gathered world × stride elements with every rank's
+    // block inside its stride (checked); argument order matches join_rank_columns_f32
+    // (gathered, out, rows, cols, world, stride).
+    unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch join_rank_columns_f32", e))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cuda::testing::gpu_for_test;
     use crate::ops::activation::swiglu;
     use crate::ops::norm::rms_norm;
-    use crate::ops::reduce::sum_ranks;
+    use crate::ops::reduce::{join_rank_columns, split_even, sum_ranks};
     use crate::ops::rope::{apply_rope, RopeAngles};
     use crate::sampling::mix64;
 
@@ -592,5 +632,39 @@ mod tests {
         let short = st.clone_htod(&[1.0f32; 5]).unwrap();
         let mut out = st.alloc_zeros::<f32>(2).unwrap();
         assert!(sum_ranks_cuda(&gpu, &short, 3, &mut out).is_err());
+    }
+
+    #[test]
+    #[ignore = "needs a GPU"]
+    fn join_rank_columns_equals_the_cpu_bit_for_bit() {
+        let Some(gpu) = gpu_for_test("ops::cuda::join_rank_columns_equals_the_cpu_bit_for_bit")
+        else {
+            return;
+        };
+        let st = gpu.stream();
+        for (rows, cols, world) in [
+            (1usize, 9usize, 1usize),
+            (3, 151_937, 2),
+            (5, 49_153, 3),
+            (2, 3, 4),
+        ] {
+            let stride = rows * split_even(cols, world, 0).len() + 1;
+            let gathered = values(world * stride, 30 + world as u64);
+            let mut want = vec![0.0f32; rows * cols];
+            join_rank_columns(&gathered, world, stride, rows, &mut want).unwrap();
+            let mut out = st.alloc_zeros::<f32>(rows * cols).unwrap();
+            let gd = st.clone_htod(&gathered).unwrap();
+            join_rank_columns_cuda(&gpu, &gd, world, stride, rows, &mut out).unwrap();
+            let got = st.clone_dtoh(&out).unwrap();
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{rows} × {cols} over {world}"
+            );
+        }
+        let mut out = st.alloc_zeros::<f32>(6).unwrap();
+        let short = st.clone_htod(&[0.0f32; 4]).unwrap();
+        assert!(join_rank_columns_cuda(&gpu, &short, 2, 2, 2, &mut out).is_err());
     }
 }

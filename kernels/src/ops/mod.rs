@@ -16,5 +16,5 @@ pub mod rope;
 pub use activation::{argmax, exp_scaled, softmax_in_place, swiglu};
 pub use embedding::embed_rows;
 pub use norm::rms_norm;
-pub use reduce::sum_ranks;
+pub use reduce::{join_rank_columns, split_even, sum_ranks};
 pub use rope::{apply_rope, RopeAngles, RopeLayout, RopeScaling};

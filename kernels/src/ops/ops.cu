@@ -111,3 +111,26 @@ extern "C" __global__ void sum_ranks_f32(const float* __restrict__ gathered, flo
     out[i] = sum;
   }
 }
+
+// - join_rank_columns_f32: out[row][col] = rank r's block [row][col - start_r], where rank r holds
+//   columns split_even(cols, world, r) of every row as [rows × width_r] at gathered + r * stride
+//   (the first cols % world ranks one column wider), grid-stride over rows * cols; bytes =
+//   8 * rows * cols. Pure copies, as the CPU's `join_rank_columns`.
+extern "C" __global__ void join_rank_columns_f32(const float* __restrict__ gathered,
+                                                 float* __restrict__ out, u64 rows, u64 cols,
+                                                 u32 world, u64 stride) {
+  const u64 base = cols / world, extra = cols % world, wide = extra * (base + 1);
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (u64)gridDim.x * blockDim.x) {
+    const u64 row = i / cols, col = i % cols;
+    u64 rank, start;
+    if (col < wide) {
+      rank = col / (base + 1);
+      start = rank * (base + 1);
+    } else {
+      rank = extra + (col - wide) / base;
+      start = wide + (rank - extra) * base;
+    }
+    const u64 width = base + (rank < extra ? 1 : 0);
+    out[i] = gathered[rank * stride + row * width + (col - start)];
+  }
+}

@@ -13,7 +13,8 @@
 //! host slices; each collective stages them through device memory on the rank's stream and
 //! synchronises before returning. A GPU rank's forward sums on the device instead
 //! ([`NcclCommunicator::all_reduce_sum_device`]): the same all-gather, then the rank-order sum
-//! by `sum_ranks_cuda`, the same bits without leaving the GPU.
+//! by `sum_ranks_cuda`, the same bits without leaving the GPU; it gathers its logits there too
+//! ([`NcclCommunicator::all_gather_padded_device`]).
 //!
 //! Each rank's NCCL calls run on its GPU's [`Gpu`] stream, the stream its kernels run on, so a
 //! collective is ordered after the kernels that wrote its input without a host wait.
@@ -133,26 +134,70 @@ impl NcclCommunicator {
     /// [`ModelError::Communicator`] when `gpu` is not this rank's GPU or NCCL fails; kernel
     /// errors.
     pub fn all_reduce_sum_device(&self, gpu: &Gpu, buf: &mut CudaSlice<f32>) -> Result<()> {
-        if !Arc::ptr_eq(gpu.stream(), &self.stream) {
-            return Err(ModelError::Communicator(format!(
-                "rank {} of the NCCL group sums on its own GPU's stream (device {}), not on {}",
-                self.rank,
-                self.ordinal(),
-                gpu.name()
-            )));
-        }
+        self.check_gpu(gpu)?;
         if self.world == 1 || buf.is_empty() {
             return Ok(());
         }
+        let gathered = self.gather_device(buf)?;
+        Ok(sum_ranks_cuda(gpu, &gathered, self.world, buf)?)
+    }
+
+    /// Every rank's `local` (this rank's on `gpu`, its own GPU), each padded to `stride` values,
+    /// end to end in rank order on the device (`[world × stride]`): the ranks' blocks may differ
+    /// in length, as the LM head's vocabulary rows do. Every rank must pass the same `stride`.
+    /// Asynchronous: ordered on the rank's stream.
+    ///
+    /// # Errors
+    /// [`ModelError::Communicator`] when `gpu` is not this rank's GPU, `local` is longer than
+    /// `stride`, or NCCL fails.
+    pub fn all_gather_padded_device(
+        &self,
+        gpu: &Gpu,
+        local: &CudaSlice<f32>,
+        stride: usize,
+    ) -> Result<CudaSlice<f32>> {
+        self.check_gpu(gpu)?;
+        if local.len() > stride {
+            return Err(ModelError::Communicator(format!(
+                "rank {} gathers {} values into a stride of {stride}",
+                self.rank,
+                local.len()
+            )));
+        }
+        let mut send = self
+            .stream
+            .alloc_zeros::<f32>(stride)
+            .map_err(|e| nccl_error("device allocation", e))?;
+        self.stream
+            .memcpy_dtod(local, &mut send.slice_mut(..local.len()))
+            .map_err(|e| nccl_error("device-to-device copy", e))?;
+        self.gather_device(&send)
+    }
+
+    /// Refuses a GPU other than this rank's: its collectives run on that GPU's stream.
+    fn check_gpu(&self, gpu: &Gpu) -> Result<()> {
+        if Arc::ptr_eq(gpu.stream(), &self.stream) {
+            return Ok(());
+        }
+        Err(ModelError::Communicator(format!(
+            "rank {} of the NCCL group runs on its own GPU's stream (device {}), not on {}",
+            self.rank,
+            self.ordinal(),
+            gpu.name()
+        )))
+    }
+
+    /// Every rank's `send` (all of one length) end to end in rank order, on the device.
+    fn gather_device(&self, send: &CudaSlice<f32>) -> Result<CudaSlice<f32>> {
         let mut gathered = self
             .stream
-            .alloc_zeros::<f32>(buf.len() * self.world)
+            .alloc_zeros::<f32>(send.len() * self.world)
             .map_err(|e| nccl_error("device allocation", e))?;
         self.comm()
             .0
-            .all_gather(&*buf, &mut gathered)
+            .all_gather(send, &mut gathered)
             .map_err(|e| nccl_error("all_gather", e))?;
-        Ok(sum_ranks_cuda(gpu, &gathered, self.world, buf)?)
+        Ok(gathered)
     }
 
     fn comm(&self) -> MutexGuard<'_, CommCell> {

@@ -17,17 +17,10 @@
 
 use std::ops::Range;
 
+pub use specdec_kernels::ops::split_even;
+
 use crate::error::{ModelError, Result};
 use crate::llama::{LayerWeights, LlamaConfig, ModelWeights};
-
-/// Range of `units` given to `rank` of `world`: as even as possible, the first `units % world`
-/// ranks taking one more.
-pub fn split_even(units: usize, world: usize, rank: usize) -> Range<usize> {
-    let base = units / world;
-    let extra = units % world;
-    let start = rank * base + rank.min(extra);
-    start..start + base + usize::from(rank < extra)
-}
 
 /// One rank's share of a decoder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,28 +176,5 @@ impl ShardPlan {
             output_norm: weights.output_norm.clone(),
             output: weights.output.slice_rows(self.vocab.clone())?,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn split_even_covers_without_overlap() {
-        for units in 0..20 {
-            for world in 1..5 {
-                let mut next = 0;
-                for rank in 0..world {
-                    let r = split_even(units, world, rank);
-                    assert_eq!(r.start, next);
-                    assert!(r.len() == units / world || r.len() == units / world + 1);
-                    next = r.end;
-                }
-                assert_eq!(next, units);
-            }
-        }
-        assert_eq!(split_even(19, 2, 0), 0..10);
-        assert_eq!(split_even(19, 2, 1), 10..19);
     }
 }

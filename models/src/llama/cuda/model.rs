@@ -22,7 +22,7 @@ use super::matmul::GpuMatmul;
 use super::weights::{upload_f32, DeviceWeights};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::llama::block::{interleave, BlockShape};
+use crate::llama::block::BlockShape;
 use crate::llama::config::LlamaConfig;
 use crate::llama::forward::{run_blocks, KvPool};
 use crate::llama::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
@@ -33,6 +33,8 @@ use crate::model::{
     SequenceStep, VerifiedBatch, VerifyRequest,
 };
 use crate::shard::{Communicator, NcclCommunicator, ShardPlan};
+use specdec_kernels::ops::cuda::join_rank_columns_cuda;
+use specdec_kernels::ops::split_even;
 
 /// Options of a [`CudaLlamaModel`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,8 +147,8 @@ impl CudaLlamaModel {
     /// partial sums after the attention output and down projections are all-reduced on the
     /// device ([`NcclCommunicator::all_reduce_sum_device`]); where the plan splits the output
     /// projection off the head boundaries, the attention output is gathered through the host.
-    /// The logits (each rank's vocabulary rows) are gathered on the host, and a sharded rank
-    /// verifies there ([`LanguageModel::forward_verify`]'s host path).
+    /// The logits (each rank's vocabulary rows) are gathered and joined on the device, so every
+    /// rank holds whole rows and verifies there as the whole model does.
     ///
     /// # Errors
     /// As [`CudaLlamaModel::from_weights`]; as [`ShardPlan::new`] (too many ranks for the KV
@@ -273,8 +275,9 @@ impl CudaLlamaModel {
         Ok(())
     }
 
-    /// The forward of `steps` (checked, non-empty) with its `[Σ n_new × vocab rows]` logits left
-    /// on the device (a rank's own vocabulary rows), every step's tree recorded for its commit.
+    /// The forward of `steps` (checked, non-empty) with its `[Σ n_new × vocab]` logits left on
+    /// the device (on a rank, every rank's vocabulary rows joined), every step's tree recorded
+    /// for its commit.
     fn forward_on_device(&mut self, steps: &[SequenceStep<'_>]) -> Result<CudaSlice<f32>> {
         self.reserve(steps)?;
         let c = self.config.clone();
@@ -333,7 +336,19 @@ impl CudaLlamaModel {
         };
         let decoder = self.weights.on_gpu();
         let rows = run_blocks(&mut dev, &shape, &decoder, &tokens, &mut |_, _| Ok(()))?;
-        let logits = rows.logits(&dev, &shape, &decoder)?;
+        let mut logits = rows.logits(&dev, &shape, &decoder)?;
+        drop(dev);
+        if let Some(comm) = self.comm.as_deref().filter(|_| self.plan.world > 1) {
+            // every rank's vocabulary rows, joined into whole rows on every rank's GPU
+            let (n, world) = (tokens.len(), self.plan.world);
+            let stride = n * split_even(c.vocab_size, world, 0).len();
+            let gathered = comm.all_gather_padded_device(gpu, &logits, stride)?;
+            logits = gpu
+                .stream()
+                .alloc_zeros::<f32>(n * c.vocab_size)
+                .map_err(|e| device_error("alloc joined logits", e))?;
+            join_rank_columns_cuda(gpu, &gathered, world, stride, n, &mut logits)?;
+        }
         for step in steps {
             self.last_trees.insert(step.seq, step.tree.clone());
         }
@@ -354,29 +369,24 @@ impl CudaLlamaModel {
         }
         let logits = self.forward_on_device(steps)?;
         let gpu = &*self.gpu;
-        let mut logits = gpu
+        let logits = gpu
             .stream()
             .clone_dtoh(&logits)
             .map_err(|e| device_error("download logits", e))?;
         gpu.synchronize()?;
-        if let Some(comm) = self.comm.as_deref().filter(|c| c.world_size() > 1) {
-            // every rank's vocabulary rows, side by side per token
-            let n = steps.iter().map(|s| s.tokens.len()).sum();
-            logits = interleave(&comm.all_gather(&logits)?, n);
-        }
         split_logits(steps, self.config.vocab_size, &logits)
     }
 
     /// [`LanguageModel::forward_verify`] on the device: the logits stay here, one batched
     /// prepare and one verify launch ([`verify_rows`] over [`Gpu`]), only the verdicts are
-    /// downloaded. Typical acceptance, which the device verifier does not run, and a sharded
-    /// rank, whose logits are gathered on the host, verify on the host instead.
+    /// downloaded. Typical acceptance, which the device verifier does not run, verifies on the
+    /// host instead.
     fn forward_verify_impl(
         &mut self,
         steps: &[SequenceStep<'_>],
         request: &VerifyRequest<'_>,
     ) -> Result<VerifiedBatch> {
-        if matches!(request.method, VerifyMethod::Typical { .. }) || self.plan.world > 1 {
+        if matches!(request.method, VerifyMethod::Typical { .. }) {
             return forward_then_verify_host(steps, request, |steps| self.forward_impl(steps));
         }
         check_request(steps, request)?;
