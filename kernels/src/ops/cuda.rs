@@ -374,10 +374,7 @@ pub fn sum_ranks_cuda(
     if out.is_empty() {
         return Ok(());
     }
-    let world = u32::try_from(world).map_err(|_| KernelError::InvalidParameter {
-        what: "world",
-        reason: format!("{world} ranks do not fit in 32 bits"),
-    })?;
+    let world = world_u32(world)?;
     let f = gpu.function(&sources::OPS, "sum_ranks_f32")?;
     let len = out.len() as u64;
     let cfg = grid_stride(out.len());
@@ -387,6 +384,14 @@ pub fn sum_ranks_cuda(
     // sum_ranks_f32 (gathered, out, len, world).
     unsafe { l.launch(cfg) }.map_err(|e| cuda_error("launch sum_ranks_f32", e))?;
     Ok(())
+}
+
+/// A rank count as the collective kernels take it.
+fn world_u32(world: usize) -> Result<u32> {
+    u32::try_from(world).map_err(|_| KernelError::InvalidParameter {
+        what: "world",
+        reason: format!("{world} ranks do not fit in 32 bits"),
+    })
 }
 
 /// Joins the column blocks of `world` ranks gathered in `gathered` into whole rows of `out`:
@@ -407,10 +412,7 @@ pub fn join_rank_columns_cuda(
     if out.is_empty() {
         return Ok(());
     }
-    let world = u32::try_from(world).map_err(|_| KernelError::InvalidParameter {
-        what: "world",
-        reason: format!("{world} ranks do not fit in 32 bits"),
-    })?;
+    let world = world_u32(world)?;
     let f = gpu.function(&sources::OPS, "join_rank_columns_f32")?;
     let (rows, cols, stride) = (rows as u64, cols as u64, stride as u64);
     let cfg = grid_stride(out.len());
