@@ -11,7 +11,7 @@ use crate::llama::{
     read_config, read_special_tokens, read_weights, LlamaConfig, LlamaModel, LlamaOptions,
     ModelWeights, SpecialTokens,
 };
-use crate::model::{LanguageModel, Logits, SeqId, SequenceStep};
+use crate::model::{LanguageModel, Logits, SeqId, SequenceStep, VerifiedBatch, VerifyRequest};
 use crate::shard::{Communicator, NcclCommunicator, ThreadCommunicator};
 
 /// `world` ranks `R`, each holding its slice of the weights and KV heads, joined by their
@@ -151,6 +151,42 @@ impl<R: LanguageModel + Send> ShardedModel<R> {
         }
         Ok(answers.swap_remove(0))
     }
+
+    /// Runs `f` on every rank at once, one thread each (the ranks meet in collectives), and
+    /// returns rank 0's answer. A rank that panics aborts the group, so the others fail instead
+    /// of waiting for it.
+    ///
+    /// # Errors
+    /// The first rank's error, in rank order; a panic as [`ModelError::Communicator`].
+    fn in_parallel<T: Send>(&mut self, f: impl Fn(&mut R) -> Result<T> + Sync) -> Result<T> {
+        let f = &f;
+        let results: Vec<Result<T>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .ranks
+                .iter_mut()
+                .zip(&self.comms)
+                .map(|(rank, comm)| {
+                    s.spawn(move || {
+                        let _guard = AbortOnPanic(comm.as_ref());
+                        f(rank)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(ModelError::Communicator("a rank panicked".into())))
+                })
+                .collect()
+        });
+        let mut first = None;
+        for result in results {
+            let answer = result?;
+            first.get_or_insert(answer);
+        }
+        first.ok_or_else(|| ModelError::Communicator("a group without ranks".into()))
+    }
 }
 
 impl<R: LanguageModel + Send> LanguageModel for ShardedModel<R> {
@@ -189,35 +225,19 @@ impl<R: LanguageModel + Send> LanguageModel for ShardedModel<R> {
     /// Forwards on every rank (one thread each); returns rank 0's logits, which every rank
     /// holds identically after the final all-gather.
     fn forward(&mut self, steps: &[SequenceStep<'_>]) -> Result<Vec<Logits>> {
-        let results: Vec<Result<Vec<Logits>>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .ranks
-                .iter_mut()
-                .zip(&self.comms)
-                .map(|(rank, comm)| {
-                    s.spawn(move || {
-                        let _guard = AbortOnPanic(comm.as_ref());
-                        rank.forward(steps)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(ModelError::Communicator(
-                            "a rank panicked during forward".into(),
-                        ))
-                    })
-                })
-                .collect()
-        });
-        let mut first = None;
-        for result in results {
-            let logits = result?;
-            first.get_or_insert(logits);
-        }
-        first.ok_or_else(|| ModelError::Communicator("a group without ranks".into()))
+        self.in_parallel(|rank| rank.forward(steps))
+    }
+
+    /// Forwards and verifies on every rank (one thread each), each over the whole logits it
+    /// holds after the final all-gather, where its logits live (a GPU rank verifies on its
+    /// GPU); returns rank 0's verdicts. The verdicts agree: the same logits and the same
+    /// counter-based seeds on every rank.
+    fn forward_verify(
+        &mut self,
+        steps: &[SequenceStep<'_>],
+        request: &VerifyRequest<'_>,
+    ) -> Result<VerifiedBatch> {
+        self.in_parallel(|rank| rank.forward_verify(steps, request))
     }
 
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
