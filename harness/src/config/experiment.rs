@@ -9,6 +9,7 @@ use super::{MethodConfig, ModelSource, ModelsConfig, PromptSet};
 use crate::error::{HarnessError, Result};
 use crate::methods::validate_method;
 use crate::simulation::SimulationConfig;
+use specdec_kernels::cuda::Device;
 
 /// A whole experiment: what to run and how. See the module docs for the TOML layout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -354,7 +355,7 @@ impl ExperimentConfig {
         }
         let target =
             ModelSource::parse(&self.models.target).map_err(|e| invalid("models.target", e))?;
-        specdec_models::llama::parse_device(&self.models.device)
+        let device = specdec_models::llama::parse_device(&self.models.device)
             .map_err(|e| invalid("models.device", e.to_string()))?;
         if let Some(d) = self.models.draft.as_ref().filter(|d| *d != "layer_skip") {
             ModelSource::parse(d).map_err(|e| invalid("models.draft", e))?;
@@ -400,12 +401,7 @@ impl ExperimentConfig {
                         "only real models (run by the engine) are split into ranks".into(),
                     ));
                 }
-                if let Some(ordinal) = self
-                    .models
-                    .device
-                    .strip_prefix("cuda:")
-                    .filter(|ordinal| *ordinal != "0")
-                {
+                if let Device::Cuda(ordinal @ 1..) = device {
                     return Err(invalid(
                         "models.tensor_parallel",
                         format!(

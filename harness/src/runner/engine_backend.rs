@@ -183,18 +183,13 @@ impl EngineBackend {
         if world == 1 {
             return self.on_device(device);
         }
-        let mut target = self.target_file.instantiate_sharded_on(
+        let target = self.target_file.instantiate_sharded_on(
             device,
             self.kv.target_tokens,
             self.kv.memory.dtype(),
             world,
         )?;
-        time_forward(target.as_mut(), 1)?;
-        self.target = Target::Sharded(target);
-        self.device = device;
-        self.built.clear();
-        self.prepared_s.clear();
-        self.verify_curve.clear();
+        self.replace_target(Target::Sharded(target), device)?;
         Ok(self)
     }
 
@@ -223,9 +218,7 @@ impl EngineBackend {
             self.kv.memory.dtype(),
             world,
         )?;
-        self.target = Target::Sharded(Box::new(sharded));
-        self.built.clear();
-        time_forward(self.target.model(), 1)?;
+        self.replace_target(Target::Sharded(Box::new(sharded)), Device::Cpu)?;
         Ok(self)
     }
 
@@ -245,18 +238,29 @@ impl EngineBackend {
                     .into(),
             ));
         }
-        let mut target = self.target_file.instantiate_on(
+        let target = self.target_file.instantiate_on(
             device,
             self.kv.target_tokens,
             self.kv.memory.dtype(),
         )?;
-        time_forward(target.as_mut(), 1)?;
-        self.target = Target::Device(target);
+        self.replace_target(Target::Device(target), device)?;
+        Ok(self)
+    }
+
+    /// Makes `target`, on `device`, the target (after one timed forward warms it up) and drops
+    /// what was built or timed against the old one: the methods, their set-up times and the
+    /// verify-cost curve.
+    ///
+    /// # Errors
+    /// The warm-up forward's.
+    fn replace_target(&mut self, mut target: Target, device: Device) -> Result<()> {
+        time_forward(target.model(), 1)?;
+        self.target = target;
         self.device = device;
         self.built.clear();
         self.prepared_s.clear();
         self.verify_curve.clear();
-        Ok(self)
+        Ok(())
     }
 
     /// The KV budget and the pools' token slots.

@@ -2,6 +2,8 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use specdec_kernels::ops::sum_ranks;
+
 use crate::error::{ModelError, Result};
 
 /// Collective operations among the `world_size()` ranks of a tensor-parallel group.
@@ -204,23 +206,16 @@ impl Communicator for ThreadCommunicator {
 
     fn all_reduce_sum(&self, buf: &mut [f32]) -> Result<()> {
         let n = buf.len();
-        let summed = self.exchange(buf, |slots| {
+        let gathered = self.exchange(buf, |slots| {
             if let Some(bad) = slots.iter().position(|s| s.len() != n) {
                 return Err(ModelError::Communicator(format!(
                     "all-reduce of {n} values, but rank {bad} gave {}",
                     slots[bad].len()
                 )));
             }
-            let mut sum = slots[0].clone();
-            for slot in &slots[1..] {
-                for (s, v) in sum.iter_mut().zip(slot) {
-                    *s += v;
-                }
-            }
-            Ok(sum)
+            Ok(slots.concat())
         })??;
-        buf.copy_from_slice(&summed);
-        Ok(())
+        Ok(sum_ranks(&gathered, self.shared.world, buf)?)
     }
 
     fn all_gather(&self, local: &[f32]) -> Result<Vec<Vec<f32>>> {

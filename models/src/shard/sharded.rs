@@ -53,23 +53,9 @@ impl ShardedModel<LlamaModel> {
         options: LlamaOptions,
         world: usize,
     ) -> Result<Self> {
-        let comms: Vec<Arc<dyn Communicator>> = ThreadCommunicator::group(world)?
-            .into_iter()
-            .map(|comm| Arc::new(comm) as Arc<dyn Communicator>)
-            .collect();
-        let ranks = comms
-            .iter()
-            .map(|comm| {
-                LlamaModel::rank_of(
-                    config.clone(),
-                    weights,
-                    special.clone(),
-                    options,
-                    comm.clone(),
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self { ranks, comms })
+        Self::joined(ThreadCommunicator::group(world)?, |comm| {
+            LlamaModel::rank_of(config.clone(), weights, special.clone(), options, comm)
+        })
     }
 
     /// Splits the decoder in a parsed GGUF file among `world` ranks.
@@ -103,31 +89,34 @@ impl ShardedModel<CudaLlamaModel> {
         options: CudaLlamaOptions,
         world: usize,
     ) -> Result<Self> {
-        let nccl: Vec<Arc<NcclCommunicator>> = NcclCommunicator::group(world)?
-            .into_iter()
-            .map(Arc::new)
-            .collect();
-        let ranks = nccl
+        Self::joined(NcclCommunicator::group(world)?, |comm| {
+            CudaLlamaModel::rank_of(config.clone(), weights, special.clone(), options, comm)
+        })
+    }
+}
+
+impl<R: LanguageModel + Send> ShardedModel<R> {
+    /// The group of one rank per communicator of `comms` (rank order), each built by
+    /// `rank_of` around its communicator.
+    ///
+    /// # Errors
+    /// The first of `rank_of`'s errors.
+    fn joined<C: Communicator + 'static>(
+        comms: Vec<C>,
+        rank_of: impl Fn(Arc<C>) -> Result<R>,
+    ) -> Result<Self> {
+        let comms: Vec<Arc<C>> = comms.into_iter().map(Arc::new).collect();
+        let ranks = comms
             .iter()
-            .map(|comm| {
-                CudaLlamaModel::rank_of(
-                    config.clone(),
-                    weights,
-                    special.clone(),
-                    options,
-                    comm.clone(),
-                )
-            })
+            .map(|comm| rank_of(comm.clone()))
             .collect::<Result<Vec<_>>>()?;
-        let comms = nccl
+        let comms = comms
             .into_iter()
             .map(|comm| comm as Arc<dyn Communicator>)
             .collect();
         Ok(Self { ranks, comms })
     }
-}
 
-impl<R: LanguageModel + Send> ShardedModel<R> {
     /// The ranks, rank `r` at index `r`.
     pub fn ranks(&self) -> &[R] {
         &self.ranks
