@@ -81,6 +81,22 @@ pub enum TreeSearch {
 ///   token since its last draft, which a workload with low acceptance never earns back. Such a
 ///   sequence then decodes plainly throughout; the exploring forks re-measure.
 ///
+/// # A drafter that costs nothing (measured mode, chains)
+///
+/// When `max_k` drafts cost at most [`FREE_DRAFTS_COST`] of a plain step (lookup drafters:
+/// n-gram, history), asking for them is free, and how many such a drafter offers is its own
+/// confidence: a history match of `m` tokens drafts at most `m`, and a long offer is accepted
+/// far more often than a short one (0.63 against 0.21 at the first position, SmolLM2 on
+/// MT-Bench). So the policy asks for `max_k` every step and decides when the drafts are
+/// offered ([`SpeculationPolicy::keep_drafts`]): it verifies the prefix of `k ≤ L` of the `L`
+/// offered drafts maximising `E[tokens] / cost` under the acceptance measured for offers of
+/// length `L`, or none where nothing beats plain decoding by `min_gain` (a 1-draft probe after
+/// `probe_every` such refusals). Those per-offer-length estimates are shared by the
+/// workload's sequences (decayed by [`OFFER_DECAY`] per verified offer): what an offer of `L`
+/// drafts is worth is a property of the drafter, the target and the workload, and one short
+/// request measures too few offers of each length to tell. Under load the cost is the batch's
+/// shared forward, so short offers stop being verified first, and long ones last.
+///
 /// The policy is per drafter: it chooses K (or the tree) for the drafter it is built with. To let
 /// a second drafter draft where this one steps aside, pair two policies in a
 /// [`crate::policy::FallbackPolicy`]: tokens the other drafter adds reach this policy through
@@ -112,6 +128,12 @@ pub struct CostModelPolicy {
     fork_id: u64,
     /// Sequences sharing the next step's forward ([`SpeculationPolicy::observe_load`]).
     load: usize,
+    /// The last budget asked a free drafter for all it would offer (see the type docs):
+    /// [`SpeculationPolicy::keep_drafts`] prices the offer.
+    pricing_offer: bool,
+    /// The offer priced this step: `(offered, kept)`, recorded against its length when the
+    /// outcome comes.
+    offer: Option<(usize, usize)>,
 }
 
 /// Draft-position tries the recent forks must have made together before their pooled α̂
@@ -129,6 +151,14 @@ pub const LEARNED_PRIOR_TRIES: f64 = 8.0;
 
 /// How many of the latest forks' acceptance counts are pooled into the learned α̂.
 pub const LEARNED_FORKS: usize = 32;
+
+/// Drafts whose `max_k` draft passes together cost at most this share of a plain step are free
+/// (see [`CostModelPolicy`]): the policy asks for all of them and prices each offer.
+pub const FREE_DRAFTS_COST: f64 = 0.02;
+
+/// The per-step decay of the acceptance measured for each offer length of a free drafter
+/// (roughly the last 100 verified offers of that length count).
+pub const OFFER_DECAY: f64 = 0.99;
 
 /// The learned α̂ as a prior is kept this far inside (0, 1), where a smoothed estimate lives.
 const PRIOR_ALPHA_MIN: f64 = 0.01;
@@ -168,6 +198,9 @@ struct AcceptancePool {
     acceptance: VecDeque<(u64, f64, f64)>,
     /// Sequences of the workload (forks or the template itself) that asked for a budget so far.
     sequences: u64,
+    /// A free drafter's acceptance by offer length (index `L - 1`): the positions of the
+    /// verified prefixes of its offers of `L` drafts (see [`CostModelPolicy`]).
+    by_offer: Vec<AcceptanceStats>,
 }
 
 impl AcceptancePool {
@@ -192,6 +225,25 @@ impl AcceptancePool {
         (tries >= LEARNED_MIN_TRIES).then(|| successes / tries)
     }
 
+    /// The per-position acceptance estimates of offers of `offered` (≥ 1) drafts; before any
+    /// was verified, the optimistic `explore_alpha` (so that an offer length is tried, and its
+    /// verification cost timed, before it is judged).
+    fn offer_alphas(&self, offered: usize, explore_alpha: f64) -> Vec<f64> {
+        match self.by_offer.get(offered - 1) {
+            Some(stats) => stats.position_alphas(offered),
+            None => offer_stats(explore_alpha).position_alphas(offered),
+        }
+    }
+
+    /// Records the verified prefix of an offer of `offered` (≥ 1) drafts.
+    fn record_offer(&mut self, offered: usize, outcome: &StepOutcome, explore_alpha: f64) {
+        if self.by_offer.len() < offered {
+            self.by_offer.resize(offered, offer_stats(explore_alpha));
+        }
+        // validated by the caller
+        let _ = self.by_offer[offered - 1].observe(outcome);
+    }
+
     /// Records fork `fork`'s current pooled counts (replacing its earlier entry).
     fn record(&mut self, fork: u64, successes: f64, tries: f64) {
         if let Some(entry) = self.acceptance.iter_mut().find(|(f, _, _)| *f == fork) {
@@ -203,6 +255,19 @@ impl AcceptancePool {
             self.acceptance.pop_front();
         }
     }
+}
+
+/// Fresh statistics of one offer length: decayed by [`OFFER_DECAY`], starting from
+/// `explore_alpha` counted as two tries (kept inside (0, 1)).
+fn offer_stats(explore_alpha: f64) -> AcceptanceStats {
+    let mut stats = AcceptanceStats::new()
+        .with_decay(OFFER_DECAY)
+        .expect("a decay in (0, 1]");
+    let prior = explore_alpha.clamp(PRIOR_ALPHA_MIN, 1.0 - PRIOR_ALPHA_MIN);
+    stats
+        .set_pooled_prior(prior, 2.0)
+        .expect("a clamped acceptance and a positive count");
+    stats
 }
 
 /// The acceptances a plan is made under.
@@ -262,6 +327,8 @@ impl CostModelPolicy {
             counted: false,
             fork_id: 0,
             load: 1,
+            pricing_offer: false,
+            offer: None,
         })
     }
 
@@ -512,6 +579,15 @@ impl CostModelPolicy {
             self.predicted_rate = 1.0;
             return Budget::Plain;
         };
+        if let TreeSearch::Chain { max_k } = self.search {
+            if model.chain_cost(max_k) - model.verify.cost(max_k + 1) <= FREE_DRAFTS_COST {
+                // free drafts: ask for all of them, price the offer (`keep_drafts`)
+                self.costs = model;
+                self.pricing_offer = true;
+                self.predicted_rate = 1.0;
+                return Budget::Chain(max_k);
+            }
+        }
         let explore = live.explore_alpha;
         // what the earlier sequences measured: all of them (an untried sequence's assumption),
         // and all but this one (what its own tries are weighed against once it drafted)
@@ -592,6 +668,8 @@ impl SpeculationPolicy for CostModelPolicy {
     }
 
     fn next_budget(&mut self) -> Budget {
+        self.pricing_offer = false;
+        self.offer = None;
         if self.live.is_some() {
             return self.next_measured();
         }
@@ -613,10 +691,55 @@ impl SpeculationPolicy for CostModelPolicy {
         }
     }
 
+    /// A free drafter's offer of `offered` drafts: the prefix with the best predicted rate
+    /// under the acceptance measured for offers of that length (see the type docs); all of
+    /// them for any other drafter.
+    fn keep_drafts(&mut self, offered: usize) -> usize {
+        if !std::mem::take(&mut self.pricing_offer) || offered == 0 {
+            return offered;
+        }
+        let explore = self.live.as_ref().map_or(0.0, |live| live.explore_alpha);
+        let alphas = self.pool().offer_alphas(offered, explore);
+        let mut best = (0, 1.0);
+        for k in 1..=offered {
+            let rate = expected_tokens(&alphas[..k]) / self.costs.chain_cost(k);
+            if rate > best.1 {
+                best = (k, rate);
+            }
+        }
+        let pays = |rate: f64| rate >= 1.0 + self.min_gain;
+        let kept = if best.0 > 0 && pays(best.1) {
+            self.prober.restart();
+            self.prober.reset_interval();
+            self.predicted_rate = best.1;
+            best.0
+        } else {
+            self.predicted_rate = 1.0;
+            // A refused offer is verified now and then (backing off), so that its estimate can
+            // recover, where one draft could pay at the optimistic acceptance at all.
+            let could_pay = pays((1.0 + alphas[0].max(explore)) / self.costs.chain_cost(1));
+            match could_pay && self.prober.probe_due() {
+                true => {
+                    self.prober.back_off();
+                    1
+                }
+                false => 0,
+            }
+        };
+        self.offer = Some((offered, kept));
+        kept
+    }
+
     fn observe(&mut self, outcome: &StepOutcome) {
         // Invalid outcomes are ignored, per the trait contract.
         if self.stats.observe(outcome).is_ok() && outcome.proposed > 0 {
             self.since_plan += 1;
+            if let Some((offered, kept)) = self.offer.take() {
+                if kept == outcome.proposed {
+                    let explore = self.live.as_ref().map_or(0.0, |live| live.explore_alpha);
+                    self.pool().record_offer(offered, outcome, explore);
+                }
+            }
         }
     }
 
@@ -729,6 +852,15 @@ mod tests {
     use crate::policy::test_rng::SplitMix;
     use crate::policy::{expected_tokens_constant, CostCurve};
 
+    /// One step's decision as the engine makes it: the budget, then for a chain the drafts
+    /// kept of all it allowed (the simulated drafter offers the whole budget).
+    fn decide(policy: &mut dyn SpeculationPolicy) -> Budget {
+        match policy.next_budget() {
+            Budget::Chain(k) => Budget::chain(policy.keep_drafts(k)),
+            other => other,
+        }
+    }
+
     /// The mean drafts per step a measured chain policy (free drafts, α = 0.7) takes over the
     /// last 150 of 300 steps when `sequences(step)` share each forward of a CPU-like target:
     /// flat up to 4 tokens, then 2.5 ms a token (the engine's timings: the shared forward, each
@@ -742,7 +874,7 @@ mod tests {
         for step in 0..300 {
             let batch = sequences(step);
             policy.observe_load(batch);
-            let k = policy.next_budget().max_drafts();
+            let k = decide(&mut policy).max_drafts();
             let tokens = batch * (k + 1);
             let outcome = match k {
                 0 => StepOutcome::plain(),
@@ -823,7 +955,7 @@ mod tests {
             "c(16) / c(8) = {c16}"
         );
         for _ in 0..20 {
-            assert_eq!(policy.next_budget(), Budget::Plain);
+            assert_eq!(decide(&mut policy), Budget::Plain);
             policy.observe_measured(&StepOutcome::plain(), &step(8));
         }
     }
@@ -857,7 +989,7 @@ mod tests {
             }
             (0..20)
                 .map(|_| {
-                    let budget = policy.next_budget();
+                    let budget = decide(&mut policy);
                     policy.observe_measured(&StepOutcome::plain(), &step(8, 0.01567));
                     budget
                 })
@@ -1073,7 +1205,7 @@ mod tests {
         ) -> Vec<Budget> {
             let mut budgets = Vec::new();
             for step in 0..steps {
-                let budget = policy.next_budget();
+                let budget = decide(policy);
                 let k = budget.max_drafts();
                 let (outcome, mut timing) = if k == 0 {
                     self.unsynced += 1;
@@ -1234,6 +1366,61 @@ mod tests {
         );
         // And it beats plain decoding in simulated time.
         assert!(sim.tokens as f64 / sim.time > 3.0 / sim.t1);
+    }
+
+    #[test]
+    fn a_free_drafters_offer_is_priced_by_its_length() {
+        // A lookup drafter offers 1 draft (a short match, α = 0.15) or 3 (a long one, α = 0.8),
+        // alternately; a CPU-like target charges 0.3 of a plain step per extra token. One
+        // draft of a short match returns 1.15 tokens for 1.3 steps, a long match's three
+        // 2.95 for 1.9: the short offers are refused, the long ones verified whole.
+        let mut policy = chain_policy(4, 0.0);
+        let mut rng = SplitMix::new(3);
+        let t1 = 0.01;
+        let mut kept_of = [Vec::new(), Vec::new()];
+        for step in 0..400 {
+            let budget = policy.next_budget();
+            let mut timing = StepTiming {
+                target_s: t1,
+                remaining_tokens: Some(100_000),
+                ..StepTiming::default()
+            };
+            if step == 0 {
+                timing.prefill_tokens = 99;
+                timing.prefill_s = t1 * cpu_verify(99);
+                policy.observe_measured(&StepOutcome::plain(), &timing);
+                continue;
+            }
+            assert_eq!(
+                budget,
+                Budget::Chain(4),
+                "a free drafter is asked for all it has"
+            );
+            let (offered, alpha) = if step % 2 == 0 { (1, 0.15) } else { (3, 0.8) };
+            let kept = policy.keep_drafts(offered);
+            assert!(kept <= offered);
+            let outcome = match kept {
+                0 => StepOutcome::plain(),
+                k => StepOutcome::chain(k, rng.chain_accepted(k, alpha)).unwrap(),
+            };
+            timing.target_s = t1 * cpu_verify(kept + 1);
+            timing.draft_passes = kept;
+            policy.observe_measured(&outcome, &timing);
+            if step >= 200 {
+                kept_of[offered / 2].push(kept);
+            }
+        }
+        let short_verified = kept_of[0].iter().filter(|&&k| k > 0).count();
+        assert!(
+            short_verified <= 3,
+            "short offers verified: {:?}",
+            kept_of[0]
+        );
+        assert!(
+            kept_of[1].iter().all(|&k| k == 3),
+            "long offers: {:?}",
+            kept_of[1]
+        );
     }
 
     #[test]

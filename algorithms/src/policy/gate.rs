@@ -190,6 +190,15 @@ impl<P: SpeculationPolicy + 'static> SpeculationPolicy for DisableGate<P> {
         }
     }
 
+    /// A probe verifies what it drafted (it exists to measure); otherwise the inner policy
+    /// decides.
+    fn keep_drafts(&mut self, offered: usize) -> usize {
+        match self.disabled {
+            true => offered,
+            false => self.inner.keep_drafts(offered),
+        }
+    }
+
     fn observe(&mut self, outcome: &StepOutcome) {
         if outcome.validate().is_err() {
             return;

@@ -2,9 +2,9 @@
 //! statistics.
 //!
 //! One policy instance belongs to one sequence. Each engine step calls
-//! [`SpeculationPolicy::next_budget`] once before drafting, then
-//! [`SpeculationPolicy::observe`] once with that step's [`StepOutcome`] (a plain step's outcome
-//! included). A drafter may propose fewer drafts than the budget allows (an n-gram drafter with no
+//! [`SpeculationPolicy::next_budget`] once before drafting, for a chain of deterministic drafts
+//! [`SpeculationPolicy::keep_drafts`] once after it, then [`SpeculationPolicy::observe`] once
+//! with that step's [`StepOutcome`] (a plain step's outcome included). A drafter may propose fewer drafts than the budget allows (an n-gram drafter with no
 //! match proposes none); the outcome reports what was actually proposed.
 //!
 //! Definitions used everywhere: **acceptance rate** = accepted drafts / proposed drafts;
@@ -84,6 +84,15 @@ pub trait SpeculationPolicy: Send {
     fn name(&self) -> String;
     /// The budget for this sequence's next step. [`Budget::Plain`] = plain decoding.
     fn next_budget(&mut self) -> Budget;
+    /// How many of the `offered` drafts (≥ 1) to verify, after the drafter proposed them under
+    /// this step's budget and before verification: a prefix of that many is verified (0: a plain
+    /// step), and the step's outcome reports it. The engine asks only for a chain of
+    /// deterministic drafts, whose prefix is verified losslessly whatever its length; a policy
+    /// that prices each offer (a drafter that costs nothing offers its own confidence in how
+    /// many drafts it proposes) overrides it, the default keeps them all. At most `offered`.
+    fn keep_drafts(&mut self, offered: usize) -> usize {
+        offered
+    }
     /// Records the outcome of the step whose budget was last returned.
     fn observe(&mut self, outcome: &StepOutcome);
     /// Records the outcome together with the step's measured [`StepTiming`]. The engine calls
@@ -124,6 +133,9 @@ impl SpeculationPolicy for Box<dyn SpeculationPolicy> {
     }
     fn next_budget(&mut self) -> Budget {
         (**self).next_budget()
+    }
+    fn keep_drafts(&mut self, offered: usize) -> usize {
+        (**self).keep_drafts(offered)
     }
     fn observe(&mut self, outcome: &StepOutcome) {
         (**self).observe(outcome)

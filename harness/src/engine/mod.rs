@@ -7,7 +7,9 @@
 //!    whenever the first chose plain decoding ([`FallbackPolicy`]); a replay
 //!    ([`EngineOptions::replay`]) takes a recorded run's decisions instead (see [`recorded`]);
 //! 2. **draft** — the chosen [`Drafter`] proposes a [`DraftTree`] whose root is the request's
-//!    last token (sampled last step, not yet in the target's KV cache);
+//!    last token (sampled last step, not yet in the target's KV cache); of a chain of
+//!    deterministic drafts the policy keeps a prefix ([`SpeculationPolicy::keep_drafts`]: a
+//!    drafter that costs nothing offers what it is confident of, and the policy prices it);
 //! 3. **target** — one forward over all requests' trees at once (ragged batch, tree
 //!    attention), logits at every node;
 //! 4. **verify** — each node's logits are prepared (temperature, top-k, top-p) and the drafter's
@@ -799,7 +801,7 @@ impl<'a> Engine<'a> {
                     _ => group_s * (tree.len() - 1) as f64 / drafted as f64,
                 };
                 drafters[i] = name.clone();
-                trees[i] = Some(tree);
+                trees[i] = Some(self.kept_drafts(&mut active[i], &mut choices[i], tree)?);
             }
         }
         let trees: Vec<DraftTree<f32>> = trees.into_iter().flatten().collect();
@@ -929,6 +931,33 @@ impl<'a> Engine<'a> {
             }
         }
         Ok(finished)
+    }
+
+    /// The part of a proposed `tree` that `seq`'s policy verifies: of a chain of deterministic
+    /// drafts, the prefix [`FallbackPolicy::keep_drafts`] keeps (any prefix of such a chain is
+    /// verified losslessly; a sampled chain, a tree or a replayed step is verified whole), its
+    /// length recorded as the step's budget in `choice` (so that a replay asks the drafter for
+    /// just that prefix).
+    fn kept_drafts(
+        &self,
+        seq: &mut Active,
+        choice: &mut (DrafterChoice, PolicyDecision),
+        tree: DraftTree<f32>,
+    ) -> Result<DraftTree<f32>> {
+        let offered = tree.draft_count();
+        if self.options.replay.is_some()
+            || offered == 0
+            || tree.kind() != DraftKind::Deterministic
+            || !tree.topology().is_chain()
+        {
+            return Ok(tree);
+        }
+        let kept = seq.policy.keep_drafts(offered);
+        if kept == offered {
+            return Ok(tree);
+        }
+        choice.1 = PolicyDecision::new(choice.0 == DrafterChoice::Fallback, &Budget::chain(kept));
+        Ok(tree.chain_prefix(kept)?)
     }
 
     /// Stages 3 and 4: one target forward over every sequence's tree, and the verdicts. When

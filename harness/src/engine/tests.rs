@@ -1644,3 +1644,132 @@ fn each_named_workload_gets_its_own_policy_prototype_and_the_same_tokens() {
     engine.run(&fill[..3], &mut |_| {}).unwrap();
     assert_eq!(prototypes(), MAX_WORKLOADS);
 }
+
+/// Asks for chains of 4 and keeps one draft fewer than each offer, counting the offers it was
+/// asked to price and the drafts of each step it observed.
+#[derive(Clone, Default)]
+struct KeepsOneFewer {
+    offers: Arc<std::sync::atomic::AtomicUsize>,
+    observed: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl SpeculationPolicy for KeepsOneFewer {
+    fn name(&self) -> String {
+        "keeps-one-fewer".into()
+    }
+    fn next_budget(&mut self) -> Budget {
+        Budget::Chain(4)
+    }
+    fn keep_drafts(&mut self, offered: usize) -> usize {
+        self.offers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        offered - 1
+    }
+    fn observe(&mut self, outcome: &StepOutcome) {
+        self.observed.lock().unwrap().push(outcome.proposed);
+    }
+    fn fork(&self) -> Box<dyn SpeculationPolicy> {
+        Box::new(self.clone())
+    }
+}
+
+/// `n` requests of a repetitive prompt (n-gram lookup finds matches), `tokens` tokens each.
+fn repetitive(n: u64, tokens: usize) -> Vec<Request> {
+    (0..n)
+        .map(|id| Request {
+            id,
+            seed: None,
+            workload: None,
+            prompt: vec![1, 2, 3, 1, 2, 3, 1, 2],
+            stop: StopRule::new(tokens, &[]),
+        })
+        .collect()
+}
+
+#[test]
+fn a_policy_keeps_a_prefix_of_deterministic_drafts_only_and_stays_lossless() {
+    let pair = pair(5);
+    let ngram = || NgramDrafter::new(NgramConfig::default(), 4).unwrap();
+    let target_only = || paired(VerifyMethod::TargetOnly, DraftKind::Deterministic);
+    // T = 0: every offer verified one draft short, recorded as the step's budget; the text is
+    // plain decoding's
+    let greedy = SamplingParams::greedy();
+    let reqs = repetitive(4, 16);
+    let policy = KeepsOneFewer::default();
+    let got = run(
+        &pair,
+        &mut ngram(),
+        paired(VerifyMethod::Greedy, DraftKind::Deterministic),
+        Box::new(policy.clone()),
+        options(greedy, 2),
+        &reqs,
+    );
+    let tokens = |g: &[Generation]| g.iter().map(|g| g.tokens.clone()).collect::<Vec<_>>();
+    assert_eq!(tokens(&got), plain(&pair, options(greedy, 1), &reqs));
+    let steps: Vec<&StepRecord> = got.iter().flat_map(|g| &g.steps).collect();
+    let verified = steps.iter().filter(|s| s.proposed > 0).count();
+    assert!(verified > 0, "some trimmed offers were verified");
+    let offers = policy.offers.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(offers >= verified);
+    for step in &steps {
+        let budget = step.decision.as_ref().unwrap().budget().unwrap();
+        assert!(step.proposed < 4, "{step:?}");
+        assert!(step.proposed <= budget.max_drafts(), "{step:?}");
+    }
+    let observed = policy.observed.lock().unwrap().clone();
+    assert_eq!(observed.iter().filter(|&&p| p > 0).count(), verified);
+
+    // T = 1: the first three tokens over many request ids follow the target's distribution
+    let sampling = SamplingParams::with_temperature(1.0);
+    let reqs = repetitive(3000, 3);
+    let expected = target_distribution::<f64>(&pair.target, &sampling, &reqs[0].prompt, 3).unwrap();
+    let policy = KeepsOneFewer::default();
+    let got = run(
+        &pair,
+        &mut ngram(),
+        target_only(),
+        Box::new(policy.clone()),
+        options(sampling, 4),
+        &reqs,
+    );
+    assert!(policy.offers.load(std::sync::atomic::Ordering::Relaxed) > 1000);
+    let test = g_test_samples(&tokens(&got), &expected, 1e-3);
+    assert!(test.passed(), "{test}");
+
+    // and a replay of those steps under a policy that would keep them all repeats the text
+    let reqs = repetitive(6, 12);
+    let recorded = run(
+        &pair,
+        &mut ngram(),
+        target_only(),
+        Box::new(KeepsOneFewer::default()),
+        options(sampling, 3),
+        &reqs,
+    );
+    let steps: Vec<StepRecord> = recorded.iter().flat_map(|g| g.steps.clone()).collect();
+    let mut replaying = options(sampling, 3);
+    replaying.replay = Some(Arc::new(RecordedDecisions::from_records(&steps).unwrap()));
+    let replayed = run(
+        &pair,
+        &mut ngram(),
+        target_only(),
+        Box::new(FixedPolicy::chain(4)),
+        replaying,
+        &reqs,
+    );
+    assert_eq!(tokens(&replayed), tokens(&recorded));
+
+    // sampled drafts are verified whole: the policy is never asked to trim them
+    let policy = KeepsOneFewer::default();
+    let mut chain = ChainDrafter::new(draft_lm(&pair, sampling), ChainMode::Sample);
+    let got = run(
+        &pair,
+        &mut chain,
+        paired(VerifyMethod::ChainRejection, DraftKind::Iid),
+        Box::new(policy.clone()),
+        options(sampling, 2),
+        &repetitive(2, 8),
+    );
+    assert_eq!(policy.offers.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert!(got.iter().flat_map(|g| &g.steps).any(|s| s.proposed == 4));
+}

@@ -80,7 +80,8 @@ pub struct StepRecord {
 pub struct PolicyDecision {
     /// True when the method's fallback drafter drafted (its main policy chose plain decoding).
     pub fallback: bool,
-    /// The budget the policy chose.
+    /// The budget the policy chose (the kept prefix where it trimmed a chain of deterministic
+    /// drafts, [`specdec_algorithms::policy::SpeculationPolicy::keep_drafts`]).
     pub budget: BudgetRecord,
 }
 

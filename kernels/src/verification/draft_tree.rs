@@ -199,11 +199,72 @@ impl<N> DraftTree<N> {
     pub fn kind(&self) -> DraftKind {
         self.kind
     }
+
+    /// The chain's root and its first `drafts` drafts (their recorded `q`s kept): a shorter
+    /// draft of the same tokens. Verifying a prefix is lossless only where the verifier's
+    /// correctness does not depend on how many drafts were drawn, as for
+    /// [`DraftKind::Deterministic`] drafts verified against the target alone; for sampled
+    /// drafts a length chosen after drawing them biases the output.
+    ///
+    /// # Errors
+    /// [`KernelError::InvalidDraftTree`] if the tree is not a chain or has fewer than `drafts`
+    /// drafts.
+    pub fn chain_prefix(mut self, drafts: usize) -> Result<Self> {
+        if !self.topology.is_chain() {
+            return Err(invalid(format!(
+                "a prefix of {drafts} drafts asked of a tree that is not a chain ({} nodes)",
+                self.len()
+            )));
+        }
+        if drafts > self.draft_count() {
+            return Err(invalid(format!(
+                "a prefix of {drafts} drafts asked of a chain of {}",
+                self.draft_count()
+            )));
+        }
+        self.topology = TreeTopology::chain(drafts + 1);
+        self.tokens.truncate(drafts + 1);
+        self.draft_probs.truncate(drafts + 1);
+        Ok(self)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chain_prefix_keeps_the_first_drafts_and_refuses_a_tree_or_a_longer_prefix() {
+        let chain = DraftTree::<f64>::new(
+            TreeTopology::chain(4),
+            vec![7, 1, 0, 1],
+            vec![None, None, None, None],
+            DraftKind::Deterministic,
+        )
+        .unwrap();
+        let prefix = chain.clone().chain_prefix(2).unwrap();
+        assert_eq!(prefix.tokens(), &[7, 1, 0]);
+        assert_eq!(prefix.topology(), &TreeTopology::chain(3));
+        assert_eq!(prefix.kind(), DraftKind::Deterministic);
+        assert_eq!(chain.clone().chain_prefix(0).unwrap().tokens(), &[7]);
+        let longer = chain.chain_prefix(4).unwrap_err().to_string();
+        assert!(
+            longer.contains("4 drafts") && longer.contains("chain of 3"),
+            "{longer}"
+        );
+        let fork = DraftTree::<f64>::new(
+            TreeTopology::from_parents(&[None, Some(0), Some(0)]).unwrap(),
+            vec![7, 1, 0],
+            vec![None, None, None],
+            DraftKind::Deterministic,
+        )
+        .unwrap();
+        assert!(fork
+            .chain_prefix(1)
+            .unwrap_err()
+            .to_string()
+            .contains("not a chain"));
+    }
 
     fn q() -> Option<Vec<f64>> {
         Some(vec![0.5, 0.5])
