@@ -179,10 +179,12 @@ enum Command {
         /// with CONFIG, its models.tensor_parallel unless given.
         #[arg(long = "tp", value_name = "N")]
         tensor_parallel: Option<usize>,
-        /// Acceptance below which a request stops speculating and probes again later
-        /// (0: never).
-        #[arg(long, default_value_t = 0.3)]
-        min_acceptance: f64,
+        /// Acceptance below which a request stops speculating and probes again later (0:
+        /// never) [default: 0.3, except for a lookup drafter (n-gram, history) under the
+        /// cost-model policy, as `auto` without --draft: that policy verifies each of its
+        /// offers only where it pays, so no gate applies to it unless this is given].
+        #[arg(long)]
+        min_acceptance: Option<f64>,
         /// Seed of the requests that give none.
         #[arg(long, default_value_t = 0)]
         seed: u64,

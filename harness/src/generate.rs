@@ -502,4 +502,25 @@ mod tests {
         }
         assert!(method_for("plain", 0, None).is_ok());
     }
+
+    #[test]
+    fn the_default_gate_spares_only_a_lookup_drafter_whose_offers_are_priced() {
+        use crate::runner::{MinAcceptance, DEFAULT_MIN_ACCEPTANCE};
+        let levels = |name: &str, draft: Option<&str>| {
+            method_for(name, 4, draft).unwrap().levels_pricing_offers()
+        };
+        // auto: history lookup under the cost model; with a draft model, that is the fallback
+        assert_eq!(levels("auto", None), [true]);
+        assert_eq!(levels("auto", Some("qwen2.5-coder-0.5b")), [false, true]);
+        // a fixed K prices nothing, a model drafter is not a lookup
+        assert_eq!(levels("history", None), [false]);
+        assert_eq!(levels("chain", Some("qwen2.5-coder-0.5b")), [false]);
+        assert_eq!(levels("plain", None), [false]);
+        let default = MinAcceptance::Default;
+        assert_eq!(default.threshold(true), None);
+        assert_eq!(default.threshold(false), Some(DEFAULT_MIN_ACCEPTANCE));
+        // a threshold given applies to every level; 0 to none
+        assert_eq!(MinAcceptance::Every(0.4).threshold(true), Some(0.4));
+        assert_eq!(MinAcceptance::Every(0.0).threshold(false), None);
+    }
 }

@@ -30,7 +30,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use specdec_harness::generate::method_for;
-use specdec_harness::runner::KvMemory;
+use specdec_harness::runner::{KvMemory, MinAcceptance};
 use specdec_models::llama::parse_device;
 
 pub use config::ServeConfig;
@@ -71,7 +71,7 @@ pub struct ServeOptions {
     pub batch_size: usize,
     /// Acceptance below which a request stops speculating and probes again later (the
     /// algorithms crate's `DisableGate` around its policy), in [0, 1]; 0: never.
-    pub min_acceptance: f64,
+    pub min_acceptance: Option<f64>,
     /// Seed of requests that give none.
     pub seed: u64,
 }
@@ -113,7 +113,7 @@ impl ServeOptions {
             api_key: None,
             queue: 64,
             batch_size: 8,
-            min_acceptance: 0.3,
+            min_acceptance: None,
             seed: 0,
         }
     }
@@ -199,10 +199,9 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
             options.queue, options.batch_size
         )));
     }
-    if !(0.0..=1.0).contains(&options.min_acceptance) {
+    if let Some(threshold) = options.min_acceptance.filter(|t| !(0.0..=1.0).contains(t)) {
         return Err(ServerError::InvalidOption(format!(
-            "min acceptance {} is not in [0, 1]",
-            options.min_acceptance
+            "min acceptance {threshold} is not in [0, 1]"
         )));
     }
     let method = match &options.method_config {
@@ -246,7 +245,10 @@ pub fn start(options: &ServeOptions) -> Result<RunningServer> {
         tensor_parallel: options.tensor_parallel,
         method: method.clone(),
         batch_size: options.batch_size,
-        min_acceptance: options.min_acceptance,
+        min_acceptance: match options.min_acceptance {
+            Some(threshold) => MinAcceptance::Every(threshold),
+            None => MinAcceptance::Default,
+        },
         seed: options.seed,
     };
     let (engine_state, engine_metrics) = (engine.clone(), metrics.clone());

@@ -24,7 +24,7 @@ use specdec_harness::engine::{
     check_fits, check_workload_room, BatchStatus, FinishReason, Generation, Request, RequestQueue,
     StopRule,
 };
-use specdec_harness::runner::{EngineBackend, KvMemory};
+use specdec_harness::runner::{EngineBackend, KvMemory, MinAcceptance};
 use specdec_harness::HarnessError;
 use specdec_kernels::sampling::SamplingParams;
 use specdec_models::llama::parse_device;
@@ -121,8 +121,8 @@ pub struct EngineSettings {
     pub method: MethodConfig,
     /// Most jobs per run.
     pub batch_size: usize,
-    /// Acceptance below which a request stops speculating (and probes again later); 0: never.
-    pub min_acceptance: f64,
+    /// Which requests stop speculating when their acceptance falls low (and probe again later).
+    pub min_acceptance: MinAcceptance,
     /// Seed when a request gives none.
     pub seed: u64,
 }
@@ -195,8 +195,7 @@ pub fn run(
             limits: &limits,
             metrics: &metrics,
         };
-        let gate = (settings.min_acceptance > 0.0).then_some(settings.min_acceptance);
-        let served = backend.serve_queue(&settings.method, gate, &mut queue);
+        let served = backend.serve_queue(&settings.method, settings.min_acceptance, &mut queue);
         if let Err(e) = served {
             for (_, p) in queue.running.drain() {
                 let _ = p.job.events.send(Event::Failed(ApiError::Internal(format!(

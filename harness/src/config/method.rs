@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::methods::drafters::Plain;
+use crate::methods::policies::CostOptimal;
 pub use crate::methods::{DrafterConfig, PolicyConfig, VerifierConfig};
 
 /// One `[[methods]]` entry. `name` labels its rows in every table and plot and must be unique.
@@ -104,6 +105,25 @@ impl MethodConfig {
         std::iter::once(&self.drafter)
             .chain(self.fallback.as_ref().map(|f| &f.drafter))
             .any(|d| d.entry().is_ok_and(|e| e.needs_draft_model(d.params())))
+    }
+
+    /// For the method's drafter, then its fallback's: whether that level's policy prices each
+    /// of its drafter's offers (a lookup drafter, which runs no model, under `cost_optimal`:
+    /// see [`specdec_algorithms::policy::CostModelPolicy`]).
+    pub fn levels_pricing_offers(&self) -> Vec<bool> {
+        let prices = |drafter: &DrafterConfig, policy: Option<&PolicyConfig>| {
+            let lookup = drafter
+                .entry()
+                .is_ok_and(|entry| !entry.uses_model(drafter.params()));
+            lookup && !drafter.is::<Plain>() && policy.is_some_and(|p| p.is::<CostOptimal>())
+        };
+        std::iter::once(prices(&self.drafter, self.policy.as_ref()))
+            .chain(
+                self.fallback
+                    .as_ref()
+                    .map(|f| prices(&f.drafter, Some(&f.policy))),
+            )
+            .collect()
     }
 
     /// A short human description, e.g. `chain / auto / fixed k=4`, with ` else ngram / auto /

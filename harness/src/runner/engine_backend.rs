@@ -30,6 +30,37 @@ use crate::engine::{Request, RequestQueue, StopRule};
 use crate::error::Result;
 use crate::methods::{build_method, BuiltMethod};
 
+/// The acceptance below which a served request stops speculating by default (the switch-off
+/// rule of production speculative servers, about 0.3).
+pub const DEFAULT_MIN_ACCEPTANCE: f64 = 0.3;
+
+/// Which served requests stop speculating when their acceptance falls low (a [`DisableGate`]
+/// around a level's policy; see [`EngineBackend::serve_queue`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MinAcceptance {
+    /// Every level of the method, below this acceptance in [0, 1] (0: never).
+    Every(f64),
+    /// [`DEFAULT_MIN_ACCEPTANCE`] for every level except one whose policy prices each of its
+    /// drafter's offers ([`MethodConfig::levels_pricing_offers`]: a lookup drafter under
+    /// `cost_optimal`). That drafter's drafts cost only their verification, and the policy
+    /// verifies an offer only where its length's measured acceptance pays at the measured
+    /// cost: its average acceptance is low because it offers many short drafts, which the
+    /// policy already refuses where they do not pay; a gate would switch off the long offers
+    /// with them.
+    Default,
+}
+
+impl MinAcceptance {
+    /// The threshold of a level whose policy prices its offers (`prices_offers`) or not;
+    /// `None`: no gate.
+    pub fn threshold(self, prices_offers: bool) -> Option<f64> {
+        match self {
+            MinAcceptance::Every(threshold) => (threshold > 0.0).then_some(threshold),
+            MinAcceptance::Default => (!prices_offers).then_some(DEFAULT_MIN_ACCEPTANCE),
+        }
+    }
+}
+
 /// Runs real models through the [`Engine`].
 pub struct EngineBackend {
     target_file: LoadedModel,
@@ -386,26 +417,28 @@ impl EngineBackend {
     }
 
     /// Serves `method` to the requests of `queue` until it has none left ([`Engine::serve`]:
-    /// requests join and leave the running batch between steps). With `min_acceptance`, each
-    /// request's policies (the method's and its fallback's) are wrapped in a [`DisableGate`]:
-    /// a request whose acceptance falls below it decodes plainly and probes again later.
+    /// requests join and leave the running batch between steps). Where `min_acceptance` gives
+    /// a level of the method (its drafter, its fallback's) a threshold, that level's policy is
+    /// wrapped in a [`DisableGate`]: a request whose acceptance falls below it decodes plainly
+    /// and probes again later.
     ///
     /// # Errors
-    /// As [`build_method`] and [`Engine::serve`]; a `min_acceptance` outside [0, 1].
+    /// As [`build_method`] and [`Engine::serve`]; a threshold outside [0, 1].
     pub fn serve_queue(
         &mut self,
         method: &MethodConfig,
-        min_acceptance: Option<f64>,
+        min_acceptance: MinAcceptance,
         queue: &mut dyn RequestQueue,
     ) -> Result<()> {
         let mut built = self.build(method)?;
-        if let Some(threshold) = min_acceptance {
-            let mut level = Some(&mut built);
-            while let Some(method) = level {
-                let policy = std::mem::replace(&mut method.policy, Box::new(FixedPolicy::chain(0)));
-                method.policy = Box::new(DisableGate::new(policy).with_threshold(threshold)?);
-                level = method.fallback.as_deref_mut();
+        let mut level = Some(&mut built);
+        for prices_offers in method.levels_pricing_offers() {
+            let Some(built) = level else { break };
+            if let Some(threshold) = min_acceptance.threshold(prices_offers) {
+                let policy = std::mem::replace(&mut built.policy, Box::new(FixedPolicy::chain(0)));
+                built.policy = Box::new(DisableGate::new(policy).with_threshold(threshold)?);
             }
+            level = built.fallback.as_deref_mut();
         }
         let options = self.engine_options(method);
         built.engine(self.target.model(), options)?.serve(queue)

@@ -17,7 +17,9 @@ pub mod models;
 mod simulated;
 mod toy;
 
-pub use engine_backend::{check_tensor_parallel, EngineBackend};
+pub use engine_backend::{
+    check_tensor_parallel, EngineBackend, MinAcceptance, DEFAULT_MIN_ACCEPTANCE,
+};
 pub use engine_context::ModelSet;
 pub use kv_memory::{parse_kv_dtype, KvMemory, KvPlan};
 pub use models::{check_same_tokenizer, time_forward, LoadedModel, Target};

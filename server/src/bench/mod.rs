@@ -32,6 +32,7 @@ use specdec_harness::generate::method_for;
 use specdec_harness::methods::kinds::Plain;
 use specdec_harness::methods::validate_method;
 use specdec_harness::report::{write_provenance, Provenance};
+use specdec_harness::runner::DEFAULT_MIN_ACCEPTANCE;
 
 use crate::error::{Result, ServerError};
 use crate::{model_id, start, RunningServer, ServeOptions};
@@ -77,9 +78,10 @@ pub struct ServeBenchArgs {
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
     /// The speculative server's `--min-acceptance` (a request below it stops speculating and
-    /// probes again later; 0: never).
-    #[arg(long, default_value_t = 0.3)]
-    pub min_acceptance: f64,
+    /// probes again later; 0: never) [default: the server's: 0.3, none for a lookup drafter
+    /// under the cost-model policy].
+    #[arg(long)]
+    pub min_acceptance: Option<f64>,
     /// Prompt set: MT-Bench's first turns (chat completions), HumanEval (completions), or both
     /// alternating.
     #[arg(long, default_value = "both", value_parser = ["mtbench", "humaneval", "both"])]
@@ -162,7 +164,7 @@ impl ServeBenchArgs {
             draft_vocab: None,
             draft_vocab_ranking: None,
             batch_size: 8,
-            min_acceptance: 0.3,
+            min_acceptance: None,
             prompts: "both".into(),
             max_tokens: 64,
             temperature: 0.0,
@@ -248,10 +250,9 @@ impl ServeBenchArgs {
                 self.batch_size
             )));
         }
-        if !(0.0..=1.0).contains(&self.min_acceptance) {
+        if let Some(threshold) = self.min_acceptance.filter(|t| !(0.0..=1.0).contains(t)) {
             return Err(invalid(format!(
-                "--min-acceptance must be in [0, 1], not {}",
-                self.min_acceptance
+                "--min-acceptance must be in [0, 1], not {threshold}"
             )));
         }
         if self.timeout == 0 {
@@ -605,7 +606,16 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
                 },
             ),
             ("batch size".into(), args.batch_size.to_string()),
-            ("min acceptance".into(), args.min_acceptance.to_string()),
+            (
+                "min acceptance".into(),
+                match args.min_acceptance {
+                    Some(threshold) => threshold.to_string(),
+                    None => format!(
+                        "the server's default ({DEFAULT_MIN_ACCEPTANCE}; none for a lookup \
+                         drafter under the cost-model policy)"
+                    ),
+                },
+            ),
             (
                 "prompts".into(),
                 format!(
