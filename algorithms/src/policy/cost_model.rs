@@ -716,8 +716,11 @@ impl SpeculationPolicy for CostModelPolicy {
         } else {
             self.predicted_rate = 1.0;
             // A refused offer is verified now and then (backing off), so that its estimate can
-            // recover, where one draft could pay at the optimistic acceptance at all.
-            let could_pay = pays((1.0 + alphas[0].max(explore)) / self.costs.chain_cost(1));
+            // recover, where one draft could pay at the optimistic acceptance: what the
+            // workload's drafts measured, when they did (no probe widens a batch's forward that
+            // even that acceptance cannot repay), else the exploration value.
+            let optimistic = self.pool().alpha().unwrap_or(explore);
+            let could_pay = pays((1.0 + alphas[0].max(optimistic)) / self.costs.chain_cost(1));
             match could_pay && self.prober.probe_due() {
                 true => {
                     self.prober.back_off();
