@@ -19,6 +19,7 @@ pub mod client;
 pub mod load;
 pub mod report;
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -119,11 +120,12 @@ pub struct ServeBenchArgs {
     /// Replace the results in the --out folder instead.
     #[arg(long)]
     pub force: bool,
-    /// Give every load point its own prompts: the next `--requests` (or clients) of the pool,
-    /// wrapping around it, and the warm-up request its last prompt. A method that keeps what
-    /// finished requests generated (`history`) then never drafts a prompt's answer from the
-    /// same prompt at an earlier point (a point's `--repeats` send its prompts again). Without
-    /// it every point sends the same prompts.
+    /// Give every load point and repeat its own prompts: the next `--requests` (or clients)
+    /// of the pool, wrapping around it, and the warm-up request its last prompt. A method that
+    /// keeps what finished requests generated (`history`) then never drafts a prompt's answer
+    /// from the same prompt sent earlier, until the run has sent the whole pool (the summary
+    /// counts the requests whose prompt was sent before). Without it every point sends the
+    /// same prompts.
     #[arg(long)]
     pub fresh_prompts: bool,
 }
@@ -653,18 +655,31 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
 
 type Measured = (f64, Vec<RequestRecord>, Vec<PhaseRecord>);
 
-/// The pool index of every load point's first prompt, for points of `counts` requests: all 0
-/// (every point sends the same prompts), or with `fresh` each point after the ones before it
-/// (indices wrap around the pool where they are used).
-fn first_prompts(counts: &[usize], fresh: bool) -> Vec<usize> {
+/// The pool index of the first prompt of every load point's repeats (`[point][repeat]`), for
+/// points of `counts` requests: all 0 (every point and repeat sends the same prompts), or with
+/// `fresh` each point's repeats, in order, after the ones before (indices wrap around the pool
+/// where they are used).
+fn first_prompts(counts: &[usize], repeats: usize, fresh: bool) -> Vec<Vec<usize>> {
+    let mut next = 0;
     counts
         .iter()
-        .scan(0, |next, &n| {
-            let first = *next;
-            *next += if fresh { n } else { 0 };
-            Some(first)
+        .map(|&n| {
+            (0..repeats)
+                .map(|_| {
+                    let first = next;
+                    next += if fresh { n } else { 0 };
+                    first
+                })
+                .collect()
         })
         .collect()
+}
+
+/// How many of the `n` requests whose prompts start at pool index `first` (wrapping around a
+/// pool of `pool` prompts) send a prompt in `sent` or one sent earlier in the same block; adds
+/// the block's prompts to `sent`.
+fn reused_prompts(sent: &mut HashSet<usize>, first: usize, n: usize, pool: usize) -> usize {
+    (0..n).filter(|i| !sent.insert((first + i) % pool)).count()
 }
 
 /// Waits for both servers, warms each with one request, measures the capacity, then runs every
@@ -744,12 +759,15 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
             Load::Clients { clients } => args.requests.max(clients),
         })
         .collect();
-    let firsts = first_prompts(&counts, args.fresh_prompts);
+    let firsts = first_prompts(&counts, args.repeats, args.fresh_prompts);
+    // the prompts the speculative server was sent (the warm-up's), to count the reused ones
+    let mut sent = HashSet::from([warm_up]);
     let (mut records, mut phases) = (Vec::new(), Vec::new());
     for (point, load) in loads.iter().enumerate() {
-        let (n, first) = (counts[point], firsts[point]);
-        let requests = requests_for(first, n);
-        for repeat in 0..args.repeats {
+        let n = counts[point];
+        for (repeat, &first) in firsts[point].iter().enumerate() {
+            let requests = requests_for(first, n);
+            let reused = reused_prompts(&mut sent, first, n, prompts.len());
             let order = if repeat % 2 == 0 {
                 [Mode::Plain, Mode::Speculative]
             } else {
@@ -795,6 +813,7 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
                     requests: n,
                     steps_speculative: after.0 - before.0,
                     steps_plain: after.1 - before.1,
+                    reused_prompts: reused,
                 });
                 records.extend(
                     phase
@@ -883,9 +902,18 @@ mod tests {
 
     #[test]
     fn fresh_prompts_give_each_load_point_the_next_block() {
-        assert_eq!(first_prompts(&[50, 50, 64], false), vec![0, 0, 0]);
-        assert_eq!(first_prompts(&[50, 50, 64], true), vec![0, 50, 100]);
-        assert!(first_prompts(&[], true).is_empty());
+        assert_eq!(first_prompts(&[50, 50, 64], 1, false), [[0], [0], [0]]);
+        assert_eq!(first_prompts(&[50, 50, 64], 1, true), [[0], [50], [100]]);
+        // each repeat its own block too
+        assert_eq!(first_prompts(&[50, 64], 2, true), [[0, 50], [100, 164]]);
+        assert_eq!(first_prompts(&[50, 64], 2, false), [[0, 0], [0, 0]]);
+        assert!(first_prompts(&[], 2, true).is_empty());
+        // reused: prompts sent before, or twice in one block once it wraps around the pool
+        let mut sent = HashSet::from([9]);
+        assert_eq!(reused_prompts(&mut sent, 0, 5, 10), 0);
+        assert_eq!(reused_prompts(&mut sent, 5, 5, 10), 1);
+        assert_eq!(reused_prompts(&mut sent, 0, 3, 10), 3);
+        assert_eq!(reused_prompts(&mut HashSet::new(), 8, 12, 10), 2);
     }
 
     #[test]

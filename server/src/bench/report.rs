@@ -137,6 +137,10 @@ pub struct PhaseRecord {
     pub steps_speculative: f64,
     /// Target passes without one.
     pub steps_plain: f64,
+    /// Requests of the phase whose prompt the run had sent before (the servers may hold its
+    /// answer: `--fresh-prompts`).
+    #[serde(default)]
+    pub reused_prompts: usize,
 }
 
 /// One row of the summary: a mode at a load, over every repeat.
@@ -172,6 +176,8 @@ pub struct SummaryRow {
     pub throughput_ratio: Option<f64>,
     /// Speculative rows: completed requests whose text equals plain's for the same request.
     pub same_text: Option<usize>,
+    /// Requests whose prompt the run had sent before ([`PhaseRecord::reused_prompts`]).
+    pub reused_prompts: usize,
 }
 
 /// The `q` quantile (0..=1, interpolated) of the finite values; `None` when there are none.
@@ -242,6 +248,7 @@ pub fn summarize(requests: &[RequestRecord], phases: &[PhaseRecord]) -> Vec<Summ
                 tpot_ratio: None,
                 throughput_ratio: None,
                 same_text: None,
+                reused_prompts: runs.iter().map(|p| p.reused_prompts).sum(),
             };
             if let Some(base) = &plain {
                 row.tpot_ratio = ratio(row.tpot_p50_s, base.tpot_p50_s);
@@ -345,12 +352,13 @@ pub fn summary_markdown(rows: &[SummaryRow], info: &RunInfo) -> String {
     md.push_str(
         "| mode | load | requests | failed | throughput (tok/s) | TTFT p50 / p99 (ms) | \
          TPOT p50 / p99 (ms) | acceptance | spec share | TPOT spec/plain | \
-         throughput spec/plain | same text |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         throughput spec/plain | same text | reused prompts |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.1} | {} / {} | {} / {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.1} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} |",
             r.mode.name(),
             r.load.label(),
             r.requests,
@@ -365,6 +373,7 @@ pub fn summary_markdown(rows: &[SummaryRow], info: &RunInfo) -> String {
             fixed(r.tpot_ratio, 3),
             fixed(r.throughput_ratio, 3),
             r.same_text.map_or_else(|| "—".into(), |n| n.to_string()),
+            r.reused_prompts,
         );
     }
     md.push_str(
@@ -374,7 +383,10 @@ pub fn summary_markdown(rows: &[SummaryRow], info: &RunInfo) -> String {
          time. Acceptance: accepted / (accepted + rejected) prediction tokens of the usage \
          chunks. Spec share: target passes with a draft / all passes (the server's \
          `/metrics`). Same text: speculative answers equal to plain's for the same request \
-         (at T = 0 greedy speculation must give plain's text).\n\n",
+         (at T = 0 greedy speculation must give plain's text). Reused prompts: requests whose \
+         prompt the run had sent before (a drafter that keeps finished requests' text, as \
+         `history` does, may hold its answer; `--fresh-prompts` avoids them until the pool \
+         runs out).\n\n",
     );
     for line in targets(rows) {
         let _ = writeln!(md, "- {line}");
@@ -392,9 +404,13 @@ pub fn targets(rows: &[SummaryRow]) -> Vec<String> {
         .filter(|r| matches!(r.load, Load::Rate { .. }))
         .min_by(|a, b| a.load.level().total_cmp(&b.load.level()));
     if let Some(r) = lowest {
+        let reused = match r.reused_prompts {
+            0 => String::new(),
+            n => format!(" ({n} of its requests reused a prompt)"),
+        };
         lines.push(match r.tpot_ratio {
             Some(x) => format!(
-                "lowest rate ({}): TPOT spec/plain {x:.3} {} 0.85 — {}",
+                "lowest rate ({}): TPOT spec/plain {x:.3} {} 0.85 — {}{reused}",
                 r.load.label(),
                 if x <= 0.85 { "≤" } else { ">" },
                 if x <= 0.85 { "holds" } else { "misses" }
@@ -578,6 +594,7 @@ mod tests {
             requests: 2,
             steps_speculative: spec,
             steps_plain: plain,
+            reused_prompts: 0,
         }
     }
 
