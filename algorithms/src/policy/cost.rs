@@ -145,9 +145,12 @@ impl CostModel {
         if drafts == 0 {
             return 1.0;
         }
-        self.verify.cost(drafts + 1)
-            + self.draft_per_pass * draft_passes as f64
-            + self.draft_per_token * drafts as f64
+        self.verify.cost(drafts + 1) + self.draft_cost(drafts, draft_passes)
+    }
+
+    /// The drafting part of [`CostModel::step_cost`]: `drafts` tokens in `draft_passes` passes.
+    pub fn draft_cost(&self, drafts: usize, draft_passes: usize) -> f64 {
+        self.draft_per_pass * draft_passes as f64 + self.draft_per_token * drafts as f64
     }
 
     /// Cost of a chain of `k` drafts (`k` passes).

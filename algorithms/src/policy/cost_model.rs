@@ -128,12 +128,20 @@ pub struct CostModelPolicy {
     fork_id: u64,
     /// Sequences sharing the next step's forward ([`SpeculationPolicy::observe_load`]).
     load: usize,
-    /// The last budget asked a free drafter for all it would offer (see the type docs):
-    /// [`SpeculationPolicy::keep_drafts`] prices the offer.
-    pricing_offer: bool,
-    /// The offer priced this step: `(offered, kept)`, recorded against its length when the
-    /// outcome comes.
-    offer: Option<(usize, usize)>,
+    /// Where this step stands with a free drafter's offer (see the type docs).
+    offer: OfferStep,
+}
+
+/// A step's offer from a free drafter: asked for, then priced by
+/// [`SpeculationPolicy::keep_drafts`], then recorded against its length with the outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OfferStep {
+    /// This step's budget was not an ask for all a free drafter has.
+    None,
+    /// The budget asked a free drafter for all it would offer; the offer is to be priced.
+    Asked,
+    /// The offer was priced: `offered` drafts, the first `kept` of them verified.
+    Priced { offered: usize, kept: usize },
 }
 
 /// Draft-position tries the recent forks must have made together before their pooled α̂
@@ -270,6 +278,18 @@ fn offer_stats(explore_alpha: f64) -> AcceptanceStats {
     stats
 }
 
+/// The chain length `k ≤ alphas.len()` with the highest predicted rate
+/// `E[tokens] / chain_cost(k)` under the per-position acceptances `alphas`, and that rate; `(0,
+/// 1.0)` (plain decoding) when no chain beats it.
+fn best_chain(alphas: &[f64], costs: &CostModel) -> (usize, f64) {
+    (1..=alphas.len())
+        .map(|k| (k, expected_tokens(&alphas[..k]) / costs.chain_cost(k)))
+        .fold((0, 1.0), |best, candidate| match candidate.1 > best.1 {
+            true => candidate,
+            false => best,
+        })
+}
+
 /// The acceptances a plan is made under.
 #[derive(Debug, Clone, Copy)]
 enum Alphas {
@@ -327,8 +347,7 @@ impl CostModelPolicy {
             counted: false,
             fork_id: 0,
             load: 1,
-            pricing_offer: false,
-            offer: None,
+            offer: OfferStep::None,
         })
     }
 
@@ -497,14 +516,8 @@ impl CostModelPolicy {
         match self.search {
             TreeSearch::Chain { max_k } => {
                 let alphas = raise(self.stats.position_alphas(max_k));
-                let mut best = (0, 1.0);
-                for k in 1..=max_k {
-                    let rate = expected_tokens(&alphas[..k]) / self.costs.chain_cost(k);
-                    if rate > best.1 {
-                        best = (k, rate);
-                    }
-                }
-                (Budget::chain(best.0), best.1)
+                let (k, rate) = best_chain(&alphas, &self.costs);
+                (Budget::chain(k), rate)
             }
             TreeSearch::Tree {
                 max_nodes,
@@ -549,6 +562,11 @@ impl CostModelPolicy {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The acceptance assumed before anything was measured (measured mode; 0 otherwise).
+    fn explore_alpha(&self) -> f64 {
+        self.live.as_ref().map_or(0.0, |live| live.explore_alpha)
+    }
+
     /// The measured mode's decision (see the type docs).
     fn next_measured(&mut self) -> Budget {
         if !self.counted {
@@ -580,10 +598,10 @@ impl CostModelPolicy {
             return Budget::Plain;
         };
         if let TreeSearch::Chain { max_k } = self.search {
-            if model.chain_cost(max_k) - model.verify.cost(max_k + 1) <= FREE_DRAFTS_COST {
+            if model.draft_cost(max_k, max_k) <= FREE_DRAFTS_COST {
                 // free drafts: ask for all of them, price the offer (`keep_drafts`)
                 self.costs = model;
-                self.pricing_offer = true;
+                self.offer = OfferStep::Asked;
                 self.predicted_rate = 1.0;
                 return Budget::Chain(max_k);
             }
@@ -668,8 +686,7 @@ impl SpeculationPolicy for CostModelPolicy {
     }
 
     fn next_budget(&mut self) -> Budget {
-        self.pricing_offer = false;
-        self.offer = None;
+        self.offer = OfferStep::None;
         if self.live.is_some() {
             return self.next_measured();
         }
@@ -695,18 +712,12 @@ impl SpeculationPolicy for CostModelPolicy {
     /// under the acceptance measured for offers of that length (see the type docs); all of
     /// them for any other drafter.
     fn keep_drafts(&mut self, offered: usize) -> usize {
-        if !std::mem::take(&mut self.pricing_offer) || offered == 0 {
+        if self.offer != OfferStep::Asked || offered == 0 {
             return offered;
         }
-        let explore = self.live.as_ref().map_or(0.0, |live| live.explore_alpha);
+        let explore = self.explore_alpha();
         let alphas = self.pool().offer_alphas(offered, explore);
-        let mut best = (0, 1.0);
-        for k in 1..=offered {
-            let rate = expected_tokens(&alphas[..k]) / self.costs.chain_cost(k);
-            if rate > best.1 {
-                best = (k, rate);
-            }
-        }
+        let best = best_chain(&alphas, &self.costs);
         let pays = |rate: f64| rate >= 1.0 + self.min_gain;
         let kept = if best.0 > 0 && pays(best.1) {
             self.prober.restart();
@@ -729,7 +740,7 @@ impl SpeculationPolicy for CostModelPolicy {
                 false => 0,
             }
         };
-        self.offer = Some((offered, kept));
+        self.offer = OfferStep::Priced { offered, kept };
         kept
     }
 
@@ -737,12 +748,13 @@ impl SpeculationPolicy for CostModelPolicy {
         // Invalid outcomes are ignored, per the trait contract.
         if self.stats.observe(outcome).is_ok() && outcome.proposed > 0 {
             self.since_plan += 1;
-            if let Some((offered, kept)) = self.offer.take() {
+            if let OfferStep::Priced { offered, kept } = self.offer {
                 if kept == outcome.proposed {
-                    let explore = self.live.as_ref().map_or(0.0, |live| live.explore_alpha);
+                    let explore = self.explore_alpha();
                     self.pool().record_offer(offered, outcome, explore);
                 }
             }
+            self.offer = OfferStep::None;
         }
     }
 

@@ -89,11 +89,10 @@ impl<P: SpeculationPolicy, F: SpeculationPolicy> FallbackPolicy<P, F> {
     /// How many of the `offered` drafts of a deterministic chain to verify: the choice of the
     /// policy whose drafter proposed them ([`SpeculationPolicy::keep_drafts`]).
     pub fn keep_drafts(&mut self, offered: usize) -> usize {
-        let kept = match (self.last.0, &mut self.fallback) {
+        match (self.last.0, &mut self.fallback) {
             (DrafterChoice::Fallback, Some(fallback)) => fallback.keep_drafts(offered),
             _ => self.primary.keep_drafts(offered),
-        };
-        kept.min(offered)
+        }
     }
 
     /// Records the outcome of the step whose budget was last returned, with its timings: every

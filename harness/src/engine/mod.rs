@@ -956,6 +956,11 @@ impl<'a> Engine<'a> {
         if kept == offered {
             return Ok(tree);
         }
+        if kept > offered {
+            return Err(HarnessError::InvalidEngine(format!(
+                "the policy kept {kept} of {offered} offered drafts (at most all of them)"
+            )));
+        }
         choice.1 = PolicyDecision::new(choice.0 == DrafterChoice::Fallback, &Budget::chain(kept));
         Ok(tree.chain_prefix(kept)?)
     }
