@@ -1,5 +1,6 @@
 //! `specdec bench serve` end to end on 127.0.0.1 with SmolLM2-135M, CI-sized: 3 requests per
-//! point, rates 0.5× and 1× of plain's capacity, 1 and 2 closed-loop clients, 8 tokens each.
+//! point, rates 0.5× and 1× of plain's capacity (in blocks of 2 and 1 requests), 1 and 2
+//! closed-loop clients, 8 tokens each.
 //! Checks that the results folder has its files, that every request completed in both modes,
 //! that the counts add up across requests.jsonl, phases.jsonl and summary.csv, that the ratios
 //! are finite, that greedy speculation gives plain's text, and that a second run beside the
@@ -35,6 +36,7 @@ fn a_tiny_bench_serve_run_writes_complete_consistent_results() {
         requests: 3,
         rates: vec![0.5, 1.0],
         clients: vec![1, 2],
+        block: 2,
         out: Some(out.clone()),
         ..ServeBenchArgs::new(MODEL)
     };
@@ -94,9 +96,34 @@ fn a_tiny_bench_serve_run_writes_complete_consistent_results() {
         assert_eq!(prompts.len(), 3, "{mode:?}: indices 0..3, one prompt each");
     }
 
-    // phases and rows add up to the requests
+    // phases and rows add up to the requests: a rate point is two blocks (2 + 1 requests),
+    // the second in the other order; a closed-loop point is one
     let phases = std::fs::read_to_string(out.join("phases.jsonl")).unwrap();
-    assert_eq!(phases.lines().count(), 4 * 2);
+    let phases: Vec<Value> = phases
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(phases.len(), 2 * 2 * 2 + 2 * 2);
+    let shape: Vec<(&str, u64, u64)> = phases[..4]
+        .iter()
+        .map(|p| {
+            let mode = p["mode"].as_str().unwrap();
+            (
+                mode,
+                p["block"].as_u64().unwrap(),
+                p["requests"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("plain", 0, 2),
+            ("speculative", 0, 2),
+            ("speculative", 1, 1),
+            ("plain", 1, 1)
+        ]
+    );
     assert_eq!(outcome.rows.len(), 4 * 2);
     let mut plain_passes = 0.0;
     for row in &outcome.rows {
@@ -119,6 +146,18 @@ fn a_tiny_bench_serve_run_writes_complete_consistent_results() {
                 );
                 // greedy: speculation gives plain decoding's text
                 assert_eq!(row.same_text, Some(3), "{row:?}");
+                // greedy twins have as many tokens: each request with a TPOT is paired
+                let timed = outcome
+                    .requests
+                    .iter()
+                    .filter(|r| r.mode == row.mode && r.load == row.load && r.tpot_s.is_some())
+                    .count();
+                let paired = row.tpot_paired.expect("the requests are paired");
+                assert_eq!(paired.n, timed, "{row:?}");
+                assert!(
+                    paired.lo <= paired.mean && paired.mean <= paired.hi,
+                    "{row:?}"
+                );
             }
         }
     }

@@ -3,9 +3,12 @@
 //!
 //! It measures plain decoding's capacity (closed loop at the batch size: completed requests
 //! per second), then offers open-loop Poisson arrivals at multiples of that capacity and a
-//! closed-loop saturation test (N concurrent clients), each load to both servers in turn
-//! (plain first in even repeats, speculative first in odd ones), and writes the results folder
-//! ([`report`]).
+//! closed-loop saturation test (N concurrent clients), each load to both servers in turn, and
+//! writes the results folder ([`report`]). An open-loop point is sent in blocks of `--block`
+//! requests, each block to both servers in turn; a closed-loop point is one block. The order
+//! alternates from block to block (plain first in the even ones, speculative first in the odd
+//! ones, counting on through the repeats), so a drift of the host's speed within a point falls
+//! on both modes alike.
 //!
 //! - [`client`]: the HTTP/1.1 client that streams one completion and times its chunks;
 //! - [`load`]: Poisson arrivals and closed-loop clients;
@@ -46,6 +49,9 @@ pub const MAX_REQUESTS: usize = 10_000;
 
 /// The most repeats (`--repeats`).
 pub const MAX_REPEATS: usize = 100;
+
+/// Requests per block of an open-loop point (`--block`), by default.
+pub const DEFAULT_BLOCK: usize = 10;
 
 /// The largest rate multiplier (`--rates`).
 pub const MAX_RATE_MULTIPLIER: f64 = 100.0;
@@ -107,6 +113,13 @@ pub struct ServeBenchArgs {
     /// How many times every load point runs in both modes.
     #[arg(long, default_value_t = 1)]
     pub repeats: usize,
+    /// Open-loop points send each repeat's requests in blocks of this many (the last may be
+    /// shorter), each block to both servers in turn, the order alternating from block to
+    /// block: a drift of the host's speed then falls on both modes alike. Each block's
+    /// arrivals keep their Poisson gaps and start on idle servers. Closed-loop points run
+    /// whole.
+    #[arg(long, default_value_t = DEFAULT_BLOCK)]
+    pub block: usize,
     /// Seed of the arrival times and of the requests' sampling seeds.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -174,6 +187,7 @@ impl ServeBenchArgs {
             rates: vec![0.25, 0.5, 1.0, 1.5],
             clients: vec![1, 2, 4, 8, 16, 32],
             repeats: 1,
+            block: DEFAULT_BLOCK,
             seed: 0,
             timeout: 300,
             out: None,
@@ -232,6 +246,12 @@ impl ServeBenchArgs {
             return Err(invalid(format!(
                 "--repeats must be in 1..={MAX_REPEATS}, not {}",
                 self.repeats
+            )));
+        }
+        if !(1..=MAX_REQUESTS).contains(&self.block) {
+            return Err(invalid(format!(
+                "--block must be in 1..={MAX_REQUESTS}, not {}",
+                self.block
             )));
         }
         if !(1..=MAX_TOKENS_LIMIT).contains(&self.max_tokens) {
@@ -634,6 +654,13 @@ pub fn run(args: &ServeBenchArgs) -> Result<BenchOutcome> {
             ("temperature".into(), args.temperature.to_string()),
             ("requests per point".into(), args.requests.to_string()),
             ("repeats".into(), args.repeats.to_string()),
+            (
+                "open-loop blocks".into(),
+                format!(
+                    "{} requests, each to both servers in turn, the order alternating",
+                    args.block
+                ),
+            ),
             ("seed".into(), args.seed.to_string()),
             ("threads".into(), provenance.threads.to_string()),
             ("cpu".into(), provenance.cpu_model.clone()),
@@ -673,6 +700,18 @@ fn first_prompts(counts: &[usize], repeats: usize, fresh: bool) -> Vec<Vec<usize
                 .collect()
         })
         .collect()
+}
+
+/// The blocks of a point of `n` requests: consecutive index ranges of `block` requests (the
+/// last may be shorter), or the whole point as one when `block` is `None`.
+fn blocks_of(n: usize, block: Option<usize>) -> Vec<std::ops::Range<usize>> {
+    match block {
+        Some(size) if size < n => (0..n)
+            .step_by(size)
+            .map(|start| start..(start + size).min(n))
+            .collect(),
+        _ => std::iter::once(0..n).collect(),
+    }
 }
 
 /// How many of the `n` requests whose prompts start at pool index `first` (wrapping around a
@@ -765,63 +804,89 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
     let (mut records, mut phases) = (Vec::new(), Vec::new());
     for (point, load) in loads.iter().enumerate() {
         let n = counts[point];
+        let blocks = blocks_of(n, matches!(load, Load::Rate { .. }).then_some(args.block));
+        // counts the point's blocks through its repeats: plain goes first in the even ones
+        let mut turn = 0;
         for (repeat, &first) in firsts[point].iter().enumerate() {
             let requests = requests_for(first, n);
             let reused = reused_prompts(&mut sent, first, n, prompts.len());
-            let order = if repeat % 2 == 0 {
-                [Mode::Plain, Mode::Speculative]
-            } else {
-                [Mode::Speculative, Mode::Plain]
+            let arrivals = match *load {
+                Load::Rate { rate_rps, .. } => {
+                    let stream = (point * MAX_REPEATS + repeat) as u64;
+                    poisson_arrivals(rate_rps, n, args.seed, stream)
+                }
+                Load::Clients { .. } => Vec::new(),
             };
-            for mode in order {
-                let addr = servers.addr(mode);
-                let before = step_counters(addr).await?;
-                let phase = match *load {
-                    Load::Rate { rate_rps, .. } => {
-                        let stream = (point * MAX_REPEATS + repeat) as u64;
-                        let arrivals = poisson_arrivals(rate_rps, n, args.seed, stream);
-                        open_loop(addr, &requests, &arrivals, timeout).await
-                    }
-                    Load::Clients { clients } => {
-                        closed_loop(addr, &requests, clients, timeout).await
-                    }
+            for (block, range) in blocks.iter().enumerate() {
+                let order = if turn % 2 == 0 {
+                    [Mode::Plain, Mode::Speculative]
+                } else {
+                    [Mode::Speculative, Mode::Plain]
                 };
-                let after = step_counters(addr).await?;
-                let failed = phase
-                    .results
-                    .iter()
-                    .filter(|(_, r)| r.error.is_some())
-                    .count();
-                let tokens: usize = phase
-                    .results
-                    .iter()
-                    .filter_map(|(_, r)| r.usage.map(|u| u.completion_tokens))
-                    .sum();
-                eprintln!(
-                    "bench serve: {} {:>8} repeat {repeat}: {}/{n} ok in {:.1} s, {:.1} tok/s",
-                    load.label(),
-                    mode.name(),
-                    n - failed,
-                    phase.wall_s,
-                    tokens as f64 / phase.wall_s
-                );
-                phases.push(PhaseRecord {
-                    mode,
-                    load: *load,
-                    repeat,
-                    wall_s: phase.wall_s,
-                    requests: n,
-                    steps_speculative: after.0 - before.0,
-                    steps_plain: after.1 - before.1,
-                    reused_prompts: reused,
-                });
-                records.extend(
-                    phase
+                turn += 1;
+                for mode in order {
+                    let addr = servers.addr(mode);
+                    let before = step_counters(addr).await?;
+                    let sent_now = &requests[range.clone()];
+                    let phase = match *load {
+                        Load::Rate { .. } => {
+                            // the block's own arrivals, its first at 0: the gaps are kept
+                            let start = arrivals[range.start];
+                            let at: Vec<f64> =
+                                arrivals[range.clone()].iter().map(|t| t - start).collect();
+                            open_loop(addr, sent_now, &at, timeout).await
+                        }
+                        Load::Clients { clients } => {
+                            closed_loop(addr, sent_now, clients, timeout).await
+                        }
+                    };
+                    let after = step_counters(addr).await?;
+                    let failed = phase
                         .results
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, got)| record(mode, *load, repeat, i, prompt_of(first, i), got)),
-                );
+                        .iter()
+                        .filter(|(_, r)| r.error.is_some())
+                        .count();
+                    let tokens: usize = phase
+                        .results
+                        .iter()
+                        .filter_map(|(_, r)| r.usage.map(|u| u.completion_tokens))
+                        .sum();
+                    let of_blocks = match blocks.len() {
+                        1 => String::new(),
+                        count => format!(" block {}/{count}", block + 1),
+                    };
+                    eprintln!(
+                        "bench serve: {} {:>8} repeat {repeat}{of_blocks}: {}/{} ok in {:.1} s, \
+                         {:.1} tok/s",
+                        load.label(),
+                        mode.name(),
+                        sent_now.len() - failed,
+                        sent_now.len(),
+                        phase.wall_s,
+                        tokens as f64 / phase.wall_s
+                    );
+                    phases.push(PhaseRecord {
+                        mode,
+                        load: *load,
+                        repeat,
+                        block,
+                        wall_s: phase.wall_s,
+                        requests: sent_now.len(),
+                        steps_speculative: after.0 - before.0,
+                        steps_plain: after.1 - before.1,
+                        // counted once per repeat, on its first block
+                        reused_prompts: if block == 0 { reused } else { 0 },
+                    });
+                    records.extend(
+                        phase
+                            .results
+                            .into_iter()
+                            .zip(range.clone())
+                            .map(|(got, i)| {
+                                record(mode, *load, repeat, i, prompt_of(first, i), got)
+                            }),
+                    );
+                }
             }
         }
     }
@@ -849,7 +914,7 @@ mod tests {
     #[test]
     fn bad_options_are_refused_naming_the_option() {
         type Change = fn(&mut ServeBenchArgs);
-        let cases: [(Change, &str); 20] = [
+        let cases: [(Change, &str); 21] = [
             (|a| a.requests = 0, "--requests"),
             (|a| a.requests = MAX_REQUESTS + 1, "--requests"),
             (|a| a.rates = vec![], "--rates is empty"),
@@ -863,6 +928,7 @@ mod tests {
             (|a| a.clients = vec![0], "--clients: 0"),
             (|a| a.clients = vec![2, 2], "--clients: 2 is given twice"),
             (|a| a.repeats = 0, "--repeats"),
+            (|a| a.block = 0, "--block"),
             (|a| a.max_tokens = 0, "--max-tokens"),
             (|a| a.temperature = -0.5, "--temperature"),
             (|a| a.batch_size = 0, "--batch-size"),
@@ -914,6 +980,21 @@ mod tests {
         assert_eq!(reused_prompts(&mut sent, 5, 5, 10), 1);
         assert_eq!(reused_prompts(&mut sent, 0, 3, 10), 3);
         assert_eq!(reused_prompts(&mut HashSet::new(), 8, 12, 10), 2);
+    }
+
+    #[test]
+    fn open_loop_points_are_cut_into_blocks_and_closed_loop_points_are_not() {
+        let ends = |n, block| -> Vec<(usize, usize)> {
+            blocks_of(n, block)
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect()
+        };
+        assert_eq!(ends(25, Some(10)), [(0, 10), (10, 20), (20, 25)]);
+        assert_eq!(ends(20, Some(10)), [(0, 10), (10, 20)]);
+        assert_eq!(ends(5, Some(10)), [(0, 5)]);
+        assert_eq!(ends(7, Some(1)).len(), 7);
+        assert_eq!(ends(64, None), [(0, 64)]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use specdec_harness::metrics::quantile;
+use specdec_harness::metrics::{geometric_mean_interval, quantile, Interval};
 use specdec_harness::report::{
     line_plot, table_cell, write_atomic, write_jsonl, Legend, Series, SeriesStyle,
 };
@@ -92,11 +92,12 @@ pub struct RequestRecord {
     pub load: Load,
     /// Which repeat (0-based).
     pub repeat: usize,
-    /// Its index within the phase (the same index gets the same prompt in both modes).
+    /// Its index within the repeat (the same index gets the same prompt, and at a rate the same
+    /// arrival gap, in both modes).
     pub index: usize,
     /// The prompt's id (`mtbench/…`, `humaneval/…`).
     pub prompt_id: String,
-    /// When it was sent, from the phase's start.
+    /// When it was sent, from its block's start.
     pub sent_s: f64,
     /// Time to the first chunk with text.
     pub ttft_s: Option<f64>,
@@ -120,7 +121,7 @@ pub struct RequestRecord {
     pub error: Option<String>,
 }
 
-/// One mode × load × repeat (a line of `phases.jsonl`).
+/// One mode × load × repeat × block (a line of `phases.jsonl`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseRecord {
     /// Speculation off or on.
@@ -129,6 +130,9 @@ pub struct PhaseRecord {
     pub load: Load,
     /// Which repeat.
     pub repeat: usize,
+    /// Which block of the repeat (0-based; a closed-loop point has one).
+    #[serde(default)]
+    pub block: usize,
     /// Seconds from the first send to the last answer.
     pub wall_s: f64,
     /// Requests sent.
@@ -137,7 +141,7 @@ pub struct PhaseRecord {
     pub steps_speculative: f64,
     /// Target passes without one.
     pub steps_plain: f64,
-    /// Requests of the phase whose prompt the run had sent before (the servers may hold its
+    /// Requests of the repeat whose prompt the run had sent before (counted on its first block) (the servers may hold its
     /// answer: `--fresh-prompts`).
     #[serde(default)]
     pub reused_prompts: usize,
@@ -172,6 +176,9 @@ pub struct SummaryRow {
     pub spec_share: Option<f64>,
     /// Speculative rows: TPOT p50 / plain's TPOT p50 at the same load.
     pub tpot_ratio: Option<f64>,
+    /// Speculative rows: the geometric mean over requests of their TPOT / the same request's
+    /// plain TPOT (same repeat and index, both completed), with its 95 % bootstrap interval.
+    pub tpot_paired: Option<Interval>,
     /// Speculative rows: throughput / plain's throughput at the same load.
     pub throughput_ratio: Option<f64>,
     /// Speculative rows: completed requests whose text equals plain's for the same request.
@@ -246,6 +253,7 @@ pub fn summarize(requests: &[RequestRecord], phases: &[PhaseRecord]) -> Vec<Summ
                     .then(|| accepted as f64 / (accepted + rejected) as f64),
                 spec_share: (spec + plain_steps > 0.0).then(|| spec / (spec + plain_steps)),
                 tpot_ratio: None,
+                tpot_paired: None,
                 throughput_ratio: None,
                 same_text: None,
                 reused_prompts: runs.iter().map(|p| p.reused_prompts).sum(),
@@ -257,18 +265,21 @@ pub fn summarize(requests: &[RequestRecord], phases: &[PhaseRecord]) -> Vec<Summ
                     .iter()
                     .filter(|r| r.mode == Mode::Plain && r.load.same_point(load))
                     .collect();
+                let plain_of = |r: &RequestRecord| {
+                    base_reqs
+                        .iter()
+                        .find(|b| b.error.is_none() && b.repeat == r.repeat && b.index == r.index)
+                };
                 row.same_text = Some(
                     ok.iter()
-                        .filter(|r| {
-                            base_reqs.iter().any(|b| {
-                                b.error.is_none()
-                                    && b.repeat == r.repeat
-                                    && b.index == r.index
-                                    && b.text == r.text
-                            })
-                        })
+                        .filter(|r| plain_of(r).is_some_and(|b| b.text == r.text))
                         .count(),
                 );
+                let paired: Vec<f64> = ok
+                    .iter()
+                    .filter_map(|r| ratio(r.tpot_s, plain_of(r)?.tpot_s))
+                    .collect();
+                row.tpot_paired = geometric_mean_interval(&paired);
             }
             if mode == Mode::Plain {
                 plain = Some(row.clone());
@@ -287,6 +298,14 @@ fn fixed(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "—".into(), |v| format!("{v:.digits$}"))
 }
 
+/// A paired ratio with its interval, `0.812 [0.770, 0.856]`, or `—`.
+fn paired(x: Option<Interval>) -> String {
+    x.map_or_else(
+        || "—".into(),
+        |i| format!("{:.3} [{:.3}, {:.3}]", i.mean, i.lo, i.hi),
+    )
+}
+
 fn csv_num(x: Option<f64>) -> String {
     x.map_or_else(String::new, |v| format!("{v}"))
 }
@@ -296,7 +315,7 @@ pub fn summary_csv(rows: &[SummaryRow]) -> String {
     let mut out = String::from(
         "mode,load_kind,load,rate_rps,requests,failed,throughput_tps,requests_per_s,\
          ttft_p50_s,ttft_p99_s,tpot_p50_s,tpot_p99_s,acceptance,spec_share,tpot_ratio,\
-         throughput_ratio,same_text\n",
+         tpot_paired,tpot_paired_lo,tpot_paired_hi,throughput_ratio,same_text\n",
     );
     for r in rows {
         let (kind, rate) = match r.load {
@@ -305,7 +324,7 @@ pub fn summary_csv(rows: &[SummaryRow]) -> String {
         };
         let _ = writeln!(
             out,
-            "{},{kind},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{kind},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.mode.name(),
             r.load.level(),
             csv_num(rate),
@@ -320,6 +339,9 @@ pub fn summary_csv(rows: &[SummaryRow]) -> String {
             csv_num(r.acceptance),
             csv_num(r.spec_share),
             csv_num(r.tpot_ratio),
+            csv_num(r.tpot_paired.map(|i| i.mean)),
+            csv_num(r.tpot_paired.map(|i| i.lo)),
+            csv_num(r.tpot_paired.map(|i| i.hi)),
             csv_num(r.throughput_ratio),
             r.same_text.map_or_else(String::new, |n| n.to_string()),
         );
@@ -352,13 +374,13 @@ pub fn summary_markdown(rows: &[SummaryRow], info: &RunInfo) -> String {
     md.push_str(
         "| mode | load | requests | failed | throughput (tok/s) | TTFT p50 / p99 (ms) | \
          TPOT p50 / p99 (ms) | acceptance | spec share | TPOT spec/plain | \
-         throughput spec/plain | same text | reused prompts |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         TPOT spec/plain, paired | throughput spec/plain | same text | reused prompts |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.1} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.1} | {} / {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
             r.mode.name(),
             r.load.label(),
             r.requests,
@@ -371,6 +393,7 @@ pub fn summary_markdown(rows: &[SummaryRow], info: &RunInfo) -> String {
             fixed(r.acceptance, 3),
             fixed(r.spec_share, 3),
             fixed(r.tpot_ratio, 3),
+            paired(r.tpot_paired),
             fixed(r.throughput_ratio, 3),
             r.same_text.map_or_else(|| "—".into(), |n| n.to_string()),
             r.reused_prompts,
@@ -380,7 +403,9 @@ pub fn summary_markdown(rows: &[SummaryRow], info: &RunInfo) -> String {
         "\nTTFT: send to the first chunk with text. TPOT: (last chunk − first chunk) / \
          (completion tokens − 1), per request; p50 / p99 over the completed requests of every \
          repeat. Throughput: completion tokens of the completed requests / the phases' wall \
-         time. Acceptance: accepted / (accepted + rejected) prediction tokens of the usage \
+         time. TPOT spec/plain: the p50s' ratio; paired: the geometric mean of each request's \
+         TPOT ratio to the same request in plain decoding, with its 95 % bootstrap interval \
+         over requests. Acceptance: accepted / (accepted + rejected) prediction tokens of the usage \
          chunks. Spec share: target passes with a draft / all passes (the server's \
          `/metrics`). Same text: speculative answers equal to plain's for the same request \
          (at T = 0 greedy speculation must give plain's text). Reused prompts: requests whose \
@@ -408,9 +433,13 @@ pub fn targets(rows: &[SummaryRow]) -> Vec<String> {
             0 => String::new(),
             n => format!(" ({n} of its requests reused a prompt)"),
         };
+        let per_request = match r.tpot_paired {
+            Some(_) => format!(" (paired per request: {})", paired(r.tpot_paired)),
+            None => String::new(),
+        };
         lines.push(match r.tpot_ratio {
             Some(x) => format!(
-                "lowest rate ({}): TPOT spec/plain {x:.3} {} 0.85 — {}{reused}",
+                "lowest rate ({}): TPOT spec/plain {x:.3} {} 0.85 — {}{per_request}{reused}",
                 r.load.label(),
                 if x <= 0.85 { "≤" } else { ">" },
                 if x <= 0.85 { "holds" } else { "misses" }
@@ -590,6 +619,7 @@ mod tests {
             mode,
             load,
             repeat: 0,
+            block: 0,
             wall_s,
             requests: 2,
             steps_speculative: spec,
@@ -632,6 +662,10 @@ mod tests {
         assert!((spec.tpot_ratio.unwrap() - 0.01 / 0.03).abs() < 1e-12);
         assert_eq!(spec.throughput_ratio, Some(1.0));
         assert_eq!(spec.same_text, Some(1));
+        // only request 0 completed in both modes: 0.01 / 0.02
+        let pair = spec.tpot_paired.unwrap();
+        assert_eq!((pair.mean, pair.n), (0.5, 1));
+        assert_eq!(plain.tpot_paired, None);
         let md = summary_markdown(
             &rows,
             &RunInfo {
@@ -651,5 +685,50 @@ mod tests {
             .nth(2)
             .unwrap()
             .starts_with("speculative,clients,2,,2,1,10,"));
+    }
+
+    #[test]
+    fn the_paired_ratio_pairs_each_request_with_its_plain_twin_across_blocks() {
+        let load = Load::Rate {
+            multiplier: 0.25,
+            rate_rps: 1.0,
+        };
+        // plain TPOTs 20, 40, 30 ms; speculative 10, 80, 30: ratios 0.5, 2, 1 (mean of logs 0)
+        let tpots = [(0.02, 0.01), (0.04, 0.08), (0.03, 0.03)];
+        let mut requests = Vec::new();
+        for (index, (plain, spec)) in tpots.into_iter().enumerate() {
+            requests.push(record(Mode::Plain, load, index, plain, "t"));
+            requests.push(record(Mode::Speculative, load, index, spec, "t"));
+        }
+        // two blocks of each mode, their walls summed
+        let mut phases = Vec::new();
+        for block in 0..2 {
+            for mode in [Mode::Speculative, Mode::Plain] {
+                phases.push(PhaseRecord {
+                    block,
+                    ..phase(mode, load, 1.5, 1.0, 1.0)
+                });
+            }
+        }
+        let rows = summarize(&requests, &phases);
+        let spec = &rows[1];
+        assert_eq!(spec.throughput_tps, 10.0); // 30 tokens / 3 s
+        let pair = spec.tpot_paired.unwrap();
+        assert!((pair.mean - 1.0).abs() < 1e-12, "{pair:?}");
+        assert_eq!(pair.n, 3);
+        assert!(pair.lo <= pair.mean && pair.mean <= pair.hi && pair.lo < pair.hi);
+        // the p50s' ratio differs: 30 / 30 ms
+        assert!((spec.tpot_ratio.unwrap() - 1.0).abs() < 1e-12);
+        let lines = targets(&rows);
+        assert!(
+            lines[0].contains("misses (paired per request: 1.000 ["),
+            "{lines:?}"
+        );
+        let csv = summary_csv(&rows);
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let spec_line: Vec<&str> = csv.lines().nth(2).unwrap().split(',').collect();
+        assert_eq!(header.len(), spec_line.len());
+        let at = header.iter().position(|h| *h == "tpot_paired").unwrap();
+        assert_eq!(spec_line[at].parse::<f64>().unwrap(), pair.mean);
     }
 }
