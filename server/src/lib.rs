@@ -70,7 +70,9 @@ pub struct ServeOptions {
     /// Requests in the running batch at most.
     pub batch_size: usize,
     /// Acceptance below which a request stops speculating and probes again later (the
-    /// algorithms crate's `DisableGate` around its policy), in [0, 1]; 0: never.
+    /// algorithms crate's `DisableGate` around its policy), in [0, 1]; 0: never; `None`: the
+    /// default ([`MinAcceptance::Default`]: 0.3, none for a lookup drafter whose offers the
+    /// cost-model policy prices).
     pub min_acceptance: Option<f64>,
     /// Seed of requests that give none.
     pub seed: u64,

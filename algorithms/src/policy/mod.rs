@@ -4,8 +4,9 @@
 //! One policy instance belongs to one sequence. Each engine step calls
 //! [`SpeculationPolicy::next_budget`] once before drafting, for a chain of deterministic drafts
 //! [`SpeculationPolicy::keep_drafts`] once after it, then [`SpeculationPolicy::observe`] once
-//! with that step's [`StepOutcome`] (a plain step's outcome included). A drafter may propose fewer drafts than the budget allows (an n-gram drafter with no
-//! match proposes none); the outcome reports what was actually proposed.
+//! with that step's [`StepOutcome`] (a plain step's outcome included). A drafter may propose
+//! fewer drafts than the budget allows (an n-gram drafter with no match proposes none); the
+//! outcome reports what was actually proposed.
 //!
 //! Definitions used everywhere: **acceptance rate** = accepted drafts / proposed drafts;
 //! **τ** (mean accepted length) = accepted drafts + 1 per target pass. Per-position conditional

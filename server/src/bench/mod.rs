@@ -702,6 +702,27 @@ fn first_prompts(counts: &[usize], repeats: usize, fresh: bool) -> Vec<Vec<usize
         .collect()
 }
 
+/// Prints one line on how the phase `what` went: requests completed, wall time, tokens/s.
+fn log_phase(what: &str, phase: &load::PhaseResult) {
+    let sent = phase.results.len();
+    let failed = phase
+        .results
+        .iter()
+        .filter(|(_, r)| r.error.is_some())
+        .count();
+    let tokens: usize = phase
+        .results
+        .iter()
+        .filter_map(|(_, r)| r.usage.map(|u| u.completion_tokens))
+        .sum();
+    eprintln!(
+        "bench serve: {what}: {}/{sent} ok in {:.1} s, {:.1} tok/s",
+        sent - failed,
+        phase.wall_s,
+        tokens as f64 / phase.wall_s
+    );
+}
+
 /// The blocks of a point of `n` requests: consecutive index ranges of `block` requests (the
 /// last may be shorter), or the whole point as one when `block` is `None`.
 fn blocks_of(n: usize, block: Option<usize>) -> Vec<std::ops::Range<usize>> {
@@ -824,47 +845,31 @@ async fn drive(args: &ServeBenchArgs, servers: &Servers, prompts: &[Prompt]) -> 
                     [Mode::Speculative, Mode::Plain]
                 };
                 turn += 1;
+                let sent_now = &requests[range.clone()];
+                // the block's own arrivals, its first at 0: the gaps are kept
+                let at: Vec<f64> = arrivals.get(range.clone()).map_or_else(Vec::new, |times| {
+                    times.iter().map(|t| t - times[0]).collect()
+                });
+                let of_blocks = match blocks.len() {
+                    1 => String::new(),
+                    count => format!(" block {}/{count}", block + 1),
+                };
                 for mode in order {
                     let addr = servers.addr(mode);
                     let before = step_counters(addr).await?;
-                    let sent_now = &requests[range.clone()];
                     let phase = match *load {
-                        Load::Rate { .. } => {
-                            // the block's own arrivals, its first at 0: the gaps are kept
-                            let start = arrivals[range.start];
-                            let at: Vec<f64> =
-                                arrivals[range.clone()].iter().map(|t| t - start).collect();
-                            open_loop(addr, sent_now, &at, timeout).await
-                        }
+                        Load::Rate { .. } => open_loop(addr, sent_now, &at, timeout).await,
                         Load::Clients { clients } => {
                             closed_loop(addr, sent_now, clients, timeout).await
                         }
                     };
                     let after = step_counters(addr).await?;
-                    let failed = phase
-                        .results
-                        .iter()
-                        .filter(|(_, r)| r.error.is_some())
-                        .count();
-                    let tokens: usize = phase
-                        .results
-                        .iter()
-                        .filter_map(|(_, r)| r.usage.map(|u| u.completion_tokens))
-                        .sum();
-                    let of_blocks = match blocks.len() {
-                        1 => String::new(),
-                        count => format!(" block {}/{count}", block + 1),
-                    };
-                    eprintln!(
-                        "bench serve: {} {:>8} repeat {repeat}{of_blocks}: {}/{} ok in {:.1} s, \
-                         {:.1} tok/s",
+                    let what = format!(
+                        "{} {:>8} repeat {repeat}{of_blocks}",
                         load.label(),
-                        mode.name(),
-                        sent_now.len() - failed,
-                        sent_now.len(),
-                        phase.wall_s,
-                        tokens as f64 / phase.wall_s
+                        mode.name()
                     );
+                    log_phase(&what, &phase);
                     phases.push(PhaseRecord {
                         mode,
                         load: *load,

@@ -3,6 +3,7 @@
 //! `summary.md` (one row per mode × load, with the speculative / plain ratios), and the plots
 //! of TPOT and throughput against load.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -141,8 +142,8 @@ pub struct PhaseRecord {
     pub steps_speculative: f64,
     /// Target passes without one.
     pub steps_plain: f64,
-    /// Requests of the repeat whose prompt the run had sent before (counted on its first block) (the servers may hold its
-    /// answer: `--fresh-prompts`).
+    /// Requests of the repeat whose prompt the run had sent before, counted on its first block
+    /// (the servers may hold its answer: `--fresh-prompts`).
     #[serde(default)]
     pub reused_prompts: usize,
 }
@@ -261,15 +262,14 @@ pub fn summarize(requests: &[RequestRecord], phases: &[PhaseRecord]) -> Vec<Summ
             if let Some(base) = &plain {
                 row.tpot_ratio = ratio(row.tpot_p50_s, base.tpot_p50_s);
                 row.throughput_ratio = ratio(Some(row.throughput_tps), Some(base.throughput_tps));
-                let base_reqs: Vec<&RequestRecord> = requests
+                // the completed plain twins, by (repeat, index)
+                let twins: HashMap<(usize, usize), &RequestRecord> = requests
                     .iter()
                     .filter(|r| r.mode == Mode::Plain && r.load.same_point(load))
+                    .filter(|r| r.error.is_none())
+                    .map(|r| ((r.repeat, r.index), r))
                     .collect();
-                let plain_of = |r: &RequestRecord| {
-                    base_reqs
-                        .iter()
-                        .find(|b| b.error.is_none() && b.repeat == r.repeat && b.index == r.index)
-                };
+                let plain_of = |r: &RequestRecord| twins.get(&(r.repeat, r.index));
                 row.same_text = Some(
                     ok.iter()
                         .filter(|r| plain_of(r).is_some_and(|b| b.text == r.text))
