@@ -7,7 +7,7 @@
 //! model's own matrices.
 
 use serde::{Deserialize, Serialize};
-use specdec_models::llama::{MatmulPath, ModelWeights, WeightMatrix};
+use specdec_models::llama::{products_on, MatmulPath, ModelWeights, WeightMatrix};
 
 use super::stats::{median, timed, token_stream};
 use crate::error::{HarnessError, Result};
@@ -35,21 +35,24 @@ impl MatmulTiming {
     }
 }
 
-/// The matrices of each group in one forward, in [`GROUPS`] order.
-fn grouped(weights: &ModelWeights) -> Vec<Vec<&WeightMatrix>> {
-    let mut groups: Vec<Vec<&WeightMatrix>> = vec![Vec::new(); GROUPS.len()];
+/// The product calls of one forward in each group, in [`GROUPS`] order: each call is the
+/// matrices that read one input, fused as the forward fuses them (Q, K and V; gate and up).
+fn grouped(weights: &ModelWeights) -> Vec<Vec<Vec<&WeightMatrix>>> {
+    let mut groups: Vec<Vec<Vec<&WeightMatrix>>> = vec![Vec::new(); GROUPS.len()];
     for layer in &weights.layers {
-        groups[0].extend([&layer.wq, &layer.wk, &layer.wv]);
-        groups[1].push(&layer.wo);
-        groups[2].extend([&layer.w_gate, &layer.w_up]);
-        groups[3].push(&layer.w_down);
+        groups[0].push(vec![&layer.wq, &layer.wk, &layer.wv]);
+        groups[1].push(vec![&layer.wo]);
+        groups[2].push(vec![&layer.w_gate, &layer.w_up]);
+        groups[3].push(vec![&layer.w_down]);
     }
-    groups[4].push(&weights.output);
+    groups[4].push(vec![&weights.output]);
     groups
 }
 
 /// Times every group's matmuls for each K in `ks` (medians of `repeats` after one warm-up; K
-/// values and groups interleaved within a repetition). Rows are in `ks` × [`GROUPS`] order.
+/// values and groups interleaved within a repetition). The calls are made as the forward makes
+/// them: fused where it fuses, and from a thread of the compute pool (a call from outside it
+/// would add a hand-off and a wake-up to every product). Rows are in `ks` × [`GROUPS`] order.
 ///
 /// # Errors
 /// [`HarnessError::Bench`] for zero repeats or a K of zero; kernel errors.
@@ -67,37 +70,45 @@ pub fn bench_matmuls(
     let widest = groups
         .iter()
         .flatten()
+        .flatten()
         .map(|m| m.cols().max(m.rows()))
         .max()
         .unwrap_or(1);
+    let fused = groups.iter().flatten().map(Vec::len).max().unwrap_or(1);
     let max_k = ks.iter().copied().max().unwrap_or(1);
     let x: Vec<f32> = token_stream(1, widest * max_k, 2001)
         .into_iter()
         .map(|t| t as f32 / 1000.0 - 1.0)
         .collect();
-    let mut out = vec![0.0f32; widest * max_k];
+    let mut outs = vec![vec![0.0f32; widest * max_k]; fused];
     let mut times = vec![vec![Vec::with_capacity(repeats); groups.len()]; ks.len()];
-    for rep in 0..=repeats {
-        for (ki, &k) in ks.iter().enumerate() {
-            for (gi, group) in groups.iter().enumerate() {
-                let (res, secs) = timed(|| -> Result<()> {
-                    for m in group {
-                        m.product_on(
-                            MatmulPath::default(),
-                            &x[..k * m.cols()],
-                            k,
-                            &mut out[..k * m.rows()],
-                        )?;
+    let mut timed_calls = || -> Result<()> {
+        for rep in 0..=repeats {
+            for (ki, &k) in ks.iter().enumerate() {
+                for (gi, group) in groups.iter().enumerate() {
+                    let (res, secs) = timed(|| -> Result<()> {
+                        for call in group {
+                            let cols = call[0].cols();
+                            let mut pairs: Vec<(&WeightMatrix, &mut [f32])> = call
+                                .iter()
+                                .zip(outs.iter_mut())
+                                .map(|(&m, out)| (m, &mut out[..k * m.rows()]))
+                                .collect();
+                            products_on(MatmulPath::default(), &x[..k * cols], k, &mut pairs)?;
+                        }
+                        Ok(())
+                    });
+                    res?;
+                    if rep > 0 {
+                        times[ki][gi].push(secs);
                     }
-                    Ok(())
-                });
-                res?;
-                if rep > 0 {
-                    times[ki][gi].push(secs);
                 }
             }
         }
-    }
+        Ok(())
+    };
+    // `scope` runs its body on a pool thread, as the model's forward runs
+    rayon::scope(|_| timed_calls())?;
     let mut rows = Vec::new();
     for (ki, &k) in ks.iter().enumerate() {
         for (gi, group) in groups.iter().enumerate() {
@@ -108,7 +119,7 @@ pub fn bench_matmuls(
                 group: GROUPS[gi].to_string(),
                 k,
                 median_s,
-                weight_bytes: group.iter().map(|m| m.bytes().len() as u64).sum(),
+                weight_bytes: group.iter().flatten().map(|m| m.bytes().len() as u64).sum(),
             });
         }
     }

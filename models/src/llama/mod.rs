@@ -28,4 +28,5 @@ pub use device::{load_on_device, parse_device, DeviceModelOptions};
 pub use layer_skip::default_skip_layers;
 pub use load::{read_config, read_special_tokens, read_weights, SpecialTokens};
 pub use model::{LlamaModel, LlamaOptions, MatmulPath};
+pub use product::products_on;
 pub use weights::{LayerWeights, ModelWeights, WeightMatrix};

@@ -112,6 +112,22 @@ impl<'a> ProductInput<'a> {
     }
 }
 
+/// `out = x · wᵀ` for every `(w, out)` of `pairs` (`x: [n, cols]`, each `out: [n, w.rows()]`)
+/// on `path`, as the model's forward computes the products of one input: fused into one call
+/// where the forward fuses them (Q, K and V; gate and up), the activations quantised once. For
+/// benchmarks of the model's products.
+///
+/// # Errors
+/// Shape mismatches and non-finite activations, as the kernels report them.
+pub fn products_on(
+    path: MatmulPath,
+    x: &[f32],
+    n: usize,
+    pairs: &mut [(&WeightMatrix, &mut [f32])],
+) -> Result<()> {
+    ProductInput::new(x, n, path).products(pairs)
+}
+
 impl WeightMatrix {
     /// `out = x · selfᵀ` (`x: [n, cols]`, `out: [n, rows]`) on `path`, exactly as the model's
     /// forward computes it (activations quantised per call here; the forward shares them among
