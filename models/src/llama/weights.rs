@@ -452,7 +452,7 @@ impl ModelWeights {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llama::MatmulPath;
+    use crate::llama::{products_on, MatmulPath};
     use specdec_kernels::quant::synthetic_weights;
 
     fn matrix(ty: QuantType, rows: usize, cols: usize) -> WeightMatrix {
@@ -547,5 +547,48 @@ mod tests {
         let mut f16 = matrix(QuantType::F16, 4, 512);
         assert!(!f16.pack_for_int8().unwrap(), "F16 has no 8-bit path");
         assert!(f16.int8_packed().is_none());
+    }
+
+    /// `products_on` (one input, several matrices: fused where the forward fuses) gives every
+    /// output bit for bit as that matrix's own `product_on`, fused or not, on both paths.
+    #[test]
+    fn fused_products_equal_one_product_at_a_time() {
+        let x: Vec<f32> = (0..3 * 512)
+            .map(|i| ((i % 41) as f32 - 20.0) / 10.0)
+            .collect();
+        for types in [
+            [QuantType::Q4_K, QuantType::Q6_K, QuantType::Q4_K],
+            [QuantType::Q8_0, QuantType::Q4_1, QuantType::Q5_0],
+            [QuantType::Q8_0, QuantType::Q4_K, QuantType::F16],
+        ] {
+            let mats: Vec<WeightMatrix> = types
+                .iter()
+                .zip([21, 16, 5])
+                .map(|(&ty, rows)| {
+                    let mut m = matrix(ty, rows, 512);
+                    m.pack_for_int8().unwrap();
+                    m
+                })
+                .collect();
+            for path in [MatmulPath::Exact, MatmulPath::Int8] {
+                let mut fused: Vec<Vec<f32>> =
+                    mats.iter().map(|m| vec![f32::NAN; 3 * m.rows()]).collect();
+                let mut pairs: Vec<(&WeightMatrix, &mut [f32])> = mats
+                    .iter()
+                    .zip(fused.iter_mut())
+                    .map(|(m, out)| (m, out.as_mut_slice()))
+                    .collect();
+                products_on(path, &x, 3, &mut pairs).unwrap();
+                for (m, got) in mats.iter().zip(&fused) {
+                    let mut want = vec![0.0; 3 * m.rows()];
+                    m.product_on(path, &x, 3, &mut want).unwrap();
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(g, w)| g.to_bits() == w.to_bits());
+                    assert!(same, "{types:?} {path:?}: {} differs", m.quant_type());
+                }
+            }
+        }
     }
 }
