@@ -3,16 +3,26 @@
 //! same over bf16 and f16 pools (`tree_attention_kv_dtype`: prefixes 4k / 32k, 1 and 8 nodes,
 //! the f32 pool measured in the same group as the baseline).
 //!
+//! `tree_attention_simd`: the two real targets' shapes (SmolLM2-135M: 9 query heads : 3 KV heads,
+//! head dim 64; Qwen2.5-Coder-1.5B: 12 : 2, 128) at a verify's sizes (chains of 1 / 5 / 8 new
+//! tokens after 256 / 1024 cached ones, f32 pool), portable and AVX2 (where the CPU has it) one
+//! after the other at each size (both give the same bits); timed on a pool thread.
+//!
 //! Throughput is reported in bytes of K/V read per call: `(prefix + nodes) × 2 KV heads × 128 ×
 //! 4 bytes × 2 (K and V)`, each distinct row counted once. Tokens/s is `nodes / time`.
 
 // `criterion_group!` defines an undocumented public function.
 #![allow(missing_docs)]
 
+use std::time::Instant;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use specdec_kernels::attention::{tree_attention, AttentionParams, AttentionSeq};
+use specdec_kernels::attention::{
+    tree_attention, tree_attention_into_with, AttentionParams, AttentionSeq,
+};
 use specdec_kernels::kv::{KvData, KvDtype, KvLayout, KvPages};
 use specdec_kernels::quant::float16::{f32_to_bf16, f32_to_f16};
+use specdec_kernels::quant::SimdLevel;
 use specdec_kernels::TreeTopology;
 
 const KV_HEADS: usize = 2;
@@ -117,5 +127,77 @@ fn bench_kv_dtypes(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, bench_tree_attention, bench_kv_dtypes);
+/// The real targets' attention shapes: `(name, KV heads, query heads, head dim)`.
+const TARGET_SHAPES: [(&str, usize, usize, usize); 2] =
+    [("smollm2", 3, 9, 64), ("qwen2.5-1.5b", 2, 12, 128)];
+
+fn bench_simd_levels(c: &mut Criterion) {
+    // the attention loops have a portable and an AVX2 build
+    let levels: Vec<SimdLevel> = [SimdLevel::Portable, SimdLevel::Avx2]
+        .into_iter()
+        .filter(|l| l.is_available())
+        .collect();
+    let mut group = c.benchmark_group("tree_attention_simd");
+    group.sample_size(20);
+    for (name, kv_heads, q_heads, head_dim) in TARGET_SHAPES {
+        let layout = KvLayout::new(1, kv_heads, head_dim, BLOCK).expect("valid layout");
+        let params = AttentionParams {
+            layer: 0,
+            num_q_heads: q_heads,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+        };
+        for prefix in [256, 1024] {
+            for nodes in [1, 5, 8] {
+                let tokens = prefix + nodes;
+                let blocks = layout.blocks_for(tokens);
+                let pool = fill(blocks * layout.block_elems(), 1);
+                let pages = KvPages::of(layout, KvData::F32(&pool)).expect("whole blocks");
+                let table: Vec<u32> = (0..blocks as u32).rev().collect();
+                let tree = TreeTopology::chain(nodes);
+                let queries = fill(nodes * q_heads * head_dim, 2);
+                let batch = [AttentionSeq {
+                    queries: &queries,
+                    block_table: &table,
+                    prefix_len: prefix,
+                    tree: &tree,
+                }];
+                let mut out = vec![0.0; queries.len()];
+                group.throughput(Throughput::Elements(nodes as u64));
+                for &level in &levels {
+                    group.bench_function(
+                        BenchmarkId::new(format!("{name}/{level:?}/prefix{prefix}"), nodes),
+                        |b| {
+                            // Timed on a pool thread, as the forward calls it: a call from
+                            // outside the pool would also time the hand-over to its threads.
+                            b.iter_custom(|iters| {
+                                let (elapsed, ()) = rayon::join(
+                                    || {
+                                        let start = Instant::now();
+                                        for _ in 0..iters {
+                                            tree_attention_into_with(
+                                                &pages, &params, &batch, &mut out, level,
+                                            )
+                                            .expect("valid batch");
+                                        }
+                                        start.elapsed()
+                                    },
+                                    || (),
+                                );
+                                elapsed
+                            })
+                        },
+                    );
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_tree_attention,
+    bench_kv_dtypes,
+    bench_simd_levels
+);
 criterion_main!(benches);

@@ -28,6 +28,7 @@ use rayon::prelude::*;
 use crate::attention::simd;
 use crate::error::{KernelError, Result};
 use crate::kv::{BlockId, KvDtype, KvLayout, KvPages, KvPart};
+use crate::quant::SimdLevel;
 use crate::tree::{TreeTopology, MASK_WORD_BITS};
 
 /// Logical keys per online-softmax chunk. Part of the numerical contract (batch invariance, and
@@ -116,6 +117,24 @@ pub fn tree_attention_into(
     batch: &[AttentionSeq<'_>],
     out: &mut [f32],
 ) -> Result<()> {
+    tree_attention_into_with(pages, params, batch, out, SimdLevel::detect())
+}
+
+/// [`tree_attention_into`] with its inner loops at an explicit [`SimdLevel`] (for tests and
+/// benchmarks); every level gives the same bits. The loops have a portable and an AVX2 build:
+/// [`SimdLevel::Avx512`] runs the AVX2 one.
+///
+/// # Errors
+/// As [`tree_attention_into`], and [`KernelError::InvalidParameter`] when `level` is not
+/// available on this CPU.
+pub fn tree_attention_into_with(
+    pages: &KvPages<'_>,
+    params: &AttentionParams,
+    batch: &[AttentionSeq<'_>],
+    out: &mut [f32],
+    level: SimdLevel,
+) -> Result<()> {
+    level.ensure_available()?;
     let layout = pages.layout();
     let dim = layout.head_dim();
     let kv_heads = layout.num_kv_heads();
@@ -152,6 +171,7 @@ pub fn tree_attention_into(
         pages,
         params,
         group,
+        level,
     };
     let results: Vec<Vec<f32>> = tasks
         .par_iter()
@@ -181,6 +201,8 @@ struct Context<'p, 'a> {
     pages: &'p KvPages<'a>,
     params: &'p AttentionParams,
     group: usize,
+    /// Instruction set of the inner loops (the bits do not depend on it).
+    level: SimdLevel,
 }
 
 /// What [`check_batch`] derives from a valid batch.
@@ -257,9 +279,11 @@ pub(crate) fn check_batch(
 
 fn run_task(ctx: &Context<'_, '_>, seq: &AttentionSeq<'_>, task: &Task) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if let Some(avx2) = simd::Avx2::detect() {
-        // SAFETY: `avx2` exists only if the CPU supports AVX2.
-        return unsafe { run_task_avx2(ctx, seq, task, avx2) };
+    if ctx.level != SimdLevel::Portable {
+        if let Some(avx2) = simd::Avx2::detect() {
+            // SAFETY: `avx2` exists only if the CPU supports AVX2.
+            return unsafe { run_task_avx2(ctx, seq, task, avx2) };
+        }
     }
     run_task_body(ctx, seq, task, simd::Portable)
 }

@@ -8,4 +8,7 @@ mod simd;
 #[cfg(test)]
 mod tests;
 
-pub use cpu::{tree_attention, tree_attention_into, AttentionParams, AttentionSeq, KEY_CHUNK};
+pub use cpu::{
+    tree_attention, tree_attention_into, tree_attention_into_with, AttentionParams, AttentionSeq,
+    KEY_CHUNK,
+};

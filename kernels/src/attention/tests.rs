@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::error::KernelError;
 use crate::kv::{BlockId, KvLayout, KvPages, KvPart, PagedKvCache};
+use crate::quant::SimdLevel;
 use crate::tree::TreeTopology;
 
 /// The layer attention reads; the other layer of the pool is NaN, so a mis-indexed read shows.
@@ -189,6 +190,17 @@ fn run(cases: &[&Case], nq: usize, block_size: usize, rng: &mut Rng) -> Vec<f32>
 
 /// The kernel over `cases` whose K/V `pages` holds at blocks `tables`.
 fn attend(pages: &KvPages<'_>, tables: &[Vec<BlockId>], cases: &[&Case], nq: usize) -> Vec<f32> {
+    attend_at(SimdLevel::detect(), pages, tables, cases, nq)
+}
+
+/// [`attend`] with the inner loops at `level`.
+fn attend_at(
+    level: SimdLevel,
+    pages: &KvPages<'_>,
+    tables: &[Vec<BlockId>],
+    cases: &[&Case],
+    nq: usize,
+) -> Vec<f32> {
     let batch: Vec<AttentionSeq<'_>> = cases
         .iter()
         .zip(tables)
@@ -199,7 +211,10 @@ fn attend(pages: &KvPages<'_>, tables: &[Vec<BlockId>], cases: &[&Case], nq: usi
             tree: &c.tree,
         })
         .collect();
-    tree_attention(pages, &params(nq, cases[0].kv.dim), &batch).unwrap()
+    let total = batch.iter().map(|s| s.queries.len()).sum();
+    let mut out = vec![0.0; total];
+    tree_attention_into_with(pages, &params(nq, cases[0].kv.dim), &batch, &mut out, level).unwrap();
+    out
 }
 
 /// Dense f64 attention with an explicit `n × n` mask built by walking parents.
@@ -588,4 +603,40 @@ fn the_row_tile_shrinks_only_for_batches_the_threads_would_share_unevenly() {
     assert_eq!(cpu::row_tile([1].into_iter(), 1, 64), 1);
     assert_eq!(cpu::row_tile([1].into_iter(), 3, 64), 1);
     assert_eq!(cpu::row_tile([1000].into_iter(), 3, 2), cpu::ROW_TILE);
+}
+
+/// Every instruction set this CPU has gives the portable code's bits: head dims that fill whole
+/// 32-lane blocks (64: SmolLM2; 128: Qwen2.5; 96: a span of 64 then 32) and one that does not
+/// (40), chains and trees, prefixes across chunk boundaries.
+#[test]
+fn every_simd_level_gives_the_portable_bits() {
+    let levels: Vec<SimdLevel> = [SimdLevel::Avx2, SimdLevel::Avx512]
+        .into_iter()
+        .filter(|l| l.is_available())
+        .collect();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut rng = Rng(31);
+    for (dim, kv_heads, nq) in [
+        (64usize, 3usize, 9usize),
+        (128, 2, 12),
+        (96, 1, 2),
+        (40, 2, 4),
+    ] {
+        let cases: Vec<Case> = [(300usize, 1usize), (65, 5), (7, 9)]
+            .iter()
+            .map(|&(prefix, n)| {
+                let tree = random_tree(&mut rng, n, 2);
+                random_case(&mut rng, prefix, tree, kv_heads, nq, dim)
+            })
+            .collect();
+        let refs: Vec<&Case> = cases.iter().collect();
+        let logical: Vec<&Logical> = refs.iter().map(|c| &c.kv).collect();
+        let pool = scatter(&logical, 16, &mut rng);
+        let pages = KvPages::new(pool.layout, &pool.data).unwrap();
+        let portable = attend_at(SimdLevel::Portable, &pages, &pool.tables, &refs, nq);
+        for &level in &levels {
+            let got = attend_at(level, &pages, &pool.tables, &refs, nq);
+            assert_eq!(bits(&got), bits(&portable), "{level:?}, head dim {dim}");
+        }
+    }
 }
