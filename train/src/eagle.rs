@@ -159,7 +159,7 @@ impl EagleHead {
         for (index, (name, shape)) in shapes_of(meta)?.iter().enumerate() {
             let n: usize = shape.iter().product();
             let values = match name.as_str() {
-                "attn_norm" | "ffn_norm" => vec![1.0; n],
+                "attn_norm" | "ffn_norm" | "embed_norm" | "feature_norm" => vec![1.0; n],
                 "bq" | "bk" | "bv" => vec![0.0; n],
                 "lm_head" => frozen
                     .lm_head
@@ -244,7 +244,15 @@ impl EagleHead {
         let fc = self.params.get("fc");
         let fc_embed = fc.narrow(1, 0, h)?.contiguous()?;
         let fc_feature = fc.narrow(1, h, self.geom.feature_dim)?.contiguous()?;
-        let embed_part = linear(embeddings, &fc_embed)?;
+        let eps = self.geom.shape.rms_eps;
+        // EAGLE-3's input norms, when the head has them: each half of the fc input normalised.
+        let norm = |x: &Tensor, gains: &str| -> candle_core::Result<Tensor> {
+            match self.geom.shape.input_norms {
+                true => rms_norm(x, self.params.get(gains), eps),
+                false => Ok(x.clone()),
+            }
+        };
+        let embed_part = linear(&norm(embeddings, "embed_norm")?, &fc_embed)?;
         let mut kvs: Vec<(Tensor, Tensor)> = Vec::with_capacity(depth);
         let mut outs: Vec<Tensor> = Vec::with_capacity(depth);
         for step in 1..=depth {
@@ -259,7 +267,7 @@ impl EagleHead {
                     }
                 }
             };
-            let x = (&embed_part + linear(&input, &fc_feature)?)?;
+            let x = (&embed_part + linear(&norm(&input, "feature_norm")?, &fc_feature)?)?;
             outs.push(self.layer(&x, &mut kvs, step)?);
         }
         Ok(outs)
@@ -600,12 +608,19 @@ mod tests {
     /// true tokens) for `s − 1` more positions, one at a time, each seeing the chain before it.
     #[test]
     fn ttt_step_s_is_drafting_at_depth_s() {
-        for arch in [Architecture::Llama, Architecture::Qwen2] {
+        for (arch, input_norms) in [
+            (Architecture::Llama, false),
+            (Architecture::Qwen2, false),
+            (Architecture::Llama, true),
+        ] {
             let target = synthetic_target(arch);
             let h = target.config().hidden;
             let d2t: Vec<u32> = (0..40).collect();
             let frozen = Frozen::new(&target, &d2t).unwrap();
-            let shape = EagleShape::for_target(target.config(), 96);
+            let shape = EagleShape {
+                input_norms,
+                ..EagleShape::for_target(target.config(), 96)
+            };
             let meta = meta_for(&target, shape, d2t.len());
             let settings = EagleSettings {
                 unroll: 3,

@@ -197,6 +197,10 @@ pub struct TrainHeadOptions {
     /// EAGLE: no gradient through f̂ from one unrolled step into the next.
     #[arg(long)]
     pub detach_unrolled: bool,
+    /// EAGLE: RMS-normalise the token embedding and the feature, each with its own trained
+    /// gains, before `fc` (EAGLE-3's input norms).
+    #[arg(long)]
+    pub input_norms: bool,
     /// Medusa: number of heads K [default: 3].
     #[arg(long)]
     pub medusa_heads: Option<usize>,
@@ -231,12 +235,13 @@ impl TrainHeadOptions {
     pub fn train_config(&self) -> Result<TrainConfig> {
         let kind: HeadKind = self.kind.into();
         let refuse = |name: &'static str, reason: String| TrainError::Option { name, reason };
-        let eagle_only: [(&'static str, bool); 5] = [
+        let eagle_only: [(&'static str, bool); 6] = [
             ("unroll", self.unroll.is_some()),
             ("w-feat", self.w_feat.is_some()),
             ("w-ce", self.w_ce.is_some()),
             ("ffn", self.ffn.is_some()),
             ("detach-unrolled", self.detach_unrolled),
+            ("input-norms", self.input_norms),
         ];
         match kind {
             HeadKind::Eagle => {
@@ -291,6 +296,7 @@ impl TrainHeadOptions {
             w_ce: self.w_ce.unwrap_or(DEFAULT_W_CE),
             detach_unrolled: self.detach_unrolled,
             eagle_ffn: self.ffn,
+            input_norms: self.input_norms,
             medusa_heads: if kind == HeadKind::Medusa {
                 self.medusa_heads.unwrap_or(DEFAULT_MEDUSA_HEADS)
             } else {

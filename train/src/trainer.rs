@@ -57,6 +57,8 @@ pub struct TrainConfig {
     pub detach_unrolled: bool,
     /// EAGLE: FFN width (the target's when `None`).
     pub eagle_ffn: Option<usize>,
+    /// EAGLE: whether the `fc` input's halves are RMS-normalised ([`EagleShape::input_norms`]).
+    pub input_norms: bool,
     /// Medusa: number of heads K.
     pub medusa_heads: usize,
 }
@@ -321,8 +323,9 @@ fn head_meta(
         target: target.identity().clone(),
         feature_blocks: vec![block],
         draft_vocab,
-        eagle: (config.kind == HeadKind::Eagle).then(|| {
-            EagleShape::for_target(
+        eagle: (config.kind == HeadKind::Eagle).then(|| EagleShape {
+            input_norms: config.input_norms,
+            ..EagleShape::for_target(
                 target.config(),
                 config.eagle_ffn.unwrap_or(target.config().ffn),
             )

@@ -185,18 +185,27 @@ fn medusa_heads_are_the_residual_block_over_the_final_norm() {
 }
 
 /// The trainer's forward equals the inference side's (`specdec_models::heads`) on the same head
-/// file: EAGLE over a chain of pairs, Medusa per feature (BF16 precision: the file's values,
-/// exact f32 products; the two differ only in summation order).
+/// file: EAGLE over a chain of pairs, with and without input norms, Medusa per feature (BF16
+/// precision: the file's values, exact f32 products; the two differ only in summation order).
 #[test]
 fn the_trainers_forward_equals_the_inference_heads() {
-    use specdec_models::heads::synthetic::random_head;
+    use specdec_models::heads::synthetic::{random_head, with_input_norms};
     use specdec_models::heads::{EagleHead, HeadOptions, HeadPrecision, HeadStep, MedusaHeads};
-    for arch in [Architecture::Llama, Architecture::Qwen2] {
+    for (arch, input_norms) in [
+        (Architecture::Llama, false),
+        (Architecture::Qwen2, false),
+        (Architecture::Llama, true),
+        (Architecture::Qwen2, true),
+    ] {
         let t = target(arch, 7);
         let (_, features, _) = target_run(&t);
         let id = t.identity();
         let model = LlamaModel::from_gguf(t.file(), LlamaOptions::default()).unwrap();
-        let eagle = random_head(HeadKind::Eagle, t.config(), &id.name, &id.sha256, 40, 3).unwrap();
+        let mut eagle =
+            random_head(HeadKind::Eagle, t.config(), &id.name, &id.sha256, 40, 3).unwrap();
+        if input_norms {
+            eagle = with_input_norms(eagle, 5).unwrap();
+        }
         let mut inference = EagleHead::new(
             &eagle,
             &model,
@@ -224,7 +233,7 @@ fn the_trainers_forward_equals_the_inference_heads() {
         );
         assert!(
             e_feat < 1e-4 && e_logits < 1e-4,
-            "{arch:?} EAGLE: features {e_feat}, logits {e_logits}"
+            "{arch:?} EAGLE (input norms {input_norms}): features {e_feat}, logits {e_logits}"
         );
 
         let medusa =

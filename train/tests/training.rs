@@ -400,4 +400,11 @@ fn bad_settings_are_refused_before_any_step() {
         err.contains("--unroll: applies to --kind eagle only"),
         "{err}"
     );
+    let mut o = TrainHeadOptions::new("synthetic", KindArg::Medusa);
+    o.input_norms = true;
+    let err = o.train_config().unwrap_err().to_string();
+    assert!(
+        err.contains("--input-norms: applies to --kind eagle only"),
+        "{err}"
+    );
 }

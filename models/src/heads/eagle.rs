@@ -53,6 +53,9 @@ pub struct HeadOutput {
 /// pairs and its tree ancestors, bit for bit — alone, in a chain, in a tree or in a batch.
 pub struct EagleHead {
     base: HeadBase,
+    /// `(embed_norm, feature_norm)` when the file normalises the `fc` input's halves
+    /// ([`EagleShape::input_norms`]).
+    input_norms: Option<(Vec<f32>, Vec<f32>)>,
     fc: WeightMatrix,
     layer: LayerWeights,
     shape: BlockShape,
@@ -123,7 +126,15 @@ impl EagleHead {
             rope_layout: e.rope()?,
         };
         let layout = KvLayout::new(1, e.n_kv_heads, e.head_dim, options.kv_block_size)?;
+        let input_norms = match e.input_norms {
+            true => Some((
+                head_vector(file, "embed_norm")?,
+                head_vector(file, "feature_norm")?,
+            )),
+            false => None,
+        };
         Ok(Self {
+            input_norms,
             fc: matrix("fc")?,
             layer,
             shape,
@@ -232,16 +243,27 @@ impl EagleHead {
             positions.extend(step.tree.depths().iter().map(|d| len + d));
         }
         let n = positions.len();
-        // Each row's fc input: [embed(token); feature].
+        // Each row's fc input: [embed(token); feature], each half normalised with its own gains
+        // when the head has input norms.
         let mut input = vec![0.0f32; n * width];
         let embedding = self.base.target.token_embd.view();
         let pairs = steps
             .iter()
             .flat_map(|s| s.tokens.iter().zip(s.features.chunks_exact(dim)));
+        let mut embed = vec![0.0f32; hidden];
         for (row, (&token, feature)) in input.chunks_exact_mut(width).zip(pairs) {
-            let (embed, rest) = row.split_at_mut(hidden);
-            embed_rows(&embedding, &[token], embed)?;
-            rest.copy_from_slice(feature);
+            let (embed_half, feature_half) = row.split_at_mut(hidden);
+            embed_rows(&embedding, &[token], &mut embed)?;
+            match &self.input_norms {
+                Some((embed_norm, feature_norm)) => {
+                    rms_norm(&embed, embed_norm, self.shape.rms_eps, embed_half)?;
+                    rms_norm(feature, feature_norm, self.shape.rms_eps, feature_half)?;
+                }
+                None => {
+                    embed_half.copy_from_slice(&embed);
+                    feature_half.copy_from_slice(feature);
+                }
+            }
         }
         let path = self.base.path;
         let mut x = vec![0.0f32; n * hidden];

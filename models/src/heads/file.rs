@@ -80,6 +80,14 @@ pub struct EagleShape {
     pub rope_base: f32,
     /// RoPE pairing: `interleaved` (llama) or `half_split` (qwen2), the target's.
     pub rope_layout: String,
+    /// Whether the two halves of the `fc` input are RMS-normalised first, as EAGLE-3 does:
+    /// `fc · [rms_norm(embed; embed_norm); rms_norm(feature; feature_norm)]` with the gains
+    /// `embed_norm: [hidden]` and `feature_norm: [feature_dim]` (one norm over a whole feature
+    /// row) and the layer's `rms_eps`. Without them the target's raw residual stream, whose
+    /// scale can dwarf the embedding's, enters `fc` as it is (EAGLE-1). Absent in older
+    /// files: `false`.
+    #[serde(default)]
+    pub input_norms: bool,
 }
 
 impl EagleShape {
@@ -95,6 +103,7 @@ impl EagleShape {
             rms_eps: target.rms_eps,
             rope_base: target.rope_base,
             rope_layout: rope_layout_name(target.rope_layout).to_string(),
+            input_norms: false,
         }
     }
 
@@ -244,6 +253,10 @@ impl HeadMeta {
                     ModelError::Config("an EAGLE head's metadata needs its `eagle` shape".into())
                 })?;
                 let (q, kv) = (e.n_heads * e.head_dim, e.n_kv_heads * e.head_dim);
+                if e.input_norms {
+                    add("embed_norm", &[h]);
+                    add("feature_norm", &[self.feature_dim()]);
+                }
                 add("fc", &[h, self.feature_dim() + h]);
                 add("attn_norm", &[h]);
                 add("wq", &[q, h]);
@@ -570,6 +583,7 @@ mod tests {
                 rms_eps: 1e-5,
                 rope_base: 10_000.0,
                 rope_layout: "interleaved".into(),
+                input_norms: false,
             }),
             medusa_heads: if kind == HeadKind::Medusa { 2 } else { 0 },
             training: TrainingInfo::default(),
@@ -635,6 +649,16 @@ mod tests {
             Eagle,
             |h| h.tensors.get_mut("fc").unwrap().shape = vec![4, 4],
             "`fc` has shape",
+        );
+        assert_invalid(
+            Eagle,
+            |h| {
+                h.meta.eagle = Some(EagleShape {
+                    input_norms: true,
+                    ..eagle(h)
+                })
+            },
+            "`embed_norm`",
         );
         assert_invalid(
             Eagle,

@@ -19,7 +19,10 @@
 //!   `t_{j+1}` the token after it:
 //!   1. `e = embed(t_{j+1})`: row `t_{j+1}` of the target's token embedding, dequantised to f32
 //!      (frozen);
-//!   2. `x = fc · [e; f_j]` (the embedding first, then the feature; no bias);
+//!   2. `x = fc · [e; f_j]` (the embedding first, then the feature; no bias); with
+//!      [`EagleShape::input_norms`], `x = fc · [rms_norm(e; embed_norm, rms_eps);
+//!      rms_norm(f_j; feature_norm, rms_eps)]` (EAGLE-3's input norms; one norm over the whole
+//!      feature row);
 //!   3. one Llama decoder layer over the head's own KV cache of the sequence's earlier pairs,
 //!      with the constants of [`EagleShape`] (the trainer copies the target's attention
 //!      geometry, epsilon, RoPE base and layout into it; inference uses what the file says):

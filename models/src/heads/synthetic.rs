@@ -91,6 +91,37 @@ pub fn random_head(
     Ok(head)
 }
 
+/// `head` (EAGLE) with input norms ([`EagleShape::input_norms`]): gains `embed_norm` and
+/// `feature_norm` drawn as [`random_head`] draws norm gains, from `seed`.
+///
+/// # Errors
+/// [`ModelError::Config`] for a Medusa head or one that already has input norms.
+pub fn with_input_norms(mut head: HeadFile, seed: u64) -> Result<HeadFile> {
+    let shape = match &mut head.meta.eagle {
+        Some(shape) if !shape.input_norms => shape,
+        _ => {
+            return Err(ModelError::Config(
+                "synthetic input norms: an EAGLE head without them is needed".into(),
+            ))
+        }
+    };
+    shape.input_norms = true;
+    let widths = [
+        ("embed_norm", head.meta.target.hidden),
+        ("feature_norm", head.meta.feature_dim()),
+    ];
+    for (index, (name, n)) in widths.into_iter().enumerate() {
+        let salt = seed.wrapping_mul(0x1000_0000_01b3) ^ !(index as u64);
+        let data = (0..n as u64)
+            .map(|i| half::bf16::from_f32(uniform(salt, i, 0.8, 1.2)).to_f32())
+            .collect();
+        head.tensors
+            .insert(name.to_string(), HeadTensor::new(vec![n], data)?);
+    }
+    head.validate()?;
+    Ok(head)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
