@@ -9,9 +9,9 @@
 #   scripts/heads-bench.sh smollm2 --train-minutes 25   # training budget of a missing head
 #
 # A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1, SmolLM2 also
-# --lr 3e-3 --train-lm-head, see experiments/heads/README.md; Medusa: the defaults) into the
-# cache, where the eagle / medusa drafters look for it; an existing one is used as it is (delete
-# it, or train with --resume, to change).
+# --lr 3e-3 --train-lm-head --input-norms, see experiments/heads/README.md; Medusa: the defaults)
+# into the cache, where the eagle / medusa drafters look for it; an existing one is used as it is
+# (delete it, or train with --resume, to change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +29,7 @@ case "$model" in
   # steps_per_minute: optimiser steps (batch 4 x 256 tokens) a minute of training makes here;
   # eagle_extra: the EAGLE head's shape (Qwen: an FFN of 2048, so a depth step stays cheap)
   smollm2) target=smollm2-135m; fetch=(smollm2 humaneval mtbench sharegpt); vocab=8192
-    steps_per_minute=40; eagle_extra=(--lr 3e-3 --train-lm-head) ;;
+    steps_per_minute=40; eagle_extra=(--lr 3e-3 --train-lm-head --input-norms) ;;
   qwen|qwen-short) target=qwen2.5-coder-1.5b; fetch=(qwen-0.5b qwen-1.5b humaneval mtbench sharegpt)
     vocab=16384; steps_per_minute=6; eagle_extra=(--ffn 2048)
     [ "$model" = qwen-short ] && kinds=(eagle) ;;
