@@ -43,6 +43,14 @@ fn fill(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// A pool of whole blocks for `tokens` tokens of `layout`, deterministic values, and its block
+/// table, reversed: logically adjacent blocks are not physically adjacent.
+fn pool_and_table(layout: &KvLayout, tokens: usize) -> (Vec<f32>, Vec<u32>) {
+    let blocks = layout.blocks_for(tokens);
+    let pool = fill(blocks * layout.block_elems(), 1);
+    (pool, (0..blocks as u32).rev().collect())
+}
+
 /// A binary tree of `n` nodes in breadth-first order (a chain for n = 1).
 fn binary_tree(n: usize) -> TreeTopology {
     let parents: Vec<Option<usize>> = (0..n).map(|i| i.checked_sub(1).map(|p| p / 2)).collect();
@@ -70,10 +78,7 @@ fn bench_group(
     for &prefix in prefixes {
         for &nodes in node_counts {
             let tokens = prefix + nodes;
-            let blocks = layout.blocks_for(tokens);
-            let pool = fill(blocks * layout.block_elems(), 1);
-            // A reversed block table: logically adjacent blocks are not physically adjacent.
-            let table: Vec<u32> = (0..blocks as u32).rev().collect();
+            let (pool, table) = pool_and_table(&layout, tokens);
             let tree = binary_tree(nodes);
             let queries = fill(nodes * Q_HEADS * HEAD_DIM, 2);
             let batch = [AttentionSeq {
@@ -148,11 +153,8 @@ fn bench_simd_levels(c: &mut Criterion) {
         };
         for prefix in [256, 1024] {
             for nodes in [1, 5, 8] {
-                let tokens = prefix + nodes;
-                let blocks = layout.blocks_for(tokens);
-                let pool = fill(blocks * layout.block_elems(), 1);
+                let (pool, table) = pool_and_table(&layout, prefix + nodes);
                 let pages = KvPages::of(layout, KvData::F32(&pool)).expect("whole blocks");
-                let table: Vec<u32> = (0..blocks as u32).rev().collect();
                 let tree = TreeTopology::chain(nodes);
                 let queries = fill(nodes * q_heads * head_dim, 2);
                 let batch = [AttentionSeq {
