@@ -2,10 +2,11 @@
 //! does not depend on the instruction set: 32 fixed lanes (four independent 8-wide accumulators,
 //! so the adds pipeline), a fixed pairwise lane reduction, and no fused multiply-add. The AVX2
 //! build of the same code (chosen at run time) is therefore bit-identical to the portable one; it
-//! is only faster. On a Xeon with AVX-512, versions of both loops on zmm registers (the 32 lanes
-//! as two), a vectorised chunk maximum and an accumulation two 32-lane blocks at a time were
-//! each within the run-to-run spread (about ±7 %) of this code on SmolLM2's and Qwen2.5's
-//! shapes (`tree_attention_simd` bench), so none was kept.
+//! is only faster. Measured on a Xeon with AVX-512 (`tree_attention_simd` bench, SmolLM2's and
+//! Qwen2.5's shapes) and not kept: both loops on zmm registers (the 32 lanes as two) ran from
+//! 14 % faster to 8 % slower than this code depending on the size, with no consistent gain; a
+//! vectorised chunk maximum and an accumulation two 32-lane blocks at a time stayed within the
+//! run-to-run spread (about ±5 %).
 
 /// Lanes of the fixed-order reduction.
 const LANES: usize = 32;
