@@ -247,9 +247,10 @@ impl EagleHead {
         let eps = self.geom.shape.rms_eps;
         // EAGLE-3's input norms, when the head has them: each half of the fc input normalised.
         let norm = |x: &Tensor, gains: &str| -> candle_core::Result<Tensor> {
-            match self.geom.shape.input_norms {
-                true => rms_norm(x, self.params.get(gains), eps),
-                false => Ok(x.clone()),
+            if self.geom.shape.input_norms {
+                rms_norm(x, self.params.get(gains), eps)
+            } else {
+                Ok(x.clone())
             }
         };
         let embed_part = linear(&norm(embeddings, "embed_norm")?, &fc_embed)?;

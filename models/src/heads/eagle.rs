@@ -126,12 +126,13 @@ impl EagleHead {
             rope_layout: e.rope()?,
         };
         let layout = KvLayout::new(1, e.n_kv_heads, e.head_dim, options.kv_block_size)?;
-        let input_norms = match e.input_norms {
-            true => Some((
+        let input_norms = if e.input_norms {
+            Some((
                 head_vector(file, "embed_norm")?,
                 head_vector(file, "feature_norm")?,
-            )),
-            false => None,
+            ))
+        } else {
+            None
         };
         Ok(Self {
             input_norms,
