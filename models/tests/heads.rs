@@ -18,7 +18,11 @@ use specdec_models::llama::{Architecture, LlamaModel, LlamaOptions, MatmulPath};
 use specdec_models::{LanguageModel, SeqId};
 
 const ARCHS: [Architecture; 2] = [Architecture::Llama, Architecture::Qwen2];
-const PRECISIONS: [HeadPrecision; 2] = [HeadPrecision::Bf16, HeadPrecision::Int8];
+const PRECISIONS: [HeadPrecision; 3] = [
+    HeadPrecision::Bf16,
+    HeadPrecision::Int8,
+    HeadPrecision::Int4,
+];
 /// The target's tokens: features of `PROMPT[j]` pair with `PROMPT[j + 1]`.
 const PROMPT: [u32; 9] = [5, 17, 42, 3, 9, 28, 1, 2, 33];
 const DRAFT_VOCAB: usize = 48;
@@ -40,6 +44,12 @@ const BF16_TOL: f64 = 1e-5;
 /// Measured at most 1.4e-2 (EAGLE features), 1.5e-2 (EAGLE logits) and 9.1e-3 (Medusa logits)
 /// over both targets; bound 5e-2.
 const INT8_TOL: f64 = 5e-2;
+
+/// Bound on the same gap for [`HeadPrecision::Int4`]: Q4_0 weights, each within half a step of
+/// 1/8 of its block's largest magnitude (a whole step at the clamped extreme), sixteen times
+/// coarser than Q8_0. Measured at most 1.2e-1 (EAGLE features), 1.7e-1 (EAGLE logits) and
+/// 8.8e-2 (Medusa logits) over both targets; bound 0.5.
+const INT4_TOL: f64 = 0.5;
 
 /// The synthetic target of `arch`, tapping its last block (the heads' feature).
 fn target(arch: Architecture) -> LlamaModel {
@@ -717,42 +727,58 @@ fn commit_of_a_tree_path_equals_the_path_as_a_chain_and_rewind_undoes_it() {
 }
 
 #[test]
-fn int8_heads_are_close_to_bf16_and_finite() {
+fn quantised_heads_are_close_to_bf16_and_finite() {
     for arch in ARCHS {
         let (target, features) = target_and_features(arch);
         let pairs = prompt_pairs(&features);
-        let run = |precision| {
+        let file = head_file(HeadKind::Medusa, &target, 5);
+        let flat: Vec<f32> = features.concat();
+        let eagle_run = |precision| {
             let mut head = eagle(&target, precision);
             let seq = head.new_sequence().unwrap();
             forward(&mut head, seq, &pairs, None)
         };
-        let (exact, fast) = (run(HeadPrecision::Bf16), run(HeadPrecision::Int8));
-        assert!(fast
-            .features
-            .iter()
-            .chain(&fast.logits)
-            .all(|v| v.is_finite()));
-        let (f, l) = (
-            gap32(&fast.features, &exact.features),
-            gap32(&fast.logits, &exact.logits),
-        );
-        eprintln!("{arch:?}: EAGLE Int8 vs BF16 gap features {f:.2e}, logits {l:.2e}");
-        assert!(f <= INT8_TOL && l <= INT8_TOL, "{arch:?}: {f:e} {l:e}");
-        assert!(l > 0.0, "{arch:?}: the 8-bit path was not taken");
-
-        let file = head_file(HeadKind::Medusa, &target, 5);
-        let flat: Vec<f32> = features.concat();
-        let run = |precision| {
+        let medusa_run = |precision| {
             MedusaHeads::new(&file, &target, precision)
                 .unwrap()
                 .forward(&flat, features.len())
                 .unwrap()
         };
-        let (exact, fast) = (run(HeadPrecision::Bf16), run(HeadPrecision::Int8));
-        assert!(fast.iter().all(|v| v.is_finite()));
-        let g = gap32(&fast, &exact);
-        eprintln!("{arch:?}: Medusa Int8 vs BF16 gap {g:.2e}");
-        assert!(g <= INT8_TOL && g > 0.0, "{arch:?}: {g:e}");
+        let (eagle_exact, medusa_exact) = (
+            eagle_run(HeadPrecision::Bf16),
+            medusa_run(HeadPrecision::Bf16),
+        );
+        let mut logit_gaps = Vec::new();
+        for (precision, tolerance) in [
+            (HeadPrecision::Int8, INT8_TOL),
+            (HeadPrecision::Int4, INT4_TOL),
+        ] {
+            let what = format!("{arch:?} {precision:?}");
+            let fast = eagle_run(precision);
+            assert!(
+                fast.features
+                    .iter()
+                    .chain(&fast.logits)
+                    .all(|v| v.is_finite()),
+                "{what}"
+            );
+            let (f, l) = (
+                gap32(&fast.features, &eagle_exact.features),
+                gap32(&fast.logits, &eagle_exact.logits),
+            );
+            eprintln!("{what}: EAGLE gap to BF16: features {f:.2e}, logits {l:.2e}");
+            assert!(f <= tolerance && l <= tolerance, "{what}: {f:e} {l:e}");
+            assert!(l > 0.0, "{what}: the quantised path was not taken");
+            logit_gaps.push(l);
+
+            let fast = medusa_run(precision);
+            assert!(fast.iter().all(|v| v.is_finite()), "{what}");
+            let g = gap32(&fast, &medusa_exact);
+            eprintln!("{what}: Medusa gap to BF16 {g:.2e}");
+            assert!(g <= tolerance && g > 0.0, "{what}: {g:e}");
+        }
+        // 4-bit weights are coarser than 8-bit ones: a gap no larger would mean Q8_0 was used
+        assert!(logit_gaps[1] > logit_gaps[0], "{arch:?}: {logit_gaps:?}");
     }
 }
 

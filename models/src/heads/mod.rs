@@ -106,6 +106,11 @@ pub enum HeadPrecision {
     /// [`HeadPrecision::Bf16`] by 8-bit quantisation noise.
     #[default]
     Int8,
+    /// Q4_0 matrices (blocks of 32, 4-bit quants and an f16 scale, as llama.cpp's Q4_0: see
+    /// [`specdec_kernels::quant::quantize_values`]) on the same 8-bit activation path: about
+    /// half the bytes a depth step reads at [`HeadPrecision::Int8`], for a coarser head. A
+    /// matrix whose input width is not a multiple of 32 stays BF16 (exact product).
+    Int4,
 }
 
 impl HeadPrecision {
@@ -113,7 +118,7 @@ impl HeadPrecision {
     pub fn matmul_path(self) -> MatmulPath {
         match self {
             HeadPrecision::Bf16 => MatmulPath::Exact,
-            HeadPrecision::Int8 => MatmulPath::Int8,
+            HeadPrecision::Int8 | HeadPrecision::Int4 => MatmulPath::Int8,
         }
     }
 }
@@ -281,6 +286,7 @@ pub(crate) fn head_matrix(
     };
     let ty = match precision {
         HeadPrecision::Int8 if cols.is_multiple_of(Q32_BLOCK) => QuantType::Q8_0,
+        HeadPrecision::Int4 if cols.is_multiple_of(Q32_BLOCK) => QuantType::Q4_0,
         _ => QuantType::BF16,
     };
     let mut matrix = WeightMatrix::quantize(rows, cols, &tensor.data, ty)

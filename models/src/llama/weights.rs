@@ -162,13 +162,13 @@ impl WeightMatrix {
     }
 
     /// A `[rows, cols]` matrix holding `values` (row-major) stored as `ty`: F32 exactly, F16 /
-    /// BF16 rounded to nearest, or Q8_0 blocks of 32 (rounding as [`quantize_values`]), so the
-    /// products take it as they take a GGUF matrix of that type.
+    /// BF16 rounded to nearest, or Q8_0 / Q4_0 blocks of 32 (rounding as [`quantize_values`]),
+    /// so the products take it as they take a GGUF matrix of that type.
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `values.len() != rows * cols` or `cols` is not a whole number
-    /// of `ty`'s blocks; a kernel error for a type without a quantiser (not F32, F16, BF16 or
-    /// Q8_0) or a non-finite value stored as Q8_0.
+    /// of `ty`'s blocks; a kernel error for a type without a quantiser (not F32, F16, BF16, Q8_0
+    /// or Q4_0) or a non-finite value stored as Q8_0 or Q4_0.
     pub fn quantize(rows: usize, cols: usize, values: &[f32], ty: QuantType) -> Result<Self> {
         let shape_error = |reason: String| ModelError::Shape {
             what: format!("{ty} matrix [{rows} x {cols}]"),

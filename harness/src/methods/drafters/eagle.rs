@@ -45,7 +45,8 @@ pub struct Eagle {
     /// A static tree instead: children per node at each depth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branching: Option<Vec<usize>>,
-    /// `int8` (Q8_0 matrices, the fast path; default) or `bf16` (exact products).
+    /// `int8` (Q8_0 matrices, the fast path; default), `int4` (Q4_0 matrices: half the bytes
+    /// per depth step, a coarser head) or `bf16` (exact products).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,
     /// Chains only: stop a chain before K once the head's probability of it falls below this,
@@ -60,8 +61,9 @@ pub(super) fn head_precision(
 ) -> std::result::Result<HeadPrecision, String> {
     match precision {
         None | Some("int8") => Ok(HeadPrecision::Int8),
+        Some("int4") => Ok(HeadPrecision::Int4),
         Some("bf16") => Ok(HeadPrecision::Bf16),
-        Some(other) => Err(format!("precision `{other}`: use int8 or bf16")),
+        Some(other) => Err(format!("precision `{other}`: use int8, int4 or bf16")),
     }
 }
 
@@ -220,4 +222,19 @@ pub(super) fn time_head_pass(head: &mut EagleHead) -> Result<f64> {
         pass?;
     }
     Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_precision_key_names_each_head_precision_and_refuses_others() {
+        assert_eq!(head_precision(None), Ok(HeadPrecision::Int8));
+        assert_eq!(head_precision(Some("int8")), Ok(HeadPrecision::Int8));
+        assert_eq!(head_precision(Some("int4")), Ok(HeadPrecision::Int4));
+        assert_eq!(head_precision(Some("bf16")), Ok(HeadPrecision::Bf16));
+        let err = head_precision(Some("q4_0")).unwrap_err();
+        assert!(err.contains("`q4_0`") && err.contains("int4"), "{err}");
+    }
 }

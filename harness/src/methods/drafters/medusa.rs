@@ -30,7 +30,7 @@ pub struct Medusa {
     /// Children per node at each depth (instead of `choices`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branching: Option<Vec<usize>>,
-    /// `int8` (default) or `bf16`.
+    /// `int8` (default), `int4` or `bf16`, as [`super::eagle::Eagle::precision`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,
 }
