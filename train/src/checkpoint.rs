@@ -34,6 +34,15 @@ pub struct LossRecord {
     pub grad_norm: f64,
 }
 
+/// The held-out agreement measured during a run ([`crate::TrainControl::eval_every`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgreementRecord {
+    /// Steps done when it was measured.
+    pub step: u64,
+    /// Top-1 agreement at depths 1, 2 (as [`crate::TrainReport::agreement`]).
+    pub agreement: Vec<f64>,
+}
+
 /// Everything besides tensors a resumed run needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct CheckpointState {
@@ -52,6 +61,9 @@ pub(crate) struct CheckpointState {
     pub train_seconds: f64,
     /// One record per step.
     pub history: Vec<LossRecord>,
+    /// The held-out agreement measured every `eval_every` steps (none in older checkpoints).
+    #[serde(default)]
+    pub agreement_curve: Vec<AgreementRecord>,
 }
 
 impl CheckpointState {
@@ -65,6 +77,7 @@ impl CheckpointState {
             tokens: 0,
             train_seconds: 0.0,
             history: Vec::new(),
+            agreement_curve: Vec::new(),
         }
     }
 }

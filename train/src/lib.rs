@@ -40,7 +40,7 @@ pub mod target;
 pub mod trainer;
 pub mod vocab;
 
-pub use checkpoint::LossRecord;
+pub use checkpoint::{AgreementRecord, LossRecord};
 pub use eagle::{eagle_chain, ttt_mask, EagleChainOutput, TttMask};
 pub use error::{Result, TrainError};
 pub use evaluate::{

@@ -179,6 +179,10 @@ pub struct TrainHeadOptions {
     /// Write the checkpoint every N steps (and at the end); 0: only at the end.
     #[arg(long, default_value_t = 50)]
     pub checkpoint_every: u64,
+    /// Measure the held-out agreement every N steps too (printed, and in the head file's
+    /// training record: the learning curve); 0: only at the end. Not counted in --minutes.
+    #[arg(long, default_value_t = 0)]
+    pub eval_every: u64,
     /// Train the draft LM head too (frozen to the target's rows by default).
     #[arg(long)]
     pub train_lm_head: bool,
@@ -458,6 +462,7 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
         time_limit: options.minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
         pause_at: options.pause_at,
         checkpoint_every: options.checkpoint_every,
+        eval_every: options.eval_every,
         progress: !options.quiet,
     };
     let mut report = train(&target, &train_data, &config, &paths, &control)?;

@@ -13,7 +13,7 @@ use specdec_models::heads::{
 };
 
 use crate::batch::{Batch, DataOrder, Frozen};
-use crate::checkpoint::{self, CheckpointState, LossRecord};
+use crate::checkpoint::{self, AgreementRecord, CheckpointState, LossRecord};
 use crate::eagle::{EagleHead, EagleSettings};
 use crate::error::{io_error, ModelContext, Result, TensorContext, TrainError};
 use crate::evaluate::evaluate_head;
@@ -117,6 +117,10 @@ pub struct TrainControl {
     /// Write the checkpoint every this many steps (and always at the end); 0 means only at the
     /// end.
     pub checkpoint_every: u64,
+    /// Measure the held-out agreement every this many steps, as at the end (the head rounded to
+    /// BF16, through `eval-head`'s path), into [`TrainReport::agreement_curve`]; 0 means only
+    /// at the end. The measurements count neither as training time nor against `time_limit`.
+    pub eval_every: u64,
     /// Show a progress bar.
     pub progress: bool,
 }
@@ -169,6 +173,10 @@ pub struct TrainReport {
     pub shared_prefix_tokens: usize,
     /// Held-out positions compared at each depth.
     pub agreement_positions: Vec<u64>,
+    /// The held-out agreement at every multiple of [`TrainControl::eval_every`] steps (over
+    /// all invocations of the run; a step where the run stopped ends it with
+    /// [`TrainReport::agreement`]).
+    pub agreement_curve: Vec<AgreementRecord>,
     /// The draft vocabulary size.
     pub draft_vocab: usize,
     /// Fraction of the held-out label tokens inside the draft vocabulary.
@@ -237,6 +245,17 @@ impl TrainReport {
             self.draft_vocab,
             100.0 * self.draft_vocab_coverage
         ));
+        if !self.agreement_curve.is_empty() {
+            let points: Vec<String> = self
+                .agreement_curve
+                .iter()
+                .map(|r| format!("{} {}", r.step, percents(&r.agreement)))
+                .collect();
+            out.push_str(&format!(
+                "held-out agreement by step (depth 1 / 2, %): {}\n",
+                points.join(", ")
+            ));
+        }
         out.push_str(&format!(
             "wrote {} ({:.2} MB, {} trainable values), {}, {}",
             self.paths.head.display(),
@@ -247,6 +266,30 @@ impl TrainReport {
         ));
         out
     }
+}
+
+/// Agreements as percentages joined by `/` (`42.2/39.1`).
+fn percents(agreement: &[f64]) -> String {
+    let parts: Vec<String> = agreement
+        .iter()
+        .map(|a| format!("{:.1}", 100.0 * a))
+        .collect();
+    parts.join("/")
+}
+
+/// The head as it is written: the parameters of `head` rounded to BF16, with `meta` and `d2t`.
+fn written_head(meta: &HeadMeta, d2t: &[u32], head: &dyn HeadModel) -> Result<HeadFile> {
+    let mut file = HeadFile {
+        meta: meta.clone(),
+        d2t: d2t.to_vec(),
+        tensors: head.params().to_head_tensors()?,
+    };
+    for t in file.tensors.values_mut() {
+        for v in &mut t.data {
+            *v = bf16_to_f32(f32_to_bf16(*v));
+        }
+    }
+    Ok(file)
 }
 
 /// Mean of `values[range]` as f32 (0 for an empty range).
@@ -426,6 +469,17 @@ pub fn train(
     );
     bar.set_position(state.step);
     let started = Instant::now();
+    let mut eval_time = Duration::ZERO;
+    let measure = |head: &dyn HeadModel| {
+        evaluate_head(
+            &written_head(&meta, &d2t, head)?,
+            target,
+            cache,
+            n_train..cache.len(),
+            AGREEMENT_DEPTHS,
+            config.batch,
+        )
+    };
     let stop = loop {
         if state.step >= config.steps {
             break StopReason::Finished;
@@ -433,7 +487,10 @@ pub fn train(
         if control.pause_at.is_some_and(|p| state.step >= p) {
             break StopReason::Paused;
         }
-        if control.time_limit.is_some_and(|t| started.elapsed() >= t) {
+        if control
+            .time_limit
+            .is_some_and(|t| started.elapsed().saturating_sub(eval_time) >= t)
+        {
             break StopReason::TimeLimit;
         }
         let indices = order.take(state.consumed, config.batch);
@@ -467,6 +524,23 @@ pub fn train(
             "training {} head, loss {value:.4}",
             config.kind.name()
         ));
+        // (the step the run stops at is measured once, after the loop)
+        let stops_next =
+            state.step >= config.steps || control.pause_at.is_some_and(|p| state.step >= p);
+        if control.eval_every > 0 && state.step.is_multiple_of(control.eval_every) && !stops_next {
+            let eval_start = Instant::now();
+            let agreement = measure(head.as_ref())?.agreement;
+            eval_time += eval_start.elapsed();
+            bar.println(format!(
+                "step {}: held-out agreement (depth 1 / 2) {} %",
+                state.step,
+                percents(&agreement)
+            ));
+            state.agreement_curve.push(AgreementRecord {
+                step: state.step,
+                agreement,
+            });
+        }
         if control.checkpoint_every > 0 && state.step.is_multiple_of(control.checkpoint_every) {
             checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
         }
@@ -475,25 +549,18 @@ pub fn train(
     checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
 
     // Measured on the head as it is written (BF16), through the path `eval-head` takes.
-    let mut file = HeadFile {
-        meta,
-        d2t,
-        tensors: head.params().to_head_tensors()?,
-    };
-    for t in file.tensors.values_mut() {
-        for v in &mut t.data {
-            *v = bf16_to_f32(f32_to_bf16(*v));
-        }
-    }
-    let evaluation = evaluate_head(
-        &file,
-        target,
-        cache,
-        n_train..cache.len(),
-        AGREEMENT_DEPTHS,
-        config.batch,
-    )?;
+    let mut file = written_head(&meta, &d2t, head.as_ref())?;
+    let evaluation = measure(head.as_ref())?;
     let agreement = evaluation.agreement.clone();
+    let measured_here = state.agreement_curve.last().map(|r| r.step) == Some(state.step);
+    if control.eval_every > 0 && state.step.is_multiple_of(control.eval_every) && !measured_here {
+        state.agreement_curve.push(AgreementRecord {
+            step: state.step,
+            agreement: agreement.clone(),
+        });
+        // the curve's last point, kept for a resumed run
+        checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
+    }
     let shared_prefix_tokens = evaluation.shared_prefix_tokens;
     let (loss_first_tenth, loss_last_tenth) = tenth_means(&state.history);
     let positions_per_s = if state.train_seconds > 0.0 {
@@ -545,6 +612,7 @@ pub fn train(
         loss_last_tenth,
         component_names,
         history: state.history,
+        agreement_curve: state.agreement_curve,
         agreement,
         agreement_positions: evaluation.positions,
         shared_prefix_tokens,
@@ -611,6 +679,14 @@ fn training_extra(
     }
     for (d, a) in agreement.iter().enumerate() {
         put(&format!("agreement_depth{}", d + 1), format!("{a:.4}"));
+    }
+    if !state.agreement_curve.is_empty() {
+        let points: Vec<String> = state
+            .agreement_curve
+            .iter()
+            .map(|r| format!("{}:{}", r.step, percents(&r.agreement)))
+            .collect();
+        put("agreement_curve_percent", points.join(","));
     }
     put(
         "agreement_skips_shared_prefix",

@@ -253,8 +253,34 @@ fn checkpoint_params(path: &Path) -> BTreeMap<String, Vec<u8>> {
 fn a_paused_run_resumes_into_the_same_parameters_as_an_uninterrupted_one() {
     let s = setup("resume", Architecture::Llama);
     let cfg = small(KindArg::Eagle, |o| o.steps = 24);
-    let whole = run(&s, &cfg, "whole.safetensors", &TrainControl::default());
+    // The uninterrupted run measures its learning curve every 8 steps; the final point is the
+    // run's own final measurement.
+    let whole = run(
+        &s,
+        &cfg,
+        "whole.safetensors",
+        &TrainControl {
+            eval_every: 8,
+            ..TrainControl::default()
+        },
+    );
     assert_eq!(whole.stop, StopReason::Finished);
+    let steps = |r: &TrainReport| r.agreement_curve.iter().map(|a| a.step).collect::<Vec<_>>();
+    assert_eq!(steps(&whole), [8, 16, 24]);
+    assert_eq!(whole.agreement_curve[2].agreement, whole.agreement);
+    assert!(
+        whole.summary().contains("held-out agreement by step"),
+        "{}",
+        whole.summary()
+    );
+    let recorded = HeadFile::load(&whole.paths.head)
+        .unwrap()
+        .meta
+        .training
+        .extra;
+    let curve = &recorded["agreement_curve_percent"];
+    assert_eq!(curve.split(',').count(), 3, "{curve}");
+    assert!(curve.starts_with("8:") && curve.contains(",24:"), "{curve}");
     let paused = run(
         &s,
         &cfg,
@@ -275,10 +301,15 @@ fn a_paused_run_resumes_into_the_same_parameters_as_an_uninterrupted_one() {
         "parts.safetensors",
         &TrainControl {
             resume: true,
+            eval_every: 8,
             ..TrainControl::default()
         },
     );
     assert_eq!((resumed.stop, resumed.steps), (StopReason::Finished, 24));
+    // Measuring changes no parameter (the first part ran without it; the comparison of the
+    // checkpoints below covers the rest): the curve from step 16 on is the whole run's.
+    assert!(paused.agreement_curve.is_empty());
+    assert_eq!(resumed.agreement_curve, whole.agreement_curve[1..]);
     // The step count and the loss curve continue: the same 24 records as the whole run.
     assert_eq!(resumed.history, whole.history);
     assert_eq!(resumed.positions_seen, whole.positions_seen);
