@@ -173,8 +173,8 @@ pub struct TrainReport {
     pub shared_prefix_tokens: usize,
     /// Held-out positions compared at each depth.
     pub agreement_positions: Vec<u64>,
-    /// The held-out agreement at every multiple of [`TrainControl::eval_every`] steps (over
-    /// all invocations of the run; a step where the run stopped ends it with
+    /// The held-out agreement at every multiple of [`TrainControl::eval_every`] steps, over
+    /// all invocations of the run (at the step the run stopped, when a multiple, it is
     /// [`TrainReport::agreement`]).
     pub agreement_curve: Vec<AgreementRecord>,
     /// The draft vocabulary size.
@@ -470,9 +470,9 @@ pub fn train(
     bar.set_position(state.step);
     let started = Instant::now();
     let mut eval_time = Duration::ZERO;
-    let measure = |head: &dyn HeadModel| {
+    let measure = |file: &HeadFile| {
         evaluate_head(
-            &written_head(&meta, &d2t, head)?,
+            file,
             target,
             cache,
             n_train..cache.len(),
@@ -529,7 +529,7 @@ pub fn train(
             state.step >= config.steps || control.pause_at.is_some_and(|p| state.step >= p);
         if control.eval_every > 0 && state.step.is_multiple_of(control.eval_every) && !stops_next {
             let eval_start = Instant::now();
-            let agreement = measure(head.as_ref())?.agreement;
+            let agreement = measure(&written_head(&meta, &d2t, head.as_ref())?)?.agreement;
             eval_time += eval_start.elapsed();
             bar.println(format!(
                 "step {}: held-out agreement (depth 1 / 2) {} %",
@@ -550,7 +550,7 @@ pub fn train(
 
     // Measured on the head as it is written (BF16), through the path `eval-head` takes.
     let mut file = written_head(&meta, &d2t, head.as_ref())?;
-    let evaluation = measure(head.as_ref())?;
+    let evaluation = measure(&file)?;
     let agreement = evaluation.agreement.clone();
     let measured_here = state.agreement_curve.last().map(|r| r.step) == Some(state.step);
     if control.eval_every > 0 && state.step.is_multiple_of(control.eval_every) && !measured_here {
