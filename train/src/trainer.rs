@@ -246,14 +246,9 @@ impl TrainReport {
             100.0 * self.draft_vocab_coverage
         ));
         if !self.agreement_curve.is_empty() {
-            let points: Vec<String> = self
-                .agreement_curve
-                .iter()
-                .map(|r| format!("{} {}", r.step, percents(&r.agreement)))
-                .collect();
             out.push_str(&format!(
                 "held-out agreement by step (depth 1 / 2, %): {}\n",
-                points.join(", ")
+                curve_text(&self.agreement_curve, " ", ", ")
             ));
         }
         out.push_str(&format!(
@@ -275,6 +270,16 @@ fn percents(agreement: &[f64]) -> String {
         .map(|a| format!("{:.1}", 100.0 * a))
         .collect();
     parts.join("/")
+}
+
+/// A learning curve as text: each point's step, `step_sep`, its [`percents`], the points joined
+/// by `point_sep`.
+fn curve_text(curve: &[AgreementRecord], step_sep: &str, point_sep: &str) -> String {
+    let points: Vec<String> = curve
+        .iter()
+        .map(|r| format!("{}{step_sep}{}", r.step, percents(&r.agreement)))
+        .collect();
+    points.join(point_sep)
 }
 
 /// The head as it is written: the parameters of `head` rounded to BF16, with `meta` and `d2t`.
@@ -681,12 +686,10 @@ fn training_extra(
         put(&format!("agreement_depth{}", d + 1), format!("{a:.4}"));
     }
     if !state.agreement_curve.is_empty() {
-        let points: Vec<String> = state
-            .agreement_curve
-            .iter()
-            .map(|r| format!("{}:{}", r.step, percents(&r.agreement)))
-            .collect();
-        put("agreement_curve_percent", points.join(","));
+        put(
+            "agreement_curve_percent",
+            curve_text(&state.agreement_curve, ":", ","),
+        );
     }
     put(
         "agreement_skips_shared_prefix",
