@@ -125,6 +125,25 @@ pub struct TrainControl {
     pub progress: bool,
 }
 
+impl TrainControl {
+    /// Whether the learning curve has a point at `step` ([`TrainControl::eval_every`]).
+    fn measures_at(&self, step: u64) -> bool {
+        self.eval_every > 0 && step.is_multiple_of(self.eval_every)
+    }
+}
+
+/// The stop the plan makes before a run's next step, `step` steps done: all of `config.steps`
+/// done, or [`TrainControl::pause_at`] reached (the time budget is checked apart).
+fn planned_stop(config: &TrainConfig, control: &TrainControl, step: u64) -> Option<StopReason> {
+    if step >= config.steps {
+        Some(StopReason::Finished)
+    } else if control.pause_at.is_some_and(|p| step >= p) {
+        Some(StopReason::Paused)
+    } else {
+        None
+    }
+}
+
 /// Why a run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -486,11 +505,8 @@ pub fn train(
         )
     };
     let stop = loop {
-        if state.step >= config.steps {
-            break StopReason::Finished;
-        }
-        if control.pause_at.is_some_and(|p| state.step >= p) {
-            break StopReason::Paused;
+        if let Some(reason) = planned_stop(config, control, state.step) {
+            break reason;
         }
         if control
             .time_limit
@@ -530,9 +546,8 @@ pub fn train(
             config.kind.name()
         ));
         // (the step the run stops at is measured once, after the loop)
-        let stops_next =
-            state.step >= config.steps || control.pause_at.is_some_and(|p| state.step >= p);
-        if control.eval_every > 0 && state.step.is_multiple_of(control.eval_every) && !stops_next {
+        let stops_next = planned_stop(config, control, state.step).is_some();
+        if control.measures_at(state.step) && !stops_next {
             let eval_start = Instant::now();
             let agreement = measure(&written_head(&meta, &d2t, head.as_ref())?)?.agreement;
             eval_time += eval_start.elapsed();
@@ -558,7 +573,7 @@ pub fn train(
     let evaluation = measure(&file)?;
     let agreement = evaluation.agreement.clone();
     let measured_here = state.agreement_curve.last().map(|r| r.step) == Some(state.step);
-    if control.eval_every > 0 && state.step.is_multiple_of(control.eval_every) && !measured_here {
+    if control.measures_at(state.step) && !measured_here {
         state.agreement_curve.push(AgreementRecord {
             step: state.step,
             agreement: agreement.clone(),
