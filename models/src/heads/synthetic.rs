@@ -73,11 +73,7 @@ pub fn random_head(
             _ if name.ends_with("norm") => (0.8, 1.2),
             _ => (-0.1, 0.1),
         };
-        let n: usize = shape.iter().product();
-        let data = (0..n as u64)
-            .map(|i| half::bf16::from_f32(uniform(salt, i, lo, hi)).to_f32())
-            .collect();
-        tensors.insert(name, HeadTensor::new(shape, data)?);
+        tensors.insert(name, random_tensor(shape, salt, lo, hi)?);
     }
     let mut ids: Vec<u32> = (0..config.vocab_size as u32).collect();
     ids.sort_by_key(|&id| mix64(seed ^ (u64::from(id) << 20)));
@@ -112,14 +108,21 @@ pub fn with_input_norms(mut head: HeadFile, seed: u64) -> Result<HeadFile> {
     ];
     for (index, (name, n)) in widths.into_iter().enumerate() {
         let salt = seed.wrapping_mul(0x1000_0000_01b3) ^ !(index as u64);
-        let data = (0..n as u64)
-            .map(|i| half::bf16::from_f32(uniform(salt, i, 0.8, 1.2)).to_f32())
-            .collect();
         head.tensors
-            .insert(name.to_string(), HeadTensor::new(vec![n], data)?);
+            .insert(name.to_string(), random_tensor(vec![n], salt, 0.8, 1.2)?);
     }
     head.validate()?;
     Ok(head)
+}
+
+/// A tensor of `shape` whose values are drawn uniformly from `[lo, hi)` by `salt`, rounded to
+/// BF16 (as a head file stores them).
+fn random_tensor(shape: Vec<usize>, salt: u64, lo: f32, hi: f32) -> Result<HeadTensor> {
+    let n: usize = shape.iter().product();
+    let data = (0..n as u64)
+        .map(|i| half::bf16::from_f32(uniform(salt, i, lo, hi)).to_f32())
+        .collect();
+    HeadTensor::new(shape, data)
 }
 
 #[cfg(test)]
