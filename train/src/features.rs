@@ -21,7 +21,7 @@ use specdec_models::llama::{LlamaModel, LlamaOptions};
 use specdec_models::LanguageModel;
 
 use crate::error::{io_error, ModelContext, Result, TrainError};
-use crate::progress::progress_bar;
+use crate::progress::Progress;
 use crate::target::FrozenTarget;
 
 /// The version of the folder layout; a cache of another version is refused.
@@ -208,13 +208,14 @@ impl FeatureCache {
             model
                 .tap_features(&[block])
                 .model_context(|| "tapping the last block".into())?;
-            let bar = progress_bar(
+            let mut bar = Progress::new(
                 progress,
                 sequences.len() as u64,
                 "extracting features",
+                "sequences",
                 "{msg} [{bar:30}] {pos}/{len} sequences, {per_sec}, eta {eta}",
             );
-            bar.set_position(resumed_from as u64);
+            bar.start_at(resumed_from as u64);
             let start = Instant::now();
             for (i, tokens) in sequences.iter().enumerate().skip(resumed_from) {
                 let context = || format!("extracting features of sequence {i}");
@@ -227,10 +228,10 @@ impl FeatureCache {
                 writer.append(tokens, features.as_slice())?;
                 stats.sequences += 1;
                 stats.tokens += tokens.len() as u64;
-                bar.inc(1);
+                bar.inc();
             }
             stats.seconds = start.elapsed().as_secs_f64();
-            bar.finish_and_clear();
+            bar.finish();
         }
         write_meta(
             &meta_path,

@@ -208,7 +208,8 @@ pub struct TrainHeadOptions {
     /// Medusa: number of heads K [default: 3].
     #[arg(long)]
     pub medusa_heads: Option<usize>,
-    /// No progress bars.
+    /// No progress (bars, or the plain lines printed where stderr is not a terminal); results
+    /// still print.
     #[arg(long)]
     pub quiet: bool,
 }

@@ -13,7 +13,7 @@ use specdec_models::tokenizer::{ChatMessage, Tokenizer};
 use specdec_models::{LanguageModel, SeqId, SequenceStep};
 
 use crate::error::{ModelContext, Result};
-use crate::progress::progress_bar;
+use crate::progress::Progress;
 use crate::sharegpt::{to_messages, Conversation};
 use crate::target::FrozenTarget;
 
@@ -49,10 +49,11 @@ pub fn regenerate(
     };
     let mut model = LlamaModel::from_gguf(target.file(), options).model_context(context)?;
     let eos = model.eos_ids().to_vec();
-    let bar = progress_bar(
+    let mut bar = Progress::new(
         show_progress,
         prompts.len() as u64,
         "regenerating",
+        "answers",
         "{msg:>14} [{bar:40}] {pos}/{len} answers ({elapsed}, eta {eta})",
     );
     let mut out = Vec::with_capacity(prompts.len());
@@ -96,10 +97,10 @@ pub fn regenerate(
         for (seq, tokens, _) in live {
             model.release(seq).model_context(context)?;
             out.push(tokens);
-            bar.inc(1);
+            bar.inc();
         }
     }
-    bar.finish_and_clear();
+    bar.finish();
     Ok(out)
 }
 

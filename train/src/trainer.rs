@@ -21,7 +21,7 @@ use crate::features::FeatureCache;
 use crate::head::HeadModel;
 use crate::medusa::{MedusaHead, MEDUSA_DECAY};
 use crate::optim::{AdamW, AdamWConfig};
-use crate::progress::progress_bar;
+use crate::progress::Progress;
 use crate::target::{sha256_of_bytes, FrozenTarget};
 use crate::vocab::{coverage, draft_vocabulary};
 
@@ -121,7 +121,7 @@ pub struct TrainControl {
     /// BF16, through `eval-head`'s path), into [`TrainReport::agreement_curve`]; 0 means only
     /// at the end. The measurements count neither as training time nor against `time_limit`.
     pub eval_every: u64,
-    /// Show a progress bar.
+    /// Show progress: a bar on a terminal, plain lines where stderr is not one.
     pub progress: bool,
 }
 
@@ -485,13 +485,14 @@ pub fn train(
         CheckpointState::new(run)
     };
     let mut order = DataOrder::new(n_train, config.seed);
-    let bar = progress_bar(
+    let mut bar = Progress::new(
         control.progress,
         config.steps,
         &format!("training {} head", config.kind.name()),
+        "steps",
         "{msg} [{bar:30}] {pos}/{len} steps, eta {eta}",
     );
-    bar.set_position(state.step);
+    bar.start_at(state.step);
     let started = Instant::now();
     let mut eval_time = Duration::ZERO;
     let measure = |file: &HeadFile| {
@@ -540,18 +541,18 @@ pub fn train(
         state.consumed += indices.len() as u64;
         state.positions += loss.positions;
         state.tokens += batch.lens.iter().map(|&l| l as u64).sum::<u64>();
-        bar.set_position(state.step);
         bar.set_message(format!(
             "training {} head, loss {value:.4}",
             config.kind.name()
         ));
+        bar.set_position(state.step);
         // (the step the run stops at is measured once, after the loop)
         let stops_next = planned_stop(config, control, state.step).is_some();
         if control.measures_at(state.step) && !stops_next {
             let eval_start = Instant::now();
             let agreement = measure(&written_head(&meta, &d2t, head.as_ref())?)?.agreement;
             eval_time += eval_start.elapsed();
-            bar.println(format!(
+            bar.println(&format!(
                 "step {}: held-out agreement (depth 1 / 2) {} %",
                 state.step,
                 percents(&agreement)
@@ -565,7 +566,7 @@ pub fn train(
             checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
         }
     };
-    bar.finish_and_clear();
+    bar.finish();
     checkpoint::save(&paths.checkpoint, &state, head.params(), &opt)?;
 
     // Measured on the head as it is written (BF16), through the path `eval-head` takes.
