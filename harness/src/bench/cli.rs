@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
+use specdec_kernels::kv::KvLayout;
 use specdec_models::gguf::GgufFile;
 use specdec_models::llama::{read_config, read_weights, LlamaModel, LlamaOptions, MatmulPath};
 
-use super::kernels::bench_matmuls;
+use super::kernels::{bench_attention, bench_matmuls};
 use super::model::{bench_model, ModelBenchConfig};
 use super::process::{cpu_times, peak_rss_bytes};
 use super::stats::timed;
@@ -32,8 +33,9 @@ pub enum BenchWhat {
     /// the verify-cost curve (one forward of K tokens after a prefix, relative to K = 1) and
     /// peak memory.
     Model(ModelArgs),
-    /// The forward split into its quantised matmuls (per projection group, all layers) and the
-    /// rest, for each K of the verify-cost curve.
+    /// The forward split into its quantised matmuls (per projection group, all layers), its
+    /// attention (all layers, after the verify prefix) and the rest, for each K of the
+    /// verify-cost curve.
     Kernels(ModelArgs),
 }
 
@@ -105,13 +107,28 @@ impl BenchArgs {
         let (result, bench_wall_s) = timed(|| bench_model(&mut model, &config));
         let result = result?;
         let cpu = cpu_before.zip(cpu_times()).map(|(b, a)| a.since(&b));
-        let matmuls = if split {
-            let mut weights = read_weights(&file, &read_config(&file)?)?;
+        let (matmuls, attention) = if split {
+            let model_config = read_config(&file)?;
+            let mut weights = read_weights(&file, &model_config)?;
             // as the model's forward reads them (the bench splits the Int8 path)
             MatmulPath::Int8.prepare(&mut weights)?;
-            Some(bench_matmuls(&weights, &config.ks(), config.repeats)?)
+            let matmuls = bench_matmuls(&weights, &config.ks(), config.repeats)?;
+            let layout = KvLayout::new(
+                model_config.n_layers,
+                model_config.n_kv_heads,
+                model_config.head_dim,
+                LlamaOptions::default().kv_block_size,
+            )?;
+            let attention = bench_attention(
+                layout,
+                model_config.n_heads,
+                config.verify_prefix,
+                &config.ks(),
+                config.repeats,
+            )?;
+            (Some(matmuls), Some(attention))
         } else {
-            None
+            (None, None)
         };
         let report = BenchReport {
             model: args.model.clone(),
@@ -124,10 +141,12 @@ impl BenchArgs {
             peak_rss_bytes: peak_rss_bytes(),
             result,
             matmuls,
+            attention,
         };
         print!("{}", render_model(&report));
         if let Some(m) = &report.matmuls {
-            print!("{}", render_split(&report, m));
+            let attention = report.attention.as_deref().unwrap_or_default();
+            print!("{}", render_split(&report, m, attention));
         }
         if let Some(json) = &args.json {
             let text = serde_json::to_string_pretty(&report)

@@ -1,12 +1,16 @@
 //! In-process timings of the kernel families at a real model's shapes: the quantised matmuls of
 //! one forward over all layers (on the model's default product path, as the forward runs them),
-//! grouped by projection, for K new tokens. Compared with the whole
-//! forward's time (from [`super::model`]) this splits a forward into matmul time and the rest
-//! (attention, norms, RoPE, KV writes, copies) — a profile without a profiler. The criterion
+//! grouped by projection, for K new tokens, and tree attention over all layers for a chain of K
+//! new tokens after the verify prefix. Compared with the whole forward's time (from
+//! [`super::model`]) this splits a forward into matmuls, attention and the rest (norms, RoPE,
+//! KV writes, copies, hand-offs between threads) — a profile without a profiler. The criterion
 //! benches in `kernels/benches` measure single kernels on synthetic shapes; this measures the
 //! model's own matrices.
 
 use serde::{Deserialize, Serialize};
+use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
+use specdec_kernels::kv::{KvLayout, PagedKvCache};
+use specdec_kernels::TreeTopology;
 use specdec_models::llama::{products_on, MatmulPath, ModelWeights, WeightMatrix};
 
 use super::stats::{median, timed, token_stream};
@@ -49,6 +53,24 @@ fn grouped(weights: &ModelWeights) -> Vec<Vec<Vec<&WeightMatrix>>> {
     groups
 }
 
+/// `n` deterministic values in [-1, 1] from `seed`: the timed kernels' inputs.
+fn inputs(seed: u64, n: usize) -> Vec<f32> {
+    token_stream(seed, n, 2001)
+        .into_iter()
+        .map(|t| t as f32 / 1000.0 - 1.0)
+        .collect()
+}
+
+/// [`HarnessError::Bench`] naming `what` unless `repeats >= 1` and `ks` holds K values >= 1.
+fn check_repeats_and_ks(what: &str, repeats: usize, ks: &[usize]) -> Result<()> {
+    if repeats == 0 || ks.is_empty() || ks.contains(&0) {
+        return Err(HarnessError::Bench(format!(
+            "{what} timings need repeats >= 1 and K values >= 1"
+        )));
+    }
+    Ok(())
+}
+
 /// Times every group's matmuls for each K in `ks` (medians of `repeats` after one warm-up; K
 /// values and groups interleaved within a repetition). The calls are made as the forward makes
 /// them: fused where it fuses, and from a thread of the compute pool (a call from outside it
@@ -61,11 +83,7 @@ pub fn bench_matmuls(
     ks: &[usize],
     repeats: usize,
 ) -> Result<Vec<MatmulTiming>> {
-    if repeats == 0 || ks.is_empty() || ks.contains(&0) {
-        return Err(HarnessError::Bench(
-            "matmul timings need repeats >= 1 and K values >= 1".into(),
-        ));
-    }
+    check_repeats_and_ks("matmul", repeats, ks)?;
     let groups = grouped(weights);
     let widest = groups
         .iter()
@@ -76,10 +94,7 @@ pub fn bench_matmuls(
         .unwrap_or(1);
     let fused = groups.iter().flatten().map(Vec::len).max().unwrap_or(1);
     let max_k = ks.iter().copied().max().unwrap_or(1);
-    let x: Vec<f32> = token_stream(1, widest * max_k, 2001)
-        .into_iter()
-        .map(|t| t as f32 / 1000.0 - 1.0)
-        .collect();
+    let x = inputs(1, widest * max_k);
     let mut outs = vec![vec![0.0f32; widest * max_k]; fused];
     let mut times = vec![vec![Vec::with_capacity(repeats); groups.len()]; ks.len()];
     let mut timed_calls = || -> Result<()> {
@@ -124,6 +139,96 @@ pub fn bench_matmuls(
         }
     }
     Ok(rows)
+}
+
+/// The attention time of one forward (all layers) for K new tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttentionTiming {
+    /// New tokens (a chain) attending to the prefix and to each other.
+    pub k: usize,
+    /// Median seconds for all layers.
+    pub median_s: f64,
+}
+
+/// Times tree attention as a forward calls it, one call per layer of `layout`, for a chain of
+/// K new tokens after `prefix` cached ones, for each K in `ks` (medians of `repeats` after one
+/// warm-up, K values interleaved, from a pool thread), with `q_heads` query heads over an f32
+/// pool of deterministic values. The keys' values do not change the arithmetic's cost.
+///
+/// # Errors
+/// [`HarnessError::Bench`] for zero repeats, a K of zero or no K; kernel errors (a query head
+/// count that is not a multiple of the KV heads).
+pub fn bench_attention(
+    layout: KvLayout,
+    q_heads: usize,
+    prefix: usize,
+    ks: &[usize],
+    repeats: usize,
+) -> Result<Vec<AttentionTiming>> {
+    check_repeats_and_ks("attention", repeats, ks)?;
+    let max_k = ks.iter().copied().max().unwrap_or(1);
+    let row = layout.num_kv_heads() * layout.head_dim();
+    let mut cache = PagedKvCache::new(layout, layout.blocks_for(prefix + max_k))?;
+    let seq = cache.create_sequence();
+    for (rows, committed) in [(prefix, true), (max_k, false)] {
+        if rows == 0 {
+            continue;
+        }
+        let first = cache.reserve(seq, rows)?;
+        for layer in 0..layout.num_layers() {
+            let seed = 2 * (layer as u64 + 1) + u64::from(committed);
+            let (keys, vals) = (inputs(seed, rows * row), inputs(seed + 7919, rows * row));
+            cache.write_kv(seq, layer, first, &keys, &vals)?;
+        }
+        if committed {
+            cache.commit(seq, &(0..rows).collect::<Vec<_>>())?;
+        }
+    }
+    let trees: Vec<TreeTopology> = ks.iter().map(|&k| TreeTopology::chain(k)).collect();
+    let queries = inputs(1, max_k * q_heads * layout.head_dim());
+    let mut out = vec![0.0f32; max_k * q_heads * layout.head_dim()];
+    let mut times = vec![Vec::with_capacity(repeats); ks.len()];
+    let mut timed_calls = || -> Result<()> {
+        for rep in 0..=repeats {
+            for (ki, &k) in ks.iter().enumerate() {
+                let width = k * q_heads * layout.head_dim();
+                let (res, secs) = timed(|| -> Result<()> {
+                    let pages = cache.pages();
+                    let batch = [AttentionSeq {
+                        queries: &queries[..width],
+                        block_table: cache.block_table(seq)?,
+                        prefix_len: prefix,
+                        tree: &trees[ki],
+                    }];
+                    for layer in 0..layout.num_layers() {
+                        let params = AttentionParams {
+                            layer,
+                            num_q_heads: q_heads,
+                            scale: 1.0 / (layout.head_dim() as f32).sqrt(),
+                        };
+                        tree_attention_into(&pages, &params, &batch, &mut out[..width])?;
+                    }
+                    Ok(())
+                });
+                res?;
+                if rep > 0 {
+                    times[ki].push(secs);
+                }
+            }
+        }
+        Ok(())
+    };
+    // `scope` runs its body on a pool thread, as the model's forward runs
+    rayon::scope(|_| timed_calls())?;
+    ks.iter()
+        .zip(&times)
+        .map(|(&k, samples)| {
+            let median_s = median(samples)
+                .filter(|&m| m > 0.0)
+                .ok_or_else(|| HarnessError::Bench("no positive attention time measured".into()))?;
+            Ok(AttentionTiming { k, median_s })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -181,5 +286,22 @@ mod tests {
         assert!(bench_matmuls(&weights, &[1], 0).is_err());
         assert!(bench_matmuls(&weights, &[0, 1], 1).is_err());
         assert!(bench_matmuls(&weights, &[], 1).is_err());
+        let layout = KvLayout::new(2, 2, 8, 4).unwrap();
+        assert!(bench_attention(layout, 4, 8, &[1], 0).is_err());
+        assert!(bench_attention(layout, 4, 8, &[0, 1], 1).is_err());
+        assert!(bench_attention(layout, 4, 8, &[], 1).is_err());
+        // 3 query heads on 2 KV heads: the kernel's own error
+        assert!(bench_attention(layout, 3, 8, &[1], 1).is_err());
+    }
+
+    #[test]
+    fn attention_is_timed_per_k_after_a_prefix() {
+        // 2 layers, 2 KV heads of 8, blocks of 4; a prefix that ends inside a block
+        let layout = KvLayout::new(2, 2, 8, 4).unwrap();
+        let rows = bench_attention(layout, 4, 10, &[1, 3], 3).unwrap();
+        assert_eq!(rows.iter().map(|r| r.k).collect::<Vec<_>>(), [1, 3]);
+        assert!(rows.iter().all(|r| r.median_s > 0.0));
+        // no prefix at all is a valid measurement too
+        assert_eq!(bench_attention(layout, 2, 0, &[2], 1).unwrap().len(), 1);
     }
 }

@@ -3,7 +3,8 @@
 //! - [`model`]: prompt-processing and decode tokens/s and the verify-cost curve (one forward of
 //!   K new tokens after a fixed prefix, relative to K = 1) over any [`specdec_models::LanguageModel`];
 //! - [`kernels`]: the quantised matmuls of one forward at a real model's shapes, per projection
-//!   group, to split a forward's time into matmuls and the rest;
+//!   group, and its tree attention over all layers, to split a forward's time into matmuls,
+//!   attention and the rest;
 //! - [`process`]: peak resident memory (VmHWM), CPU and run-queue wait time of the run;
 //! - [`table`]: plain-text tables; [`cli`]: the `specdec bench` subcommand.
 //!
@@ -19,7 +20,7 @@ pub mod table;
 
 use serde::{Deserialize, Serialize};
 
-pub use kernels::{bench_matmuls, MatmulTiming};
+pub use kernels::{bench_attention, bench_matmuls, AttentionTiming, MatmulTiming};
 pub use model::{bench_model, ModelBenchConfig, ModelBenchResult, VerifyCost};
 pub use process::CpuTimes;
 
@@ -48,6 +49,10 @@ pub struct BenchReport {
     /// Matmul timings per projection group (`specdec bench kernels` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matmuls: Option<Vec<MatmulTiming>>,
+    /// Attention timings over all layers per K, after the verify prefix (`specdec bench
+    /// kernels` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Vec<AttentionTiming>>,
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::kernels::{MatmulTiming, GROUPS};
+use super::kernels::{AttentionTiming, MatmulTiming, GROUPS};
 use super::BenchReport;
 
 /// The end-to-end table of one report: header line, pp and decode tokens/s, peak memory, and
@@ -64,25 +64,48 @@ pub fn render_model(report: &BenchReport) -> String {
     s
 }
 
-/// The split of one forward into matmul groups and the rest, per K: `forward_ms` per K comes
-/// from the verify curve of `report`, the matmuls from `matmuls` (see
-/// [`super::kernels::bench_matmuls`]); K values missing from either are skipped.
-pub fn render_split(report: &BenchReport, matmuls: &[MatmulTiming]) -> String {
+/// The split of one forward into matmul groups, attention and the rest, per K: `forward_ms`
+/// per K comes from the verify curve of `report`, the matmuls from `matmuls` (see
+/// [`super::kernels::bench_matmuls`]), attention from `attention`
+/// ([`super::kernels::bench_attention`]; its column is left out when empty); K values missing
+/// from the matmuls are skipped, and a K missing from a non-empty `attention` too.
+pub fn render_split(
+    report: &BenchReport,
+    matmuls: &[MatmulTiming],
+    attention: &[AttentionTiming],
+) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "forward split, {} ({} threads): matmul time per group over all layers, ms (GB/s of weights)",
-        report.model, report.threads
+        "forward split, {} ({} threads): matmul time per group over all layers, ms (GB/s of weights){}",
+        report.model,
+        report.threads,
+        if attention.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; attention over all layers, ms, after {} tokens",
+                report.result.config.verify_prefix
+            )
+        }
     );
     let mut header = format!("  {:>4} {:>10}", "K", "forward");
     for g in GROUPS {
         let _ = write!(header, " {g:>17}");
     }
-    let _ = write!(header, " {:>10} {:>10} {:>7}", "matmuls", "rest", "mm %");
+    let _ = write!(header, " {:>10}", "matmuls");
+    if !attention.is_empty() {
+        let _ = write!(header, " {:>10}", "attention");
+    }
+    let _ = write!(header, " {:>10} {:>7}", "rest", "mm %");
     let _ = writeln!(s, "{header}");
     for v in &report.result.verify {
         let row: Vec<&MatmulTiming> = matmuls.iter().filter(|m| m.k == v.k).collect();
-        if row.len() != GROUPS.len() {
+        let attention_ms = attention
+            .iter()
+            .find(|a| a.k == v.k)
+            .map(|a| a.median_s * 1e3);
+        if row.len() != GROUPS.len() || (!attention.is_empty() && attention_ms.is_none()) {
             continue;
         }
         let forward_ms = v.median_s * 1e3;
@@ -91,11 +114,14 @@ pub fn render_split(report: &BenchReport, matmuls: &[MatmulTiming]) -> String {
         for m in &row {
             let _ = write!(s, " {:>9.3} ({:>5.1})", m.median_s * 1e3, m.gb_per_s());
         }
+        let _ = write!(s, " {mm_ms:>10.3}");
+        if let Some(a) = attention_ms {
+            let _ = write!(s, " {a:>10.3}");
+        }
         let _ = writeln!(
             s,
-            " {:>10.3} {:>10.3} {:>6.0}%",
-            mm_ms,
-            forward_ms - mm_ms,
+            " {:>10.3} {:>6.0}%",
+            forward_ms - mm_ms - attention_ms.unwrap_or(0.0),
             100.0 * mm_ms / forward_ms
         );
     }

@@ -198,6 +198,7 @@ fn report() -> BenchReport {
         peak_rss_bytes: Some(100 << 20),
         result,
         matmuls: None,
+        attention: None,
     }
 }
 
@@ -234,13 +235,47 @@ fn split_table_subtracts_matmuls_from_the_forward() {
             weight_bytes: 1000,
         })
         .collect();
-    let text = render_split(&report, &matmuls);
+    let text = render_split(&report, &matmuls, &[]);
     // Only K = 2 has matmul timings: header lines + one row; five groups of a tenth = 50 %.
     assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(!text.contains("attention"), "{text}");
     assert!(
         text.lines().last().unwrap().trim_end().ends_with("50%"),
         "{text}"
     );
+    let forward_ms = report.result.verify[1].median_s * 1e3;
+    let rest = |line: &str| -> f64 {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields[fields.len() - 2].parse().unwrap()
+    };
+    assert!((rest(text.lines().last().unwrap()) - forward_ms / 2.0).abs() < 2e-3);
+
+    // with attention: its own column, taken from the rest; a K it lacks is skipped
+    let attention = [
+        AttentionTiming {
+            k: 2,
+            median_s: report.result.verify[1].median_s / 4.0,
+        },
+        AttentionTiming {
+            k: 7,
+            median_s: 1.0,
+        },
+    ];
+    let text = render_split(&report, &matmuls, &attention);
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("attention over all layers"),
+        "{text}"
+    );
+    assert!(text.lines().nth(1).unwrap().contains("attention"), "{text}");
+    assert_eq!(text.lines().count(), 3, "{text}");
+    let last = text.lines().last().unwrap();
+    assert!((rest(last) - forward_ms / 4.0).abs() < 2e-3, "{text}");
+    assert!(last.trim_end().ends_with("50%"), "{text}");
+    let without_k2 = render_split(&report, &matmuls, &attention[1..]);
+    assert_eq!(without_k2.lines().count(), 2, "{without_k2}");
 }
 
 #[test]
@@ -248,6 +283,10 @@ fn report_round_trips_through_json() {
     let report = report();
     let json = serde_json::to_string(&report).unwrap();
     assert!(!json.contains("matmuls"), "absent matmuls are not written");
+    assert!(
+        !json.contains("attention"),
+        "absent attention timings are not written"
+    );
     let back: BenchReport = serde_json::from_str(&json).unwrap();
     // serde_json's float parsing may differ from the printed value in the last bit.
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
