@@ -8,11 +8,11 @@ use specdec_kernels::kv::KvLayout;
 use specdec_models::gguf::GgufFile;
 use specdec_models::llama::{read_config, read_weights, LlamaModel, LlamaOptions, MatmulPath};
 
-use super::kernels::{bench_attention, bench_matmuls};
+use super::kernels::{bench_attention, bench_matmuls, bench_ops};
 use super::model::{bench_model, ModelBenchConfig};
 use super::process::{cpu_times, peak_rss_bytes};
 use super::stats::timed;
-use super::table::{render_model, render_split};
+use super::table::{render_model, render_ops, render_split};
 use super::BenchReport;
 use crate::error::{HarnessError, Result};
 
@@ -35,7 +35,7 @@ pub enum BenchWhat {
     Model(ModelArgs),
     /// The forward split into its quantised matmuls (per projection group, all layers), its
     /// attention (all layers, after the verify prefix) and the rest, for each K of the
-    /// verify-cost curve.
+    /// verify-cost curve, each kernel timed alone; then the forward's ops timed inside it.
     Kernels(ModelArgs),
 }
 
@@ -107,6 +107,11 @@ impl BenchArgs {
         let (result, bench_wall_s) = timed(|| bench_model(&mut model, &config));
         let result = result?;
         let cpu = cpu_before.zip(cpu_times()).map(|(b, a)| a.since(&b));
+        let ops = if split {
+            Some(bench_ops(&mut model, &config)?)
+        } else {
+            None
+        };
         let (matmuls, attention) = if split {
             let model_config = read_config(&file)?;
             let mut weights = read_weights(&file, &model_config)?;
@@ -142,11 +147,15 @@ impl BenchArgs {
             result,
             matmuls,
             attention,
+            ops,
         };
         print!("{}", render_model(&report));
         if let Some(m) = &report.matmuls {
             let attention = report.attention.as_deref().unwrap_or_default();
             print!("{}", render_split(&report, m, attention));
+        }
+        if let Some(ops) = &report.ops {
+            print!("{}", render_ops(&report, ops));
         }
         if let Some(json) = &args.json {
             let text = serde_json::to_string_pretty(&report)

@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 use specdec_kernels::attention::{tree_attention_into, AttentionParams, AttentionSeq};
 use specdec_kernels::kv::{KvLayout, PagedKvCache};
 use specdec_kernels::TreeTopology;
-use specdec_models::llama::{products_on, MatmulPath, ModelWeights, WeightMatrix};
+use specdec_models::llama::{products_on, LlamaModel, MatmulPath, ModelWeights, WeightMatrix};
+use specdec_models::{LanguageModel, SequenceStep};
 
+use super::model::ModelBenchConfig;
 use super::stats::{median, timed, token_stream};
 use crate::error::{HarnessError, Result};
 
@@ -231,6 +233,73 @@ pub fn bench_attention(
         .collect()
 }
 
+/// The time of one op of a forward, measured inside the forward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpShare {
+    /// The op ("qkv", "attention", ...; see `specdec_models::llama::OpTime`).
+    pub op: String,
+    /// Mean milliseconds per forward.
+    pub ms_per_forward: f64,
+}
+
+/// A forward of K new tokens split into its ops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpSplit {
+    /// New tokens (a chain) after the verify prefix.
+    pub k: usize,
+    /// Every op, in the order they run.
+    pub ops: Vec<OpShare>,
+}
+
+/// Splits the forward of a chain of K new tokens after `config.verify_prefix` committed ones
+/// into its ops, timed inside the forward ([`LlamaModel::time_ops`]), for each K of
+/// `config.ks()`: means over `config.repeats` forwards after one warm-up, one K after another.
+/// The model's timing is off again and its cache as found on return.
+///
+/// # Errors
+/// [`HarnessError::Bench`] for zero repeats; model errors (e.g. a cache too small).
+pub fn bench_ops(model: &mut LlamaModel, config: &ModelBenchConfig) -> Result<Vec<OpSplit>> {
+    let ks = config.ks();
+    check_repeats_and_ks("op", config.repeats, &ks)?;
+    let max_k = ks.iter().copied().max().unwrap_or(1);
+    let vocab = u32::try_from(model.vocab_size()).unwrap_or(u32::MAX);
+    let tokens = token_stream(config.seed, config.verify_prefix + max_k, vocab);
+    let (prefix, drafts) = tokens.split_at(config.verify_prefix);
+    let seq = model.new_sequence()?;
+    model.time_ops(true);
+    let splits = (|| -> Result<Vec<OpSplit>> {
+        if !prefix.is_empty() {
+            let tree = TreeTopology::chain(prefix.len());
+            model.forward(&[SequenceStep::chain(seq, prefix, &tree)])?;
+            model.commit(seq, &(0..prefix.len()).collect::<Vec<_>>())?;
+        }
+        let mut splits = Vec::with_capacity(ks.len());
+        for &k in &ks {
+            let tree = TreeTopology::chain(k);
+            for rep in 0..=config.repeats {
+                if rep == 1 {
+                    model.reset_op_times();
+                }
+                model.forward(&[SequenceStep::chain(seq, &drafts[..k], &tree)])?;
+                model.rewind(seq, 0)?;
+            }
+            let ops = model
+                .op_times()
+                .into_iter()
+                .map(|t| OpShare {
+                    op: t.op.to_string(),
+                    ms_per_forward: t.total.as_secs_f64() * 1e3 / config.repeats as f64,
+                })
+                .collect();
+            splits.push(OpSplit { k, ops });
+        }
+        Ok(splits)
+    })();
+    model.time_ops(false);
+    model.release(seq)?;
+    splits
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +361,57 @@ mod tests {
         assert!(bench_attention(layout, 4, 8, &[], 1).is_err());
         // 3 query heads on 2 KV heads: the kernel's own error
         assert!(bench_attention(layout, 3, 8, &[1], 1).is_err());
+    }
+
+    #[test]
+    fn ops_are_timed_inside_the_forward_per_k_and_timing_ends_with_the_run() {
+        use specdec_models::llama::synthetic::synthetic;
+        use specdec_models::llama::{Architecture, LlamaOptions};
+        let file = synthetic(Architecture::Qwen2, 3);
+        let mut model = LlamaModel::from_gguf(&file, LlamaOptions::default()).unwrap();
+        let config = ModelBenchConfig {
+            verify_prefix: 12,
+            verify_ks: vec![3],
+            repeats: 2,
+            ..ModelBenchConfig::default()
+        };
+        let splits = bench_ops(&mut model, &config).unwrap();
+        assert_eq!(splits.iter().map(|s| s.k).collect::<Vec<_>>(), [1, 3]);
+        for split in &splits {
+            let ops: Vec<&str> = split.ops.iter().map(|o| o.op.as_str()).collect();
+            assert_eq!(
+                ops,
+                [
+                    "embed",
+                    "norms",
+                    "qkv",
+                    "rope",
+                    "write_kv",
+                    "attention",
+                    "attn_out",
+                    "residual",
+                    "gate_up",
+                    "swiglu",
+                    "down",
+                    "taps",
+                    "lm_head",
+                    "outputs"
+                ],
+                "K = {}",
+                split.k
+            );
+            assert!(split.ops.iter().all(|o| o.ms_per_forward >= 0.0));
+            assert!(split.ops.iter().any(|o| o.ms_per_forward > 0.0));
+        }
+        // timing is off again, and the cache as found: a fresh sequence starts empty
+        assert!(model.op_times().is_empty());
+        let seq = model.new_sequence().unwrap();
+        assert_eq!(model.seq_len(seq).unwrap(), 0);
+        let zero = ModelBenchConfig {
+            repeats: 0,
+            ..config
+        };
+        assert!(bench_ops(&mut model, &zero).is_err());
     }
 
     #[test]

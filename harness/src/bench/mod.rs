@@ -4,7 +4,7 @@
 //!   K new tokens after a fixed prefix, relative to K = 1) over any [`specdec_models::LanguageModel`];
 //! - [`kernels`]: the quantised matmuls of one forward at a real model's shapes, per projection
 //!   group, and its tree attention over all layers, to split a forward's time into matmuls,
-//!   attention and the rest;
+//!   attention and the rest; and the forward's ops timed inside the forward itself;
 //! - [`process`]: peak resident memory (VmHWM), CPU and run-queue wait time of the run;
 //! - [`table`]: plain-text tables; [`cli`]: the `specdec bench` subcommand.
 //!
@@ -20,7 +20,9 @@ pub mod table;
 
 use serde::{Deserialize, Serialize};
 
-pub use kernels::{bench_attention, bench_matmuls, AttentionTiming, MatmulTiming};
+pub use kernels::{
+    bench_attention, bench_matmuls, bench_ops, AttentionTiming, MatmulTiming, OpShare, OpSplit,
+};
 pub use model::{bench_model, ModelBenchConfig, ModelBenchResult, VerifyCost};
 pub use process::CpuTimes;
 
@@ -53,6 +55,9 @@ pub struct BenchReport {
     /// kernels` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention: Option<Vec<AttentionTiming>>,
+    /// The forward split into its ops, timed inside it, per K (`specdec bench kernels` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<Vec<OpSplit>>,
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::kernels::{AttentionTiming, MatmulTiming, GROUPS};
+use super::kernels::{AttentionTiming, MatmulTiming, OpSplit, GROUPS};
 use super::BenchReport;
 
 /// The end-to-end table of one report: header line, pp and decode tokens/s, peak memory, and
@@ -125,6 +125,65 @@ pub fn render_split(
             100.0 * mm_ms / forward_ms
         );
     }
+    s
+}
+
+/// The forward split into its ops (timed inside it; [`super::kernels::bench_ops`]): one row per
+/// op, one column per K, milliseconds per forward; then their sum and the verify curve's
+/// forward time for each K.
+pub fn render_ops(report: &BenchReport, splits: &[OpSplit]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "forward ops, {} ({} threads), timed inside the forward: ms per forward after {} tokens",
+        report.model, report.threads, report.result.config.verify_prefix
+    );
+    let mut header = format!("  {:>10}", "op \\ K");
+    for split in splits {
+        let _ = write!(header, " {:>9}", split.k);
+    }
+    let _ = writeln!(s, "{header}");
+    let mut ops: Vec<&str> = Vec::new();
+    for op in splits.iter().flat_map(|split| &split.ops) {
+        if !ops.contains(&op.op.as_str()) {
+            ops.push(&op.op);
+        }
+    }
+    let ms = |split: &OpSplit, op: &str| {
+        split
+            .ops
+            .iter()
+            .find(|o| o.op == op)
+            .map_or(0.0, |o| o.ms_per_forward)
+    };
+    for op in &ops {
+        let _ = write!(s, "  {op:>10}");
+        for split in splits {
+            let _ = write!(s, " {:>9.3}", ms(split, op));
+        }
+        let _ = writeln!(s);
+    }
+    let _ = write!(s, "  {:>10}", "sum");
+    for split in splits {
+        let _ = write!(
+            s,
+            " {:>9.3}",
+            ops.iter().map(|op| ms(split, op)).sum::<f64>()
+        );
+    }
+    let _ = writeln!(s);
+    let _ = write!(s, "  {:>10}", "forward");
+    for split in splits {
+        match report.result.verify.iter().find(|v| v.k == split.k) {
+            Some(v) => {
+                let _ = write!(s, " {:>9.3}", v.median_s * 1e3);
+            }
+            None => {
+                let _ = write!(s, " {:>9}", "-");
+            }
+        }
+    }
+    let _ = writeln!(s);
     s
 }
 

@@ -3,7 +3,7 @@
 use specdec_models::toy::{ToyLanguageModel, ToyModel, ToyStyle};
 use specdec_models::{LanguageModel, Logits, SeqId, SequenceStep};
 
-use super::table::{render_model, render_split};
+use super::table::{render_model, render_ops, render_split};
 use super::*;
 
 /// A toy model that records `(committed length, new tokens)` of every forward.
@@ -199,6 +199,7 @@ fn report() -> BenchReport {
         result,
         matmuls: None,
         attention: None,
+        ops: None,
     }
 }
 
@@ -276,6 +277,46 @@ fn split_table_subtracts_matmuls_from_the_forward() {
     assert!(last.trim_end().ends_with("50%"), "{text}");
     let without_k2 = render_split(&report, &matmuls, &attention[1..]);
     assert_eq!(without_k2.lines().count(), 2, "{without_k2}");
+}
+
+#[test]
+fn ops_table_has_a_row_per_op_a_column_per_k_and_their_sum() {
+    let report = report();
+    let share = |op: &str, ms: f64| OpShare {
+        op: op.to_string(),
+        ms_per_forward: ms,
+    };
+    let splits = [
+        OpSplit {
+            k: 1,
+            ops: vec![share("qkv", 1.0), share("attention", 0.5)],
+        },
+        OpSplit {
+            k: 99,
+            ops: vec![share("qkv", 2.0), share("lm_head", 0.25)],
+        },
+    ];
+    let text = render_ops(&report, &splits);
+    let lines: Vec<&str> = text.lines().collect();
+    // title, header, three ops (in first-seen order), sum, forward
+    assert_eq!(lines.len(), 7, "{text}");
+    let cells = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(cells(lines[2]), ["qkv", "1.000", "2.000"]);
+    assert_eq!(cells(lines[3]), ["attention", "0.500", "0.000"]);
+    assert_eq!(cells(lines[4]), ["lm_head", "0.000", "0.250"]);
+    assert_eq!(cells(lines[5]), ["sum", "1.500", "2.250"]);
+    let forward = cells(lines[6]);
+    assert_eq!(forward[0], "forward");
+    let k1_ms: f64 = forward[1].parse().unwrap();
+    assert!(
+        (k1_ms - report.result.verify[0].median_s * 1e3).abs() < 1e-3,
+        "{text}"
+    );
+    assert_eq!(forward[2], "-", "K = 99 has no verify time");
 }
 
 #[test]

@@ -276,6 +276,7 @@ impl EagleHead {
             cache: self.kv.cache_mut(),
             seqs: &seqs,
             angles: &angles,
+            clock: None,
         };
         let mut scratch = BlockScratch::new(&dev, n, &self.shape)?;
         let layer = self.layer.on_cpu();

@@ -13,6 +13,7 @@ use specdec_kernels::KernelError;
 use super::block::{add, BlockSeq, BlockShape, TensorParallel};
 use super::forward::{BlockWeights, DecoderWeights, DeviceBackend, KvPool};
 use super::model::MatmulPath;
+use super::op_times::OpClock;
 use super::product::ProductInput;
 use super::weights::{LayerWeights, ModelWeights, WeightMatrix};
 use crate::error::Result;
@@ -30,6 +31,8 @@ pub(crate) struct CpuBackend<'a> {
     pub(crate) seqs: &'a [BlockSeq<'a>],
     /// Angles of every row (`committed_len + depth` of its sequence).
     pub(crate) angles: &'a RopeAngles,
+    /// The clock of a profiled forward ([`DeviceBackend::mark`]); `None`: no timing.
+    pub(crate) clock: Option<&'a OpClock>,
 }
 
 impl CpuBackend<'_> {
@@ -195,6 +198,12 @@ impl DeviceBackend for CpuBackend<'_> {
             None => Ok(()),
         }
     }
+
+    fn mark(&self, op: &'static str) {
+        if let Some(clock) = self.clock {
+            clock.mark(op);
+        }
+    }
 }
 
 impl LayerWeights {
@@ -255,6 +264,7 @@ mod tests {
             cache: &mut cache,
             seqs: &seqs,
             angles: &angles,
+            clock: None,
         };
         check(&mut dev);
     }

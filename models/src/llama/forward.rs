@@ -157,6 +157,12 @@ pub(crate) trait DeviceBackend: KvPool {
         let _ = partial;
         Ok(())
     }
+
+    /// Ends the op that ran since the previous mark, naming it `op`, for a profile of the
+    /// forward ([`super::op_times`]); nothing unless the backend times its ops.
+    fn mark(&self, op: &'static str) {
+        let _ = op;
+    }
 }
 
 /// One block's weights as a device keeps them, borrowed for a forward.
@@ -236,6 +242,7 @@ pub(crate) fn run_block<B: DeviceBackend>(
     s: &mut BlockScratch<B>,
 ) -> Result<()> {
     dev.rms_norm(x, w.attn_norm, shape.rms_eps, &mut s.h)?;
+    dev.mark("norms");
     dev.products(
         &s.h,
         n,
@@ -246,19 +253,31 @@ pub(crate) fn run_block<B: DeviceBackend>(
             dev.add(buf, bias)?;
         }
     }
+    dev.mark("qkv");
     dev.rope(&mut s.q, shape.q_heads, shape)?;
     dev.rope(&mut s.k, shape.kv_heads, shape)?;
+    dev.mark("rope");
     dev.write_kv(layer, &s.k, &s.v)?;
+    dev.mark("write_kv");
     dev.attention(layer, shape, &s.q, &mut s.attn)?;
+    dev.mark("attention");
     dev.attention_projection(&s.attn, n, w.wo, &mut s.o)?;
+    dev.mark("attn_out");
     dev.all_reduce(&mut s.o)?;
     dev.add(x, &s.o)?;
+    dev.mark("residual");
     dev.rms_norm(x, w.ffn_norm, shape.rms_eps, &mut s.h)?;
+    dev.mark("norms");
     dev.products(&s.h, n, &mut [(w.w_gate, &mut s.gate), (w.w_up, &mut s.up)])?;
+    dev.mark("gate_up");
     dev.swiglu(&s.gate, &s.up, &mut s.act)?;
+    dev.mark("swiglu");
     dev.products(&s.act, n, &mut [(w.w_down, &mut s.o)])?;
+    dev.mark("down");
     dev.all_reduce(&mut s.o)?;
-    dev.add(x, &s.o)
+    dev.add(x, &s.o)?;
+    dev.mark("residual");
+    Ok(())
 }
 
 /// A decoder's weights as a device keeps them, borrowed for a forward: the blocks in the
@@ -300,9 +319,11 @@ pub(crate) fn run_blocks<B: DeviceBackend>(
     let mut x = dev.zeros("residual", n * shape.hidden)?;
     dev.embed(weights.token_embd, tokens, &mut x)?;
     let mut scratch = BlockScratch::new(dev, n, shape)?;
+    dev.mark("embed");
     for (layer, w) in weights.blocks.iter().enumerate() {
         run_block(dev, shape, w, layer, n, &mut x, &mut scratch)?;
         after_block(layer, &x)?;
+        dev.mark("taps");
     }
     Ok(DecoderRows { x, scratch, n })
 }
@@ -320,8 +341,10 @@ impl<B: DeviceBackend> DecoderRows<B> {
     ) -> Result<B::Buffer> {
         let h = &mut self.scratch.h;
         dev.rms_norm(&self.x, weights.output_norm, shape.rms_eps, h)?;
+        dev.mark("norms");
         let mut logits = dev.zeros("logits", self.n * dev.rows_of(weights.head))?;
         dev.products(h, self.n, &mut [(weights.head, &mut logits)])?;
+        dev.mark("lm_head");
         Ok(logits)
     }
 }

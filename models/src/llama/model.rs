@@ -18,6 +18,7 @@ use super::config::LlamaConfig;
 use super::cpu::CpuBackend;
 use super::forward::run_blocks;
 use super::load::{read_config, read_special_tokens, read_weights, SpecialTokens};
+use super::op_times::{OpClock, OpTime};
 use super::step_checks::check_steps;
 use super::weights::{ModelWeights, WeightMatrix};
 use crate::error::{ModelError, Result};
@@ -122,6 +123,8 @@ pub struct LlamaModel {
     /// Blocks (indices into `weights.layers`) whose outputs a forward hands back
     /// ([`LanguageModel::tap_features`]).
     taps: Vec<usize>,
+    /// The per-op clock of a profiled model ([`LlamaModel::time_ops`]).
+    op_clock: Option<OpClock>,
 }
 
 impl std::fmt::Debug for LlamaModel {
@@ -228,6 +231,7 @@ impl LlamaModel {
             matmul: options.matmul,
             limited_head: None,
             taps: Vec::new(),
+            op_clock: None,
         })
     }
 
@@ -347,7 +351,11 @@ impl LlamaModel {
             cache: self.kv.cache_mut(),
             seqs: &seqs,
             angles: &angles,
+            clock: self.op_clock.as_ref(),
         };
+        if let Some(clock) = &self.op_clock {
+            clock.start();
+        }
         let tap_dim = self.taps.len() * hidden;
         let mut tapped = vec![0.0f32; n * tap_dim];
         let (layers, taps) = (&self.layers, &self.taps);
@@ -406,6 +414,9 @@ impl LlamaModel {
             first += rows;
             self.kv.record_tree(step.seq, step.tree);
         }
+        if let Some(clock) = &self.op_clock {
+            clock.mark("outputs");
+        }
         Ok((out, features))
     }
 }
@@ -422,6 +433,30 @@ fn scatter_rows(rows: &[f32], ids: &[u32], to: usize, fill: f32) -> Vec<f32> {
 }
 
 impl LlamaModel {
+    /// Times every op of each forward from now on (`on`), adding to totals that
+    /// [`LlamaModel::op_times`] reads, or stops timing and drops them. Timing costs a clock
+    /// read and an uncontended lock per op.
+    pub fn time_ops(&mut self, on: bool) {
+        self.op_clock = on.then(OpClock::default);
+    }
+
+    /// The wall time of each op over the forwards since timing began or the last reset
+    /// (empty when not timing), in the order the ops first ran; they add up to the forwards'
+    /// time less the input checks and cache reservations before the first op.
+    pub fn op_times(&self) -> Vec<OpTime> {
+        self.op_clock
+            .as_ref()
+            .map(OpClock::times)
+            .unwrap_or_default()
+    }
+
+    /// Clears the totals of [`LlamaModel::op_times`] (timing stays on if it was).
+    pub fn reset_op_times(&self) {
+        if let Some(clock) = &self.op_clock {
+            clock.reset();
+        }
+    }
+
     /// [`LlamaModel::forward_impl`] on the thread pool. A single rank runs its whole forward on
     /// a rayon worker ([`on_pool`]), so the ~7 parallel products per layer start from a pool
     /// thread. Ranks of a tensor-parallel group stay on their own threads: they block in
