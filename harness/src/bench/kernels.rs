@@ -251,9 +251,14 @@ pub struct OpSplit {
     pub ops: Vec<OpShare>,
 }
 
+/// Untimed forwards before each K's timed ones: the first few forwards after the other
+/// benchmarks were measured up to half slower here.
+const OP_WARM_UP: usize = 3;
+
 /// Splits the forward of a chain of K new tokens after `config.verify_prefix` committed ones
 /// into its ops, timed inside the forward ([`LlamaModel::time_ops`]), for each K of
-/// `config.ks()`: means over `config.repeats` forwards after one warm-up, one K after another.
+/// `config.ks()`: means over `config.repeats` forwards after [`OP_WARM_UP`], one K after
+/// another.
 /// The model's timing is off again and its cache as found on return.
 ///
 /// # Errors
@@ -276,8 +281,8 @@ pub fn bench_ops(model: &mut LlamaModel, config: &ModelBenchConfig) -> Result<Ve
         let mut splits = Vec::with_capacity(ks.len());
         for &k in &ks {
             let tree = TreeTopology::chain(k);
-            for rep in 0..=config.repeats {
-                if rep == 1 {
+            for rep in 0..OP_WARM_UP + config.repeats {
+                if rep == OP_WARM_UP {
                     model.reset_op_times();
                 }
                 model.forward(&[SequenceStep::chain(seq, &drafts[..k], &tree)])?;
