@@ -113,7 +113,8 @@ impl BenchArgs {
             None
         };
         let (matmuls, attention) = if split {
-            let model_config = read_config(&file)?;
+            // the config the model was loaded with (read once, before the model)
+            let model_config = model.config().clone();
             let mut weights = read_weights(&file, &model_config)?;
             // as the model's forward reads them (the bench splits the Int8 path)
             MatmulPath::Int8.prepare(&mut weights)?;

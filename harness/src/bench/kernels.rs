@@ -14,7 +14,7 @@ use specdec_kernels::TreeTopology;
 use specdec_models::llama::{products_on, LlamaModel, MatmulPath, ModelWeights, WeightMatrix};
 use specdec_models::{LanguageModel, SequenceStep};
 
-use super::model::ModelBenchConfig;
+use super::model::{commit_prefix, ModelBenchConfig};
 use super::stats::{median, timed, token_stream};
 use crate::error::{HarnessError, Result};
 
@@ -189,6 +189,7 @@ pub fn bench_attention(
     let trees: Vec<TreeTopology> = ks.iter().map(|&k| TreeTopology::chain(k)).collect();
     let queries = inputs(1, max_k * q_heads * layout.head_dim());
     let mut out = vec![0.0f32; max_k * q_heads * layout.head_dim()];
+    let scale = 1.0 / (layout.head_dim() as f32).sqrt();
     let mut times = vec![Vec::with_capacity(repeats); ks.len()];
     let mut timed_calls = || -> Result<()> {
         for rep in 0..=repeats {
@@ -206,7 +207,7 @@ pub fn bench_attention(
                         let params = AttentionParams {
                             layer,
                             num_q_heads: q_heads,
-                            scale: 1.0 / (layout.head_dim() as f32).sqrt(),
+                            scale,
                         };
                         tree_attention_into(&pages, &params, &batch, &mut out[..width])?;
                     }
@@ -273,11 +274,7 @@ pub fn bench_ops(model: &mut LlamaModel, config: &ModelBenchConfig) -> Result<Ve
     let seq = model.new_sequence()?;
     model.time_ops(true);
     let splits = (|| -> Result<Vec<OpSplit>> {
-        if !prefix.is_empty() {
-            let tree = TreeTopology::chain(prefix.len());
-            model.forward(&[SequenceStep::chain(seq, prefix, &tree)])?;
-            model.commit(seq, &(0..prefix.len()).collect::<Vec<_>>())?;
-        }
+        commit_prefix(model, seq, prefix)?;
         let mut splits = Vec::with_capacity(ks.len());
         for &k in &ks {
             let tree = TreeTopology::chain(k);

@@ -225,6 +225,22 @@ fn decode<M: LanguageModel + ?Sized>(
     Ok(())
 }
 
+/// Forwards `prefix` into the empty `seq` in one chain and commits it all (nothing for an
+/// empty prefix): the committed tokens a verify forward attends to.
+pub(super) fn commit_prefix<M: LanguageModel + ?Sized>(
+    model: &mut M,
+    seq: SeqId,
+    prefix: &[u32],
+) -> Result<()> {
+    if !prefix.is_empty() {
+        let tree = TreeTopology::chain(prefix.len());
+        model.forward(&[SequenceStep::chain(seq, prefix, &tree)])?;
+        let path: Vec<usize> = (0..prefix.len()).collect();
+        model.commit(seq, &path)?;
+    }
+    Ok(())
+}
+
 /// Per K (in `ks` order), the timed forward durations; `seq` is empty on entry.
 fn verify_curve<M: LanguageModel + ?Sized>(
     model: &mut M,
@@ -233,13 +249,7 @@ fn verify_curve<M: LanguageModel + ?Sized>(
     config: &ModelBenchConfig,
     ks: &[usize],
 ) -> Result<Vec<Vec<f64>>> {
-    let prefix = &tokens[..config.verify_prefix];
-    if !prefix.is_empty() {
-        let tree = TreeTopology::chain(prefix.len());
-        model.forward(&[SequenceStep::chain(seq, prefix, &tree)])?;
-        let path: Vec<usize> = (0..prefix.len()).collect();
-        model.commit(seq, &path)?;
-    }
+    commit_prefix(model, seq, &tokens[..config.verify_prefix])?;
     let trees: Vec<TreeTopology> = ks.iter().map(|&k| TreeTopology::chain(k)).collect();
     let drafts = &tokens[config.verify_prefix..];
     let mut times = vec![Vec::with_capacity(config.repeats); ks.len()];
