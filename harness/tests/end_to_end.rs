@@ -103,6 +103,22 @@ fn a_simulated_experiment_writes_every_output() {
         );
         assert_eq!(s.accepted_lengths.len(), k + 1);
     }
+    // The target forward by size, as the run met it: the simulation's cost curve (10 ms at one
+    // token, 12 ms at eight, linear between), for the baseline one-token forwards only.
+    for s in &results.summaries {
+        for p in &s.pass_times {
+            let want_s = (10.0 + 2.0 * (p.tokens - 1) as f64 / 7.0) / 1e3;
+            assert!((p.median_s - want_s).abs() < 1e-12, "{}: {p:?}", s.method);
+        }
+        let passes: usize = s.pass_times.iter().map(|p| p.passes).sum();
+        assert_eq!(passes, s.target_passes, "{}", s.method);
+    }
+    assert_eq!(base.pass_times.len(), 1);
+    assert_eq!(base.pass_times[0].tokens, 1);
+    for (s, k) in results.summaries[1..].iter().zip([2usize, 4]) {
+        let largest = s.pass_times.last().unwrap();
+        assert_eq!(largest.tokens, k + 1, "{}", s.method);
+    }
     // k2 and k4 differ only in K: speedup and τ against K, one series with both points
     for f in [files::SPEEDUP_BY_K_SVG, files::TAU_BY_K_SVG] {
         let svg = std::fs::read_to_string(dir.join(f)).unwrap();
@@ -111,6 +127,8 @@ fn a_simulated_experiment_writes_every_output() {
     // The CSV has a header and one row per method; the markdown names every method.
     let csv = std::fs::read_to_string(dir.join(files::SUMMARY_CSV)).unwrap();
     assert_eq!(csv.lines().count(), 4);
+    let baseline_row = csv.lines().nth(1).unwrap();
+    assert!(baseline_row.ends_with(",1:0.01"), "{baseline_row}");
     let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
     for m in [
         "baseline",
@@ -121,6 +139,8 @@ fn a_simulated_experiment_writes_every_output() {
         "Acceptance by position",
         "unconditional",
         "Accepted drafts per step",
+        "Target forward by tokens verified",
+        "10.00 (1.00×, 96)",
     ] {
         assert!(md.contains(m), "summary.md lacks {m}");
     }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{bootstrap, geometric_mean_interval, mean_interval, ratio_interval};
+use super::stats::{bootstrap, geometric_mean_interval, mean_interval, quantile, ratio_interval};
 use super::{Interval, MethodRun, RequestRecord, StepRecord};
 use crate::error::{HarnessError, Result};
 
@@ -104,6 +104,10 @@ pub struct MethodSummary {
     /// Acceptance by draft position, conditional and unconditional, with counts (see
     /// [`acceptance_by_depth`]).
     pub acceptance_by_depth: Vec<DepthAcceptance>,
+    /// The target forward's median time by the tokens it verified, over the steps that ran
+    /// alone (see [`pass_times`]); empty when none did.
+    #[serde(default)]
+    pub pass_times: Vec<PassTime>,
     /// Seconds per phase.
     pub time_split: TimeSplit,
     /// Largest KV block count of any request.
@@ -161,6 +165,43 @@ pub fn acceptance_by_depth(steps: &[&StepRecord]) -> Vec<DepthAcceptance> {
         });
     }
     out
+}
+
+/// The target forwards of one size: the steps that ran alone (batch 1) and verified `tokens`
+/// tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PassTime {
+    /// Tokens in the forward: the step's root and its drafts (`proposed + 1`), ≥ 1.
+    pub tokens: usize,
+    /// Forwards of that size (≥ 1).
+    pub passes: usize,
+    /// Median seconds of one such forward (`target_s`; the prompt's prefill is not in it).
+    pub median_s: f64,
+}
+
+/// The verify-cost curve as the run met it: for each forward size that occurs, the median
+/// `target_s` of the steps of that size that ran alone (`batch == 1`), ascending by size.
+/// Batched steps are left out: their `target_s` is a share of a forward over other sequences'
+/// tokens too.
+pub fn pass_times(steps: &[&StepRecord]) -> Vec<PassTime> {
+    let mut by_tokens: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for s in steps.iter().filter(|s| s.batch == 1) {
+        by_tokens
+            .entry(s.proposed + 1)
+            .or_default()
+            .push(s.target_s);
+    }
+    by_tokens
+        .into_iter()
+        .map(|(tokens, mut seconds)| {
+            seconds.sort_by(f64::total_cmp);
+            PassTime {
+                tokens,
+                passes: seconds.len(),
+                median_s: quantile(&seconds, 0.5),
+            }
+        })
+        .collect()
 }
 
 /// Accepted-length histogram (see [`MethodSummary::accepted_lengths`]).
@@ -461,6 +502,7 @@ pub fn summarize(
             tau,
             accepted_lengths: accepted_lengths(&method_steps),
             acceptance_by_depth: acceptance_by_depth(&method_steps),
+            pass_times: pass_times(&method_steps),
             time_split: TimeSplit {
                 prefill_s: sum(|r| r.prefill_s),
                 draft_s: sum(|r| r.draft_s),
@@ -535,6 +577,34 @@ mod tests {
         assert!((r.tau().unwrap() - 8.0 / 3.0).abs() < 1e-12);
         assert!((r.draft_s - 1.2).abs() < 1e-12);
         assert!((r.elapsed_s - 4.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn pass_times_are_medians_by_forward_size_over_unbatched_steps() {
+        let timed = |proposed: usize, target_s: f64, batch: usize| StepRecord {
+            target_s,
+            batch,
+            ..step("m", 0, proposed, 0)
+        };
+        let s = [
+            timed(0, 4.0, 1),
+            timed(0, 6.0, 1),
+            timed(2, 9.0, 1),
+            timed(0, 5.0, 1),
+            timed(2, 7.0, 1),
+            // batched: a share of a shared forward, left out
+            timed(0, 1.0, 2),
+            timed(5, 1.0, 3),
+        ];
+        let refs: Vec<&StepRecord> = s.iter().collect();
+        let got: Vec<(usize, usize, f64)> = pass_times(&refs)
+            .iter()
+            .map(|p| (p.tokens, p.passes, p.median_s))
+            .collect();
+        // one token: 4, 5, 6 -> 5; three tokens: 7, 9 -> 8 (the mean of the middle two)
+        assert_eq!(got, vec![(1, 3, 5.0), (3, 2, 8.0)]);
+        assert!(pass_times(&[]).is_empty());
+        assert!(pass_times(&refs[5..]).is_empty());
     }
 
     #[test]

@@ -16,7 +16,12 @@
 //! - **accepted-length histogram**: how many drafting steps accepted 0, 1, 2, … drafts;
 //! - **acceptance by position** d: *conditional* = P(depth d accepted | depth d − 1 accepted and
 //!   depth d proposed), with the number of such steps; *unconditional* (vLLM's per-position
-//!   rate) = P(depth d accepted | depth d proposed), with the number of steps that proposed it.
+//!   rate) = P(depth d accepted | depth d proposed), with the number of steps that proposed it;
+//! - **target forward time by size** (the verify-cost curve as the run met it): the median
+//!   seconds of one target forward over n tokens (a step's root and its n − 1 drafts), over the
+//!   steps that ran alone (batch 1) ([`PassTime`]). Two methods' forwards of one size differ
+//!   by what runs between them (the drafter above all) and by their prefixes; `specdec bench
+//!   model` measures the same curve with nothing between forwards.
 //!
 //! - **per category** (MT-Bench, Spec-Bench questions; every turn of a question in its
 //!   category): τ, speedup and decode tokens/s as above on that category's prompts
@@ -32,8 +37,8 @@ mod records;
 mod stats;
 
 pub use aggregate::{
-    acceptance_by_depth, accepted_lengths, summarize, summarize_categories, CategorySummary,
-    DepthAcceptance, MethodSummary, TimeSplit,
+    acceptance_by_depth, accepted_lengths, pass_times, summarize, summarize_categories,
+    CategorySummary, DepthAcceptance, MethodSummary, PassTime, TimeSplit,
 };
 pub use records::{BudgetRecord, MethodRun, PolicyDecision, RequestRecord, StepRecord};
 pub use stats::{

@@ -26,7 +26,7 @@ fn opt(x: Option<f64>) -> String {
 }
 
 /// One row per configuration. Times are seconds; the histogram and the per-depth rates are
-/// `;`-separated lists.
+/// `;`-separated lists, the target forward's median by size `tokens:seconds` pairs.
 pub fn summary_csv(summaries: &[MethodSummary]) -> String {
     table(
         &[
@@ -68,6 +68,7 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
             "overhead_s",
             "kv_blocks_peak",
             "tokens_per_s_by_repeat",
+            "target_forward_s_by_tokens",
         ],
         summaries.iter().map(|s| {
             let pp = s.speedup_per_prompt;
@@ -124,6 +125,11 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
                 s.tokens_per_s_by_repeat
                     .iter()
                     .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                s.pass_times
+                    .iter()
+                    .map(|p| format!("{}:{}", p.tokens, p.median_s))
                     .collect::<Vec<_>>()
                     .join(";"),
             ]

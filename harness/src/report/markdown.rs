@@ -154,6 +154,7 @@ pub fn summary_markdown(
     }
     write_category_table(&mut md, summaries, categories, provenance);
     write_acceptance_tables(&mut md, summaries);
+    write_pass_times(&mut md, summaries, unit, scale);
     let setups: Vec<String> = summaries
         .iter()
         .filter(|s| s.setup_s > 0.0)
@@ -280,6 +281,76 @@ fn write_category_table(
 fn interval(i: Option<Interval>, decimals: usize) -> String {
     i.map(|i| format!("{:.d$} [{:.d$}, {:.d$}]", i.mean, i.lo, i.hi, d = decimals))
         .unwrap_or_else(|| "-".into())
+}
+
+/// Most forward sizes [`write_pass_times`] gives a column (the smallest ones; all are in
+/// `summary.jsonl`).
+const PASS_TIME_COLUMNS: usize = 12;
+
+/// The target forward's median time by its size, per method, with its ratio to the baseline's
+/// one-token forward: the verify-cost curve as the run met it. Written when some method drafted
+/// (a forward of two or more tokens ran alone); times in `unit` (`scale` per second).
+fn write_pass_times(md: &mut String, summaries: &[MethodSummary], unit: &str, scale: f64) {
+    if !summaries
+        .iter()
+        .any(|s| s.pass_times.iter().any(|p| p.tokens > 1))
+    {
+        return;
+    }
+    let mut sizes: Vec<usize> = summaries
+        .iter()
+        .flat_map(|s| s.pass_times.iter().map(|p| p.tokens))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let more = sizes.len() > PASS_TIME_COLUMNS;
+    sizes.truncate(PASS_TIME_COLUMNS);
+    let one_token = summaries
+        .iter()
+        .find(|s| s.is_baseline)
+        .and_then(|b| b.pass_times.iter().find(|p| p.tokens == 1))
+        .map(|p| p.median_s)
+        .filter(|&s| s > 0.0);
+    let _ = writeln!(
+        md,
+        "### Target forward by tokens verified (steps that ran alone)\n\nMedian {unit} of one \
+         target forward over n tokens (a step's root and its n − 1 drafts){}; forwards in \
+         brackets. Two methods' forwards of one size differ by what runs between them (the drafter \
+         above all) and by the prefixes they ran at; `specdec bench model` measures the same \
+         curve with nothing between forwards.{}\n",
+        if one_token.is_some() {
+            ", and its ratio to the baseline's one-token forward"
+        } else {
+            ""
+        },
+        if more {
+            format!(" The {PASS_TIME_COLUMNS} smallest sizes; all are in `summary.jsonl`.")
+        } else {
+            String::new()
+        }
+    );
+    let header: Vec<String> = sizes.iter().map(|n| format!("n = {n}")).collect();
+    let _ = writeln!(md, "| method | {} |", header.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---:|".repeat(sizes.len()));
+    for s in summaries.iter().filter(|s| !s.pass_times.is_empty()) {
+        let cells: Vec<String> = sizes
+            .iter()
+            .map(|&n| match s.pass_times.iter().find(|p| p.tokens == n) {
+                Some(p) => match one_token {
+                    Some(base) => format!(
+                        "{:.2} ({:.2}×, {})",
+                        p.median_s * scale,
+                        p.median_s / base,
+                        p.passes
+                    ),
+                    None => format!("{:.2} ({})", p.median_s * scale, p.passes),
+                },
+                None => "-".into(),
+            })
+            .collect();
+        let _ = writeln!(md, "| {} | {} |", table_cell(&s.method), cells.join(" | "));
+    }
+    let _ = writeln!(md);
 }
 
 /// The accepted-length histogram and acceptance by position (conditional and unconditional,
