@@ -26,12 +26,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$model" in
-  # steps_per_minute: optimiser steps (batch 4 x 256 tokens) a minute of training makes here;
   # eagle_extra: the EAGLE head's shape (Qwen: an FFN of 2048, so a depth step stays cheap)
   smollm2) target=smollm2-135m; fetch=(smollm2 humaneval mtbench sharegpt); vocab=8192
-    steps_per_minute=40; eagle_extra=(--lr 3e-3 --train-lm-head --input-norms) ;;
+    eagle_extra=(--lr 3e-3 --train-lm-head --input-norms) ;;
   qwen|qwen-short) target=qwen2.5-coder-1.5b; fetch=(qwen-0.5b qwen-1.5b humaneval mtbench sharegpt)
-    vocab=16384; steps_per_minute=6; eagle_extra=(--ffn 2048)
+    vocab=16384; eagle_extra=(--ffn 2048)
     [ "$model" = qwen-short ] && kinds=(eagle) ;;
   -h|--help|"") sed -n 2,14p "$0"; exit 0 ;;
   *) echo "heads-bench: unknown model '$model' (smollm2, qwen or qwen-short)" >&2; exit 2 ;;
@@ -47,11 +46,10 @@ for kind in "${kinds[@]}"; do
     echo "== training the $kind head for $target ($minutes minutes of steps)"
     extra=()
     [ "$kind" = eagle ] && extra=(--w-ce 1 --w-feat 0.1 "${eagle_extra[@]}")
-    # the schedule's length fits the budget, which stops the run cleanly (with a checkpoint)
-    # if it is slower
-    steps=$(( minutes * steps_per_minute ))
+    # --minutes without --steps: the schedule is sized to the budget on this machine (a few
+    # timed probe steps), and the budget stops the run cleanly (with a checkpoint) if slower
     "$bin" train-head --target "$target" --kind "$kind" --draft-vocab "$vocab" \
-      --steps "$steps" --minutes "$(( minutes * 13 / 10 ))" "${extra[@]}"
+      --minutes "$minutes" "${extra[@]}"
   fi
 done
 

@@ -33,7 +33,7 @@ fn trained(target: &FrozenTarget, kind: KindArg, dir: &std::path::Path) -> HeadF
     let sequences = greedy_sequences(target, 40, 4, 20, 1).unwrap();
     let cache = synthetic_cache(target, &sequences, &dir.join("features")).unwrap();
     let mut options = TrainHeadOptions::new("synthetic", kind);
-    options.steps = 200;
+    options.steps = Some(200);
     options.batch = 4;
     options.lr = 3e-3;
     options.holdout = 6;

@@ -156,18 +156,13 @@ pub(crate) fn save(
 /// # Errors
 /// [`TrainError::Checkpoint`] for an unreadable file, another run's checkpoint, or a tensor
 /// missing or misshapen; I/O errors.
-pub(crate) fn restore(
-    path: &Path,
-    run: &serde_json::Value,
-    params: &Params,
-    opt: &mut AdamW,
-) -> Result<CheckpointState> {
+/// The run state stored in the checkpoint `bytes` read from `path`.
+fn read_state(path: &Path, bytes: &[u8]) -> Result<CheckpointState> {
     let bad = |reason: String| TrainError::Checkpoint {
         path: path.display().to_string(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(io_error(path))?;
-    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
     let meta = header
         .metadata()
         .as_ref()
@@ -181,6 +176,38 @@ pub(crate) fn restore(
             state.format
         )));
     }
+    Ok(state)
+}
+
+/// The schedule length (the run's `config.steps`) of the checkpoint at `path`.
+///
+/// # Errors
+/// [`TrainError::Checkpoint`] for a missing or unreadable checkpoint, or one without it.
+pub(crate) fn stored_steps(path: &Path) -> Result<u64> {
+    let bytes = std::fs::read(path).map_err(|e| TrainError::Checkpoint {
+        path: path.display().to_string(),
+        reason: format!("--resume was given but it cannot be read: {e}"),
+    })?;
+    read_state(path, &bytes)?.run["config"]["steps"]
+        .as_u64()
+        .ok_or_else(|| TrainError::Checkpoint {
+            path: path.display().to_string(),
+            reason: "its run has no `config.steps`".into(),
+        })
+}
+
+pub(crate) fn restore(
+    path: &Path,
+    run: &serde_json::Value,
+    params: &Params,
+    opt: &mut AdamW,
+) -> Result<CheckpointState> {
+    let bad = |reason: String| TrainError::Checkpoint {
+        path: path.display().to_string(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(io_error(path))?;
+    let state = read_state(path, &bytes)?;
     if let Some(diff) = first_difference(&state.run, run) {
         return Err(bad(format!(
             "it belongs to another run: {diff}; resume with the same settings, or train \

@@ -26,6 +26,9 @@ pub const MAX_UNROLL: usize = 8;
 pub const MAX_MEDUSA_HEADS: usize = 8;
 /// Conversations shorter than this many tokens (after the chat template) are skipped.
 pub const MIN_SEQUENCE_TOKENS: usize = 16;
+/// Default optimiser steps of a run (`--steps`).
+pub const DEFAULT_STEPS: u64 = 1000;
+
 /// Default training-time-test steps.
 pub const DEFAULT_UNROLL: usize = 2;
 /// Default EAGLE feature-loss weight (EAGLE-1).
@@ -138,11 +141,15 @@ pub struct TrainHeadOptions {
     /// vocabularies up to 65536 ids, 32768 above.
     #[arg(long, default_value_t = 8192)]
     pub draft_vocab: usize,
-    /// Optimiser steps of the run (the learning-rate schedule's length).
-    #[arg(long, default_value_t = 1000)]
-    pub steps: u64,
+    /// Optimiser steps of the run (the learning-rate schedule's length) [default: 1000; with
+    /// --minutes alone, as many as fit in the budget].
+    #[arg(long)]
+    pub steps: Option<u64>,
     /// Time budget of the training steps of this invocation, in minutes: stop cleanly with a
     /// checkpoint when it runs out (feature extraction, cached and resumable, is not counted).
+    /// Without --steps the schedule is sized to it: a few probe steps are timed, and the run
+    /// plans as many steps as fill 90 % of the budget at that pace, warmed up over 5 % of them
+    /// (a resumed run keeps its schedule).
     #[arg(long)]
     pub minutes: Option<f64>,
     /// Stop cleanly once this many steps are done; continue later with --resume.
@@ -233,7 +240,14 @@ impl TrainHeadOptions {
             .options
     }
 
+    /// Whether the schedule is sized to the time budget: `--minutes` without `--steps`.
+    pub fn fits_steps_to_minutes(&self) -> bool {
+        self.steps.is_none() && self.minutes.is_some()
+    }
+
     /// The run-defining settings these options give (target-independent checks included).
+    /// With [`TrainHeadOptions::fits_steps_to_minutes`] the steps are a placeholder
+    /// ([`DEFAULT_STEPS`]) that [`train`] replaces.
     ///
     /// # Errors
     /// [`TrainError::Option`] naming the first refused option.
@@ -273,10 +287,18 @@ impl TrainHeadOptions {
         if let Some(m) = self.minutes {
             positive("minutes", m)?;
         }
+        if self.fits_steps_to_minutes() && self.warmup_steps.is_some() {
+            return Err(refuse(
+                "warmup-steps",
+                "needs --steps: a schedule sized by --minutes warms up over 5 % of its steps"
+                    .into(),
+            ));
+        }
+        let steps = self.steps.unwrap_or(DEFAULT_STEPS);
         self.data.check(self.holdout, "holdout", "train on")?;
         let config = TrainConfig {
             kind,
-            steps: self.steps,
+            steps,
             batch: self.batch,
             optimizer: AdamWConfig {
                 lr: self.lr,
@@ -285,8 +307,8 @@ impl TrainHeadOptions {
                 eps: 1e-8,
                 weight_decay: self.weight_decay,
                 grad_clip: self.grad_clip,
-                warmup_steps: self.warmup_steps.unwrap_or(self.steps / 20),
-                total_steps: self.steps,
+                warmup_steps: self.warmup_steps.unwrap_or(steps / 20),
+                total_steps: steps,
             },
             seed: self.seed,
             draft_vocab: self.draft_vocab,
@@ -461,6 +483,7 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
     let control = TrainControl {
         resume: options.resume,
         time_limit: options.minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
+        fit_to_time_limit: options.fits_steps_to_minutes(),
         pause_at: options.pause_at,
         checkpoint_every: options.checkpoint_every,
         eval_every: options.eval_every,

@@ -28,6 +28,21 @@ use crate::vocab::{coverage, draft_vocabulary};
 /// Drafting depths the held-out agreement is measured at (1 and 2).
 pub const AGREEMENT_DEPTHS: usize = 2;
 
+/// Timed steps of the probe that sizes a schedule to a time limit
+/// ([`TrainControl::fit_to_time_limit`]), after one untimed step.
+pub const PROBE_STEPS: usize = 3;
+
+/// The share of the time limit a fitted schedule plans to fill, leaving room for steps that run
+/// slower than the probe's (the run still stops at the limit).
+pub const FIT_SHARE: f64 = 0.9;
+
+/// The steps of a schedule fitted to `limit` at `step_s` seconds a step: as many as fill
+/// [`FIT_SHARE`] of it, at least one.
+pub fn fitted_steps(limit: Duration, step_s: f64) -> u64 {
+    let steps = FIT_SHARE * limit.as_secs_f64() / step_s.max(f64::MIN_POSITIVE);
+    (steps.floor() as u64).max(1)
+}
+
 /// The settings that define a training run (a resumed run must have the same).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrainConfig {
@@ -61,6 +76,22 @@ pub struct TrainConfig {
     pub input_norms: bool,
     /// Medusa: number of heads K.
     pub medusa_heads: usize,
+}
+
+impl TrainConfig {
+    /// This configuration with a schedule of `steps` steps, warmed up over the first 5 % of
+    /// them (the rule of a schedule sized by its time limit).
+    pub fn with_steps(&self, steps: u64) -> Self {
+        Self {
+            steps,
+            optimizer: AdamWConfig {
+                warmup_steps: steps / 20,
+                total_steps: steps,
+                ..self.optimizer
+            },
+            ..self.clone()
+        }
+    }
 }
 
 /// Where a run's files go.
@@ -111,6 +142,11 @@ pub struct TrainControl {
     /// Stop cleanly (checkpoint, head, curve) once the training steps of this invocation have
     /// taken this long; the step in progress finishes first.
     pub time_limit: Option<Duration>,
+    /// Size the schedule to [`TrainControl::time_limit`] instead of `config.steps`: a new run
+    /// times [`PROBE_STEPS`] steps (their results thrown away), plans [`fitted_steps`] and
+    /// warms up over 5 % of them ([`TrainConfig::with_steps`]); a resumed run keeps the
+    /// schedule its checkpoint holds. Needs a time limit.
+    pub fit_to_time_limit: bool,
     /// Stop cleanly once this many steps of the run are done (before `steps`); `--resume`
     /// continues.
     pub pause_at: Option<u64>,
@@ -169,6 +205,9 @@ pub struct TrainReport {
     pub steps: u64,
     /// Steps planned.
     pub steps_planned: u64,
+    /// Seconds a step took in the probe that sized the schedule, when this invocation sized it
+    /// ([`TrainControl::fit_to_time_limit`]).
+    pub probe_step_s: Option<f64>,
     /// Training positions seen (each head position once per unrolled step or Medusa head).
     pub positions_seen: u64,
     /// Head positions (tokens with a label) seen.
@@ -239,6 +278,12 @@ impl TrainReport {
             self.positions_per_s,
             self.tokens_seen as f64 / self.train_seconds.max(1e-9)
         ));
+        if let Some(step_s) = self.probe_step_s {
+            out.push_str(&format!(
+                "schedule sized to the time budget: {} steps at {step_s:.2} s a step (the probe's)\n",
+                self.steps_planned
+            ));
+        }
         out.push_str(&format!(
             "loss: first tenth {:.4}, last tenth {:.4}",
             self.loss_first_tenth, self.loss_last_tenth
@@ -368,6 +413,35 @@ fn check(config: &TrainConfig, cache: &FeatureCache, target: &FrozenTarget) -> R
     crate::options::check_train_config(config)
 }
 
+/// Seconds one training step takes: the mean of [`PROBE_STEPS`] loss-and-gradient passes over
+/// the run's first batches, after one untimed pass. Nothing is updated (the optimiser's step,
+/// a small part of a step, is left out).
+fn probe_step_seconds(
+    head: &dyn HeadModel,
+    frozen: &Frozen,
+    cache: &FeatureCache,
+    n_train: usize,
+    config: &TrainConfig,
+) -> Result<f64> {
+    let mut order = DataOrder::new(n_train, config.seed);
+    let mut consumed = 0u64;
+    let mut timed = Duration::ZERO;
+    for pass in 0..=PROBE_STEPS {
+        let indices = order.take(consumed, config.batch);
+        consumed += indices.len() as u64;
+        let batch = Batch::load(cache, &indices)?;
+        let start = Instant::now();
+        let loss = head.loss(frozen, &batch)?;
+        loss.total
+            .backward()
+            .tensor_context("backward pass (timing the schedule's steps)")?;
+        if pass > 0 {
+            timed += start.elapsed();
+        }
+    }
+    Ok(timed.as_secs_f64() / PROBE_STEPS as f64)
+}
+
 /// The training labels' token ids (`t_1..t_L` of each sequence in `indices`).
 fn label_tokens(cache: &FeatureCache, indices: std::ops::Range<usize>) -> Result<Vec<u32>> {
     let mut out = Vec::new();
@@ -457,6 +531,38 @@ pub fn train(
             config.train_lm_head,
         )?),
     };
+    if control.resume && !paths.checkpoint.exists() {
+        return Err(TrainError::Checkpoint {
+            path: paths.checkpoint.display().to_string(),
+            reason: "--resume was given but there is no checkpoint to continue".into(),
+        });
+    }
+    let (fitted, probe_step_s) = if control.fit_to_time_limit {
+        let limit = control.time_limit.ok_or_else(|| TrainError::Option {
+            name: "minutes",
+            reason: "a schedule sized to the time budget needs one".into(),
+        })?;
+        let (steps, probe) = if control.resume {
+            (checkpoint::stored_steps(&paths.checkpoint)?, None)
+        } else {
+            let step_s = probe_step_seconds(head.as_ref(), &frozen, cache, n_train, config)?;
+            (fitted_steps(limit, step_s), Some(step_s))
+        };
+        let fitted = config.with_steps(steps);
+        crate::options::check_train_config(&fitted)?;
+        if let (Some(step_s), true) = (probe, control.progress) {
+            eprintln!(
+                "schedule: {steps} steps ({step_s:.2} s a step over {PROBE_STEPS} probe steps; \
+                 {:.0} % of {:.1} minutes)",
+                100.0 * FIT_SHARE,
+                limit.as_secs_f64() / 60.0
+            );
+        }
+        (Some(fitted), probe)
+    } else {
+        (None, None)
+    };
+    let config = fitted.as_ref().unwrap_or(config);
     let vars = head
         .params()
         .trainable()
@@ -474,12 +580,6 @@ pub fn train(
         ),
     });
     let mut state = if control.resume {
-        if !paths.checkpoint.exists() {
-            return Err(TrainError::Checkpoint {
-                path: paths.checkpoint.display().to_string(),
-                reason: "--resume was given but there is no checkpoint to continue".into(),
-            });
-        }
         checkpoint::restore(&paths.checkpoint, &run, head.params(), &mut opt)?
     } else {
         CheckpointState::new(run)
@@ -625,6 +725,7 @@ pub fn train(
         stop,
         steps: state.step,
         steps_planned: config.steps,
+        probe_step_s,
         positions_seen: state.positions,
         tokens_seen: state.tokens,
         train_seconds: state.train_seconds,

@@ -10,14 +10,15 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use common::{cache, config, greedy_sequences, target, temp_dir};
 use safetensors::SafeTensors;
 use specdec_models::heads::{HeadFile, HeadKind};
 use specdec_models::llama::Architecture;
 use specdec_train::{
-    evaluate_head, train, FeatureCache, FrozenTarget, KindArg, StopReason, TrainConfig,
-    TrainControl, TrainData, TrainHeadOptions, TrainPaths, TrainReport,
+    evaluate_head, fitted_steps, train, FeatureCache, FrozenTarget, KindArg, StopReason,
+    TrainConfig, TrainControl, TrainData, TrainHeadOptions, TrainPaths, TrainReport,
 };
 
 /// The EAGLE loss must fall at least this much: mean of the last tenth of the steps ≤ this
@@ -57,7 +58,7 @@ fn data(cache: &FeatureCache) -> TrainData<'_> {
 /// A small, quick configuration of `kind` (then `edit`).
 fn small(kind: KindArg, edit: impl FnOnce(&mut TrainHeadOptions)) -> TrainConfig {
     config(kind, |o| {
-        o.steps = 120;
+        o.steps = Some(120);
         o.batch = 4;
         o.lr = 3e-3;
         o.holdout = 6;
@@ -252,7 +253,7 @@ fn checkpoint_params(path: &Path) -> BTreeMap<String, Vec<u8>> {
 #[test]
 fn a_paused_run_resumes_into_the_same_parameters_as_an_uninterrupted_one() {
     let s = setup("resume", Architecture::Llama);
-    let cfg = small(KindArg::Eagle, |o| o.steps = 24);
+    let cfg = small(KindArg::Eagle, |o| o.steps = Some(24));
     // The uninterrupted run measures its learning curve every 8 steps; the final point is the
     // run's own final measurement.
     let whole = run(
@@ -338,16 +339,73 @@ fn a_paused_run_resumes_into_the_same_parameters_as_an_uninterrupted_one() {
 }
 
 #[test]
+fn a_schedule_sized_to_the_time_limit_comes_from_the_probe_and_survives_a_resume() {
+    let s = setup("fitted", Architecture::Llama);
+    // the steps here are a placeholder the fitted schedule replaces
+    let cfg = small(KindArg::Eagle, |o| o.steps = Some(7));
+    let limit = Duration::from_millis(1500);
+    let fit = TrainControl {
+        time_limit: Some(limit),
+        fit_to_time_limit: true,
+        pause_at: Some(2),
+        ..TrainControl::default()
+    };
+    let first = run(&s, &cfg, "fit.safetensors", &fit);
+    let probe_s = first
+        .probe_step_s
+        .expect("a new fitted run times its steps");
+    assert!(probe_s.is_finite() && probe_s > 0.0, "{probe_s}");
+    assert_eq!(first.steps_planned, fitted_steps(limit, probe_s));
+    assert!(first.steps_planned > 2, "{}", first.summary());
+    assert_eq!((first.stop, first.steps), (StopReason::Paused, 2));
+    assert!(first
+        .summary()
+        .contains("schedule sized to the time budget"));
+    // the fitted schedule warms up over 5 % of its steps, as the head file records
+    let extra = HeadFile::load(&first.paths.head)
+        .unwrap()
+        .meta
+        .training
+        .extra;
+    assert_eq!(
+        extra["warmup_steps"],
+        (first.steps_planned / 20).to_string()
+    );
+    assert_eq!(extra["steps_planned"], first.steps_planned.to_string());
+    // resumed: the checkpoint's schedule, no new probe
+    let resume = TrainControl {
+        resume: true,
+        pause_at: None,
+        ..fit.clone()
+    };
+    let second = run(&s, &cfg, "fit.safetensors", &resume);
+    assert_eq!(second.steps_planned, first.steps_planned);
+    assert_eq!(second.probe_step_s, None);
+    assert!(second.steps > 2 && second.steps <= second.steps_planned);
+    // sizing needs a budget
+    let paths = TrainPaths::next_to(&s.dir.join("unbounded.safetensors"));
+    let unbounded = TrainControl {
+        fit_to_time_limit: true,
+        ..TrainControl::default()
+    };
+    let err = train(&s.target, &data(&s.cache), &cfg, &paths, &unbounded)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--minutes"), "{err}");
+    assert!(!paths.checkpoint.exists());
+}
+
+#[test]
 fn resuming_another_runs_checkpoint_or_none_is_refused() {
     let s = setup("resume-refused", Architecture::Llama);
-    let cfg = small(KindArg::Eagle, |o| o.steps = 3);
+    let cfg = small(KindArg::Eagle, |o| o.steps = Some(3));
     run(&s, &cfg, "head.safetensors", &TrainControl::default());
     let resume = TrainControl {
         resume: true,
         ..TrainControl::default()
     };
     let other = small(KindArg::Eagle, |o| {
-        o.steps = 3;
+        o.steps = Some(3);
         o.lr = 1e-4;
     });
     let paths = TrainPaths::next_to(&s.dir.join("head.safetensors"));
@@ -386,7 +444,7 @@ fn bad_settings_are_refused_before_any_step() {
     refuse(small(KindArg::Eagle, |o| o.holdout = 30), "--holdout");
     // eval-head's refusals: depths, sequences, a head of another target.
     let (_, head) = {
-        let cfg = small(KindArg::Eagle, |o| o.steps = 2);
+        let cfg = small(KindArg::Eagle, |o| o.steps = Some(2));
         let report = run(&s, &cfg, "eval.safetensors", &TrainControl::default());
         let head = HeadFile::load(&report.paths.head).unwrap();
         (report, head)
@@ -424,6 +482,12 @@ fn bad_settings_are_refused_before_any_step() {
     assert!(options_err(|o| o.warmup_steps = Some(5000)).contains("--warmup-steps"));
     assert!(options_err(|o| o.medusa_heads = Some(2)).contains("--medusa-heads"));
     assert!(options_err(|o| o.minutes = Some(0.0)).contains("--minutes"));
+    // a schedule sized by --minutes sets its own warm-up
+    let err = options_err(|o| {
+        o.minutes = Some(5.0);
+        o.warmup_steps = Some(10);
+    });
+    assert!(err.contains("--warmup-steps: needs --steps"), "{err}");
     let mut o = TrainHeadOptions::new("synthetic", KindArg::Medusa);
     o.unroll = Some(2);
     let err = o.train_config().unwrap_err().to_string();
