@@ -54,6 +54,6 @@ pub use options::{
 pub use ranking::{rank_vocab, RankReport, RankVocabOptions};
 pub use target::FrozenTarget;
 pub use trainer::{
-    fitted_steps, tenth_means, train, StopReason, TrainConfig, TrainControl, TrainData, TrainPaths,
-    TrainReport, FIT_SHARE, PROBE_STEPS,
+    fitted_steps, stop_on_signals, tenth_means, train, StopReason, TrainConfig, TrainControl,
+    TrainData, TrainPaths, TrainReport, FIT_SHARE, PROBE_STEPS,
 };

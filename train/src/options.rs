@@ -440,7 +440,8 @@ pub(crate) fn resolve_data(name_or_path: &str) -> Result<DataSource> {
 /// work, opens the target, reads ShareGPT (the first `--conversations` usable conversations after
 /// a `--data-seed` shuffle, rendered with the target's chat template, cut to `--max-len`),
 /// extracts their features into `<cache>/features/<key>/` (resumable; reused when complete),
-/// and trains the head (see [`train`]).
+/// and trains the head (see [`train`]). Once training starts, SIGINT and SIGTERM stop it
+/// cleanly at the next step ([`crate::stop_on_signals`]); before, they end the process as usual.
 ///
 /// # Errors
 /// [`TrainError::Option`] for refused options; missing files (naming the fetch command); model,
@@ -488,6 +489,9 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
         checkpoint_every: options.checkpoint_every,
         eval_every: options.eval_every,
         progress: !options.quiet,
+        // from here on, SIGINT / SIGTERM stop the run cleanly at the next step (extraction
+        // above, resumable, ends at once as before)
+        stop: Some(crate::trainer::stop_on_signals()?),
     };
     let mut report = train(&target, &train_data, &config, &paths, &control)?;
     report.extraction = Some(prepared.extraction);

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -134,7 +136,7 @@ pub struct TrainData<'a> {
 }
 
 /// How a run is driven (none of it changes the result, except where it stops).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct TrainControl {
     /// Continue from the checkpoint at [`TrainPaths::checkpoint`] (which must exist and belong
     /// to the same run); otherwise start from step 0, replacing any checkpoint there.
@@ -159,6 +161,29 @@ pub struct TrainControl {
     pub eval_every: u64,
     /// Show progress: a bar on a terminal, plain lines where stderr is not one.
     pub progress: bool,
+    /// Checked before every step: once set, the run stops there as at a pause (checkpoint,
+    /// head file, loss curve; `--resume` continues). `specdec train-head` sets it on SIGINT or
+    /// SIGTERM ([`stop_on_signals`]).
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// A flag set by SIGINT and SIGTERM, for [`TrainControl::stop`]; a second signal ends the
+/// process at once (exit status 130), the last periodic checkpoint being on disk.
+///
+/// # Errors
+/// [`TrainError::Io`] when the handlers cannot be installed.
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // the order matters: the shutdown fires only when the flag is already set
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag))
+            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&flag)))
+            .map_err(|source| TrainError::Io {
+                path: "installing the SIGINT / SIGTERM handlers".into(),
+                source,
+            })?;
+    }
+    Ok(flag)
 }
 
 impl TrainControl {
@@ -190,6 +215,8 @@ pub enum StopReason {
     TimeLimit,
     /// [`TrainControl::pause_at`] was reached.
     Paused,
+    /// [`TrainControl::stop`] was set (SIGINT or SIGTERM).
+    Interrupted,
 }
 
 /// What a run did and measured.
@@ -614,6 +641,18 @@ pub fn train(
             .is_some_and(|t| started.elapsed().saturating_sub(eval_time) >= t)
         {
             break StopReason::TimeLimit;
+        }
+        if control
+            .stop
+            .as_ref()
+            .is_some_and(|stop| stop.load(Ordering::Relaxed))
+        {
+            bar.println(&format!(
+                "interrupted after step {}: writing the checkpoint and the head (a second \
+                 signal ends the process at once; --resume continues)",
+                state.step
+            ));
+            break StopReason::Interrupted;
         }
         let indices = order.take(state.consumed, config.batch);
         let batch = Batch::load(cache, &indices)?;

@@ -10,6 +10,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{cache, config, greedy_sequences, target, temp_dir};
@@ -393,6 +395,44 @@ fn a_schedule_sized_to_the_time_limit_comes_from_the_probe_and_survives_a_resume
         .to_string();
     assert!(err.contains("--minutes"), "{err}");
     assert!(!paths.checkpoint.exists());
+}
+
+#[test]
+fn a_stop_signal_ends_the_run_cleanly_and_resume_continues() {
+    let s = setup("interrupted", Architecture::Llama);
+    let cfg = small(KindArg::Eagle, |o| o.steps = Some(6));
+    let head = "interrupted.safetensors";
+    let paused = run(
+        &s,
+        &cfg,
+        head,
+        &TrainControl {
+            pause_at: Some(2),
+            ..TrainControl::default()
+        },
+    );
+    assert_eq!((paused.stop, paused.steps), (StopReason::Paused, 2));
+    // the flag a signal sets, already set: the run stops before its next step
+    let stopped = TrainControl {
+        resume: true,
+        stop: Some(Arc::new(AtomicBool::new(true))),
+        ..TrainControl::default()
+    };
+    let interrupted = run(&s, &cfg, head, &stopped);
+    assert_eq!(
+        (interrupted.stop, interrupted.steps),
+        (StopReason::Interrupted, 2)
+    );
+    let written = HeadFile::load(&interrupted.paths.head).unwrap();
+    assert_eq!(written.meta.training.steps, 2);
+    assert_eq!(written.meta.training.extra["stopped"], "Interrupted");
+    let resume = TrainControl {
+        resume: true,
+        stop: Some(Arc::new(AtomicBool::new(false))),
+        ..TrainControl::default()
+    };
+    let finished = run(&s, &cfg, head, &resume);
+    assert_eq!((finished.stop, finished.steps), (StopReason::Finished, 6));
 }
 
 #[test]
