@@ -511,8 +511,9 @@ fn head_meta(
 /// [`TrainControl`] for resuming, time limits and pauses).
 ///
 /// # Errors
-/// [`TrainError::Option`] for settings the data cannot satisfy (all refused before the first
-/// step); [`TrainError::Checkpoint`] for a checkpoint of another run on resume;
+/// [`TrainError::Option`] for settings the data cannot satisfy, or a schedule to fit without a
+/// time limit (all refused before the first step); [`TrainError::Checkpoint`] for a missing
+/// checkpoint or one of another run on resume;
 /// [`TrainError::Diverged`] for a non-finite loss; model, tensor and I/O errors.
 pub fn train(
     target: &FrozenTarget,
