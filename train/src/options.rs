@@ -155,10 +155,13 @@ pub struct TrainHeadOptions {
     /// Stop cleanly once this many steps are done; continue later with --resume.
     #[arg(long)]
     pub pause_at: Option<u64>,
-    /// Continue the run from its checkpoint (same settings required); without it a new run
-    /// starts and replaces that checkpoint.
+    /// Continue the run from its checkpoint (same settings required).
     #[arg(long)]
     pub resume: bool,
+    /// Start a new run where a head or checkpoint already is, replacing them; without it (or
+    /// --resume) an existing head or checkpoint at the output is refused before any work.
+    #[arg(long, conflicts_with = "resume")]
+    pub force: bool,
     /// Seed of initialisation and data order.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -463,6 +466,7 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
             .clone()
             .unwrap_or_else(|| default_head_path(target.short_name(), config.kind)),
     );
+    refuse_overwrite(&paths, options.resume || options.force)?;
     if options.resume && !paths.checkpoint.exists() {
         return Err(TrainError::Checkpoint {
             path: paths.checkpoint.display().to_string(),
@@ -496,6 +500,31 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
     let mut report = train(&target, &train_data, &config, &paths, &control)?;
     report.extraction = Some(prepared.extraction);
     Ok(report)
+}
+
+/// Refuses a new run whose head or checkpoint would replace an earlier run's, unless `allowed`
+/// (`--resume` continues that run, `--force` replaces it).
+///
+/// # Errors
+/// [`TrainError::Option`] (`--out`) naming the file found.
+fn refuse_overwrite(paths: &TrainPaths, allowed: bool) -> Result<()> {
+    if allowed {
+        return Ok(());
+    }
+    match [&paths.head, &paths.checkpoint]
+        .into_iter()
+        .find(|p| p.exists())
+    {
+        Some(found) => Err(TrainError::Option {
+            name: "out",
+            reason: format!(
+                "{} is an earlier run's; --resume continues that run, --force starts a new \
+                 one and replaces it, or give another --out",
+                found.display()
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A data set made ready: its feature cache and where it came from.
@@ -673,4 +702,29 @@ pub struct ExtractionReport {
     pub sequences: usize,
     /// Tokens in it.
     pub tokens: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_earlier_runs_head_or_checkpoint_is_kept_unless_resumed_or_forced() {
+        let dir = std::env::temp_dir().join(format!("specdec-overwrite-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths = TrainPaths::next_to(&dir.join("head.safetensors"));
+        assert!(refuse_overwrite(&paths, false).is_ok(), "nothing there yet");
+        for file in [&paths.checkpoint, &paths.head] {
+            std::fs::write(file, b"earlier").unwrap();
+            let err = refuse_overwrite(&paths, false).unwrap_err().to_string();
+            assert!(
+                err.starts_with("option --out: ") && err.contains("--force"),
+                "{err}"
+            );
+            assert!(refuse_overwrite(&paths, true).is_ok());
+        }
+        assert_eq!(std::fs::read(&paths.head).unwrap(), b"earlier");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
