@@ -4,6 +4,7 @@
 //! must share). Written through a temporary file renamed into place.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
@@ -149,23 +150,13 @@ pub(crate) fn save(
     write_atomically(path, &bytes)
 }
 
-/// Reads the checkpoint at `path`, checks it belongs to the run `run` (refusing it naming the
-/// first differing setting), and restores the trainable tensors of `params` and the moments of
-/// `opt` from it. Returns its state.
-///
-/// # Errors
-/// [`TrainError::Checkpoint`] for an unreadable file, another run's checkpoint, or a tensor
-/// missing or misshapen; I/O errors.
-/// The run state stored in the checkpoint `bytes` read from `path`.
-fn read_state(path: &Path, bytes: &[u8]) -> Result<CheckpointState> {
+/// The run state in a checkpoint's safetensors metadata (`metadata`, read from `path`).
+fn state_of(path: &Path, metadata: Option<&HashMap<String, String>>) -> Result<CheckpointState> {
     let bad = |reason: String| TrainError::Checkpoint {
         path: path.display().to_string(),
         reason,
     };
-    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
-    let meta = header
-        .metadata()
-        .as_ref()
+    let meta = metadata
         .and_then(|m| m.get(META_KEY))
         .ok_or_else(|| bad(format!("no `{META_KEY}` metadata")))?;
     let state: CheckpointState =
@@ -179,23 +170,50 @@ fn read_state(path: &Path, bytes: &[u8]) -> Result<CheckpointState> {
     Ok(state)
 }
 
-/// The schedule length (the run's `config.steps`) of the checkpoint at `path`.
+/// The schedule length (the run's `config.steps`) of the checkpoint at `path`, from its header
+/// alone (the tensors can be large).
 ///
 /// # Errors
-/// [`TrainError::Checkpoint`] for a missing or unreadable checkpoint, or one without it.
+/// [`TrainError::Checkpoint`] for an unreadable header or one without it; I/O errors.
 pub(crate) fn stored_steps(path: &Path) -> Result<u64> {
-    let bytes = std::fs::read(path).map_err(|e| TrainError::Checkpoint {
+    let bad = |reason: String| TrainError::Checkpoint {
         path: path.display().to_string(),
-        reason: format!("--resume was given but it cannot be read: {e}"),
-    })?;
-    read_state(path, &bytes)?.run["config"]["steps"]
+        reason,
+    };
+    // a safetensors file starts with its header's length (8 bytes, little-endian), then the
+    // header (JSON), whose `__metadata__` holds the state
+    let mut file = std::fs::File::open(path).map_err(io_error(path))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(io_error(path))?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_HEADER_BYTES {
+        return Err(bad(format!("a header of {len} bytes")));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).map_err(io_error(path))?;
+    #[derive(Deserialize)]
+    struct Header {
+        #[serde(rename = "__metadata__")]
+        metadata: Option<HashMap<String, String>>,
+    }
+    let header: Header =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
+    let state = state_of(path, header.metadata.as_ref())?;
+    state.run["config"]["steps"]
         .as_u64()
-        .ok_or_else(|| TrainError::Checkpoint {
-            path: path.display().to_string(),
-            reason: "its run has no `config.steps`".into(),
-        })
+        .ok_or_else(|| bad("its run has no `config.steps`".into()))
 }
 
+/// The largest checkpoint header [`stored_steps`] reads (100 MB, as the safetensors crate).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Reads the checkpoint at `path`, checks it belongs to the run `run` (refusing it naming the
+/// first differing setting), and restores the trainable tensors of `params` and the moments of
+/// `opt` from it. Returns its state.
+///
+/// # Errors
+/// [`TrainError::Checkpoint`] for an unreadable file, another run's checkpoint, or a tensor
+/// missing or misshapen; I/O errors.
 pub(crate) fn restore(
     path: &Path,
     run: &serde_json::Value,
@@ -207,7 +225,8 @@ pub(crate) fn restore(
         reason,
     };
     let bytes = std::fs::read(path).map_err(io_error(path))?;
-    let state = read_state(path, &bytes)?;
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
+    let state = state_of(path, header.metadata().as_ref())?;
     if let Some(diff) = first_difference(&state.run, run) {
         return Err(bad(format!(
             "it belongs to another run: {diff}; resume with the same settings, or train \
