@@ -10,8 +10,9 @@
 #
 # A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1, SmolLM2 also
 # --lr 3e-3 --train-lm-head --input-norms, see experiments/heads/README.md; Medusa: the defaults)
-# into the cache, where the eagle / medusa drafters look for it; an existing one is used as it is
-# (delete it, or train with --resume, to change).
+# into the cache, where the eagle / medusa drafters look for it (an interrupted training of it,
+# whose checkpoint is there, is resumed); an existing head is used as it is (delete it, or train
+# with --resume, to change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +47,8 @@ for kind in "${kinds[@]}"; do
     echo "== training the $kind head for $target ($minutes minutes of steps)"
     extra=()
     [ "$kind" = eagle ] && extra=(--w-ce 1 --w-feat 0.1 "${eagle_extra[@]}")
+    # an interrupted training of this head left its checkpoint: continue that run
+    [ -f "$heads/$target-$kind.ckpt.safetensors" ] && extra+=(--resume)
     # --minutes without --steps: the schedule is sized to the budget on this machine (a few
     # timed probe steps), and the budget stops the run cleanly (with a checkpoint) if slower
     "$bin" train-head --target "$target" --kind "$kind" --draft-vocab "$vocab" \
