@@ -102,6 +102,7 @@ fn run(
         seed: 0,
         batch_size: 2,
         replay: None,
+        op_split: false,
     };
     let policy = Box::new(FixedPolicy::chain(k));
     let mut engine = Engine::new(model, drafter, verifier, policy, options).unwrap();

@@ -269,6 +269,7 @@ pub fn simulate_config(a: &SimulateArgs) -> Result<LoadedConfig> {
                 link: None,
             },
         }),
+        op_split: false,
         methods: a
             .ks
             .iter()

@@ -179,6 +179,16 @@ fn bad_values_name_the_field() {
             GOOD.replace("batch_size = 2", "batch_size = 0"),
             "batch_size",
         ),
+        // the op split times one request's forward at a time, of a real model
+        (
+            GOOD.replace("batch_size = 2", "batch_size = 2\nop_split = true"),
+            "op_split",
+        ),
+        (
+            GOOD.replace("batch_size = 2", "batch_size = 1\nop_split = true")
+                .replace("target = \"qwen2.5-coder-1.5b\"", "target = \"toy\""),
+            "op_split",
+        ),
         (
             GOOD.replace("kind = \"fixed\", k = 4", "kind = \"fixed\", k = 0"),
             "methods[1].policy",

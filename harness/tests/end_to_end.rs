@@ -168,26 +168,33 @@ fn a_simulated_experiment_writes_every_output() {
 
 /// A real-model config runs through the engine backend: SmolLM2, plain vs n-gram, greedy; both
 /// produce the same text and the results folder is written.
-#[test]
-fn real_model_configs_run_through_the_engine() {
-    if specdec_models::registry::cached_for_test("smollm2-135m").is_none() {
-        return;
-    }
-    let real = r#"
-name = "real"
+/// A config named `name`: SmolLM2 on one code prompt, 8 tokens, n-gram K = 3 against the
+/// baseline, with `top` (top-level keys) added.
+fn smollm2_ngram(name: &str, top: &str) -> String {
+    format!(
+        r#"
+name = "{name}"
 max_tokens = 8
-[models]
+{top}[models]
 target = "smollm2-135m"
 [prompts]
 source = "inline"
 texts = ["def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"]
 [[methods]]
 name = "ngram"
-drafter = { kind = "ngram", n = 3 }
-policy = { kind = "fixed", k = 3 }
-"#;
+drafter = {{ kind = "ngram", n = 3 }}
+policy = {{ kind = "fixed", k = 3 }}
+"#
+    )
+}
+
+#[test]
+fn real_model_configs_run_through_the_engine() {
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none() {
+        return;
+    }
     let dir = temp_dir("real");
-    let loaded = ExperimentConfig::from_toml(real, "real.toml").unwrap();
+    let loaded = ExperimentConfig::from_toml(&smollm2_ngram("real", ""), "real.toml").unwrap();
     let results = run_experiment(&loaded, &dir, false).unwrap();
     assert_eq!(results.requests.len(), 2);
     let texts: Vec<_> = results.requests.iter().map(|r| r.text.clone()).collect();
@@ -200,6 +207,48 @@ policy = { kind = "fixed", k = 3 }
         "greedy n-gram output differs from plain"
     );
     assert!(dir.join("summary.md").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `op_split = true` on a real model: every step records its target forward's ops, which add
+/// up to no more than the forward's time, and the results hold their CSV and table.
+#[test]
+fn a_real_run_records_each_target_forwards_op_split() {
+    if specdec_models::registry::cached_for_test("smollm2-135m").is_none() {
+        return;
+    }
+    let dir = temp_dir("ops");
+    let text = smollm2_ngram("ops", "op_split = true\n");
+    let loaded = ExperimentConfig::from_toml(&text, "ops.toml").unwrap();
+    let results = run_experiment(&loaded, &dir, false).unwrap();
+    assert!(!results.steps.is_empty());
+    for s in &results.steps {
+        let names: Vec<&str> = s.ops.iter().map(|o| o.op.as_str()).collect();
+        for op in ["qkv", "attention", "lm_head"] {
+            assert!(
+                names.contains(&op),
+                "{}: {op} missing from {names:?}",
+                s.method
+            );
+        }
+        let sum: f64 = s.ops.iter().map(|o| o.seconds).sum();
+        assert!(
+            sum > 0.0 && sum <= s.target_s * 1.02 + 1e-5,
+            "{}: ops {sum} s against the forward's {} s",
+            s.method,
+            s.target_s
+        );
+    }
+    for summary in &results.summaries {
+        assert!(!summary.forward_ops.is_empty(), "{}", summary.method);
+    }
+    let csv = std::fs::read_to_string(dir.join(files::FORWARD_OPS_CSV)).unwrap();
+    assert!(csv.starts_with("method,tokens,passes,op,median_s"));
+    assert!(csv
+        .lines()
+        .any(|l| l.starts_with("baseline,1,") && l.contains(",attention,")));
+    let md = std::fs::read_to_string(dir.join(files::SUMMARY_MD)).unwrap();
+    assert!(md.contains("Target forward by op"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

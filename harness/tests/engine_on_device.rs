@@ -92,6 +92,7 @@ fn run(
         seed: 3,
         batch_size,
         replay: None,
+        op_split: false,
     };
     let policy = Box::new(FixedPolicy::chain(k));
     let mut engine =

@@ -67,6 +67,7 @@ fn run(
         seed: 3,
         batch_size,
         replay: None,
+        op_split: false,
     };
     let policy = Box::new(FixedPolicy::chain(k));
     let mut engine =
@@ -164,6 +165,7 @@ fn a_feature_drafter_needs_a_target_that_taps_features() {
         seed: 0,
         batch_size: 1,
         replay: None,
+        op_split: false,
     };
     let err = Engine::new(
         &mut plain,

@@ -85,6 +85,7 @@ fn engine_options(batch_size: usize) -> EngineOptions {
         seed: 5,
         batch_size,
         replay: None,
+        op_split: false,
     }
 }
 

@@ -120,6 +120,7 @@ fn options(batch_size: usize) -> EngineOptions {
         seed: 3,
         batch_size,
         replay: None,
+        op_split: false,
     }
 }
 

@@ -59,6 +59,7 @@ fn run(
         seed: 1,
         batch_size,
         replay: None,
+        op_split: false,
     };
     let mut engine = Engine::new(
         model,

@@ -51,6 +51,12 @@ pub struct ExperimentConfig {
     /// The toy models used when `models.target = "toy"` (defaults when absent).
     #[serde(default)]
     pub toy: Option<ToyConfig>,
+    /// Record each target forward split into its ops (`steps.jsonl`'s `ops`, `forward_ops.csv`
+    /// and a table in `summary.md`): the CPU forward of a target of one rank, one request at a
+    /// time (`batch_size = 1`); refused for a simulation, the toy models, or a target without
+    /// an op clock [default: false].
+    #[serde(default)]
+    pub op_split: bool,
     /// The method configurations to compare (the baseline among them after validation).
     pub methods: Vec<MethodConfig>,
 }
@@ -323,6 +329,23 @@ impl ExperimentConfig {
         }
         if self.repeat == 0 {
             return Err(invalid("repeat", "must be at least 1".into()));
+        }
+        if self.op_split {
+            if self.batch_size != 1 {
+                return Err(invalid(
+                    "op_split",
+                    format!(
+                        "splits the forward of one request at a time; batch_size is {}",
+                        self.batch_size
+                    ),
+                ));
+            }
+            if self.simulation.is_some() || self.models.target == "toy" {
+                return Err(invalid(
+                    "op_split",
+                    "times a model's forward; a simulation or the toy models have none".into(),
+                ));
+            }
         }
         let s = &self.sampling;
         if !(s.temperature.is_finite() && s.temperature >= 0.0) {

@@ -26,6 +26,11 @@
 //! Methods run interleaved by default (`schedule = "interleaved"`: every method on the first
 //! `batch_size` prompts, then every method on the next, in rotating order), so that slow drift of
 //! the machine does not favour one method; `schedule = "by_method"` runs them one after another.
+//!
+//! `op_split = true` (one request at a time, a real model on the CPU) records each target
+//! forward split into its ops (qkv, attention, gate_up, down, lm_head, ...) in the step
+//! records, `forward_ops.csv` and a `summary.md` table: where a drafter's work between forwards
+//! slows the target, this says which ops pay.
 
 mod experiment;
 mod method;

@@ -74,7 +74,7 @@ use specdec_models::{
 };
 
 use crate::error::{HarnessError, Result};
-use crate::metrics::{PolicyDecision, StepRecord};
+use crate::metrics::{OpSeconds, PolicyDecision, StepRecord};
 
 /// Token slots a request's admission reserves in the target's KV pool beyond its prompt and
 /// `max_new_tokens`: room for the draft tree's speculative slots at the end of its output. A
@@ -123,6 +123,9 @@ pub struct EngineOptions {
     /// Decisions of a recorded run to take in place of the policy's, step by step, each step
     /// checked against its record ([`RecordedDecisions`]); `None` lets the policy decide.
     pub replay: Option<Arc<RecordedDecisions>>,
+    /// Record each target forward's op split in its steps' records ([`StepRecord::ops`]); the
+    /// target's op clock must be on ([`LanguageModel::set_op_clock`]).
+    pub op_split: bool,
 }
 
 /// One request: a prompt and its stop conditions.
@@ -806,8 +809,25 @@ impl<'a> Engine<'a> {
         }
         let trees: Vec<DraftTree<f32>> = trees.into_iter().flatten().collect();
         // 3–4: one target pass over every tree, verified where its logits are.
+        if self.options.op_split {
+            // what the clock holds now is not this forward's (a prompt's prefill)
+            self.target.take_op_times();
+        }
         let pass = self.target_pass(active, &trees, &choices, decisions)?;
         let target_s = pass.forward_s;
+        // a forward shared by a batch is recorded in full in each of its steps, as its time
+        let ops: Vec<OpSeconds> = if self.options.op_split {
+            self.target
+                .take_op_times()
+                .into_iter()
+                .map(|t| OpSeconds {
+                    op: t.op.to_string(),
+                    seconds: t.total.as_secs_f64(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let kv_blocks_used = self
             .target
             .kv_room()
@@ -924,6 +944,7 @@ impl<'a> Engine<'a> {
                 drafter: std::mem::take(&mut drafters[position]),
                 decision: Some(choices[position].1.clone()),
                 tokens: seq.context[seq.context.len() - kept..].to_vec(),
+                ops: ops.clone(),
             });
             seq.step += 1;
             if let Some(reason) = finish {

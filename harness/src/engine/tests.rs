@@ -36,6 +36,7 @@ fn options(sampling: SamplingParams, batch_size: usize) -> EngineOptions {
         seed: 7,
         batch_size,
         replay: None,
+        op_split: false,
     }
 }
 
@@ -1219,6 +1220,7 @@ fn recorded_decisions_refuse_records_they_cannot_replay() {
         drafter: "d".into(),
         decision,
         tokens: vec![3, 4],
+        ops: Vec::new(),
     };
     let chain = Some(PolicyDecision::new(false, &Budget::Chain(2)));
     let err = |records: &[StepRecord]| {

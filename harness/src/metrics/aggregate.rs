@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::stats::{bootstrap, geometric_mean_interval, mean_interval, quantile, ratio_interval};
+#[cfg(test)]
+use super::OpSeconds;
 use super::{Interval, MethodRun, RequestRecord, StepRecord};
 use crate::error::{HarnessError, Result};
 
@@ -108,6 +110,10 @@ pub struct MethodSummary {
     /// alone (see [`pass_times`]); empty when none did.
     #[serde(default)]
     pub pass_times: Vec<PassTime>,
+    /// The target forward's median op split by the tokens it verified, over the steps that ran
+    /// alone and recorded one (`op_split = true`; see [`forward_ops`]); empty otherwise.
+    #[serde(default)]
+    pub forward_ops: Vec<ForwardOps>,
     /// Seconds per phase.
     pub time_split: TimeSplit,
     /// Largest KV block count of any request.
@@ -199,6 +205,71 @@ pub fn pass_times(steps: &[&StepRecord]) -> Vec<PassTime> {
                 tokens,
                 passes: seconds.len(),
                 median_s: quantile(&seconds, 0.5),
+            }
+        })
+        .collect()
+}
+
+/// One op's median seconds in the target forwards of one size ([`ForwardOps`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpMedian {
+    /// The op's name ("qkv", "attention", "lm_head", ...).
+    pub op: String,
+    /// Median seconds over the forwards (0 in a forward that did not run the op).
+    pub median_s: f64,
+}
+
+/// The op split of the target forwards of one size: the steps that ran alone (batch 1),
+/// verified `tokens` tokens and recorded their ops ([`StepRecord::ops`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForwardOps {
+    /// Tokens in the forward (`proposed + 1`).
+    pub tokens: usize,
+    /// Forwards of that size with an op split (≥ 1).
+    pub passes: usize,
+    /// Each op's median, in the order the ops first ran.
+    pub ops: Vec<OpMedian>,
+}
+
+/// The op split of the target forward by size, as [`pass_times`] gives its time: for each size
+/// among the unbatched steps that recorded ops, each op's median seconds, ascending by size.
+pub fn forward_ops(steps: &[&StepRecord]) -> Vec<ForwardOps> {
+    let mut by_tokens: BTreeMap<usize, Vec<&StepRecord>> = BTreeMap::new();
+    for s in steps.iter().filter(|s| s.batch == 1 && !s.ops.is_empty()) {
+        by_tokens.entry(s.proposed + 1).or_default().push(s);
+    }
+    by_tokens
+        .into_iter()
+        .map(|(tokens, steps)| {
+            let mut names: Vec<&str> = Vec::new();
+            for op in steps.iter().flat_map(|s| &s.ops) {
+                if !names.contains(&op.op.as_str()) {
+                    names.push(&op.op);
+                }
+            }
+            let ops = names
+                .into_iter()
+                .map(|name| {
+                    let mut seconds: Vec<f64> = steps
+                        .iter()
+                        .map(|s| {
+                            s.ops
+                                .iter()
+                                .find(|o| o.op == name)
+                                .map_or(0.0, |o| o.seconds)
+                        })
+                        .collect();
+                    seconds.sort_by(f64::total_cmp);
+                    OpMedian {
+                        op: name.to_string(),
+                        median_s: quantile(&seconds, 0.5),
+                    }
+                })
+                .collect();
+            ForwardOps {
+                tokens,
+                passes: steps.len(),
+                ops,
             }
         })
         .collect()
@@ -503,6 +574,7 @@ pub fn summarize(
             accepted_lengths: accepted_lengths(&method_steps),
             acceptance_by_depth: acceptance_by_depth(&method_steps),
             pass_times: pass_times(&method_steps),
+            forward_ops: forward_ops(&method_steps),
             time_split: TimeSplit {
                 prefill_s: sum(|r| r.prefill_s),
                 draft_s: sum(|r| r.draft_s),
@@ -557,6 +629,7 @@ mod tests {
             drafter: "d".into(),
             decision: None,
             tokens: Vec::new(),
+            ops: Vec::new(),
         }
     }
 
@@ -605,6 +678,49 @@ mod tests {
         assert_eq!(got, vec![(1, 3, 5.0), (3, 2, 8.0)]);
         assert!(pass_times(&[]).is_empty());
         assert!(pass_times(&refs[5..]).is_empty());
+    }
+
+    #[test]
+    fn forward_ops_are_each_ops_median_by_forward_size() {
+        let split = |proposed: usize, ops: &[(&str, f64)], batch: usize| StepRecord {
+            batch,
+            ops: ops
+                .iter()
+                .map(|&(op, seconds)| OpSeconds {
+                    op: op.into(),
+                    seconds,
+                })
+                .collect(),
+            ..step("m", 0, proposed, 0)
+        };
+        let s = [
+            split(0, &[("qkv", 1.0), ("attention", 4.0)], 1),
+            split(0, &[("qkv", 3.0), ("attention", 2.0)], 1),
+            split(0, &[("qkv", 2.0), ("attention", 9.0)], 1),
+            split(2, &[("qkv", 5.0), ("lm_head", 1.0)], 1),
+            split(2, &[("qkv", 7.0)], 1),
+            split(2, &[("qkv", 100.0)], 2), // batched: left out
+            step("m", 0, 2, 0),             // no split recorded: left out
+        ];
+        let refs: Vec<&StepRecord> = s.iter().collect();
+        type Split = (usize, usize, Vec<(String, f64)>);
+        let got: Vec<Split> = forward_ops(&refs)
+            .into_iter()
+            .map(|f| {
+                let ops = f.ops.into_iter().map(|o| (o.op, o.median_s)).collect();
+                (f.tokens, f.passes, ops)
+            })
+            .collect();
+        let ops = |v: &[(&str, f64)]| v.iter().map(|&(o, x)| (o.to_string(), x)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 3, ops(&[("qkv", 2.0), ("attention", 4.0)])),
+                // an op a forward did not run counts 0 there
+                (3, 2, ops(&[("qkv", 6.0), ("lm_head", 0.5)])),
+            ]
+        );
+        assert!(forward_ops(&refs[5..]).is_empty());
     }
 
     #[test]

@@ -37,10 +37,11 @@ mod records;
 mod stats;
 
 pub use aggregate::{
-    acceptance_by_depth, accepted_lengths, pass_times, summarize, summarize_categories,
-    CategorySummary, DepthAcceptance, MethodSummary, PassTime, TimeSplit,
+    acceptance_by_depth, accepted_lengths, forward_ops, pass_times, summarize,
+    summarize_categories, CategorySummary, DepthAcceptance, ForwardOps, MethodSummary, OpMedian,
+    PassTime, TimeSplit,
 };
-pub use records::{BudgetRecord, MethodRun, PolicyDecision, RequestRecord, StepRecord};
+pub use records::{BudgetRecord, MethodRun, OpSeconds, PolicyDecision, RequestRecord, StepRecord};
 pub use stats::{
     bootstrap, geometric_mean_interval, mean, mean_interval, quantile, ratio_interval, Interval,
     BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_PROMPTS,

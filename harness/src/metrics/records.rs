@@ -72,6 +72,20 @@ pub struct StepRecord {
     /// were recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<u32>,
+    /// The target forward split into its ops, in the order they first ran, when the run asked
+    /// for it (`op_split = true`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<OpSeconds>,
+}
+
+/// The wall time of one op of a target forward (all its calls: one per layer for a block's
+/// ops), as the model's op clock measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpSeconds {
+    /// The op's name ("qkv", "attention", "lm_head", ...).
+    pub op: String,
+    /// Seconds.
+    pub seconds: f64,
 }
 
 /// One step's speculation decision as recorded: which drafter, with which budget.

@@ -137,6 +137,27 @@ pub fn summary_csv(summaries: &[MethodSummary]) -> String {
     )
 }
 
+/// One row per method × forward size × op of the target forwards' op split (`op_split = true`):
+/// the op's median seconds over the forwards of that size (see [`crate::metrics::forward_ops`]).
+pub fn forward_ops_csv(summaries: &[MethodSummary]) -> String {
+    table(
+        &["method", "tokens", "passes", "op", "median_s"],
+        summaries.iter().flat_map(|s| {
+            s.forward_ops.iter().flat_map(move |f| {
+                f.ops.iter().map(move |o| {
+                    vec![
+                        s.method.clone(),
+                        f.tokens.to_string(),
+                        f.passes.to_string(),
+                        o.op.clone(),
+                        o.median_s.to_string(),
+                    ]
+                })
+            })
+        }),
+    )
+}
+
 /// One row per method × category.
 pub fn categories_csv(categories: &[CategorySummary]) -> String {
     table(

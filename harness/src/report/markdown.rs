@@ -3,7 +3,9 @@
 use std::fmt::Write;
 
 use super::Provenance;
-use crate::metrics::{CategorySummary, Interval, MethodSummary, BOOTSTRAP_RESAMPLES, FEW_PROMPTS};
+use crate::metrics::{
+    CategorySummary, ForwardOps, Interval, MethodSummary, BOOTSTRAP_RESAMPLES, FEW_PROMPTS,
+};
 
 /// `text` as one markdown table cell: `|` escaped, line breaks and other control characters
 /// made spaces, so a method name or description cannot add columns or rows.
@@ -155,6 +157,7 @@ pub fn summary_markdown(
     write_category_table(&mut md, summaries, categories, provenance);
     write_acceptance_tables(&mut md, summaries);
     write_pass_times(&mut md, summaries, unit, scale);
+    write_forward_ops(&mut md, summaries, unit, scale);
     let setups: Vec<String> = summaries
         .iter()
         .filter(|s| s.setup_s > 0.0)
@@ -350,6 +353,84 @@ fn write_pass_times(md: &mut String, summaries: &[MethodSummary], unit: &str, sc
             .collect();
         let _ = writeln!(md, "| {} | {} |", table_cell(&s.method), cells.join(" | "));
     }
+    let _ = writeln!(md);
+}
+
+/// Most columns (method × forward size) of [`write_forward_ops`]'s table.
+const FORWARD_OPS_COLUMNS: usize = 8;
+
+/// The fewest forwards of one size that get a column in [`write_forward_ops`]'s table.
+const FORWARD_OPS_MIN_PASSES: usize = 10;
+
+/// The target forward's median op split, a column per method and forward size (those of at
+/// least [`FORWARD_OPS_MIN_PASSES`] forwards, the first [`FORWARD_OPS_COLUMNS`] in method order),
+/// a row per op and their sum; written when the run recorded op splits (`op_split = true`).
+fn write_forward_ops(md: &mut String, summaries: &[MethodSummary], unit: &str, scale: f64) {
+    let all: Vec<(&MethodSummary, &ForwardOps)> = summaries
+        .iter()
+        .flat_map(|s| s.forward_ops.iter().map(move |f| (s, f)))
+        .collect();
+    if all.is_empty() {
+        return;
+    }
+    let columns: Vec<(&MethodSummary, &ForwardOps)> = all
+        .iter()
+        .copied()
+        .filter(|(_, f)| f.passes >= FORWARD_OPS_MIN_PASSES)
+        .take(FORWARD_OPS_COLUMNS)
+        .collect();
+    let _ = writeln!(
+        md,
+        "### Target forward by op (op_split)\n\nMedian {unit} of each op of one target forward \
+         over n tokens, timed inside the forward (an op ends when all its threads have; the ops \
+         add up to the forward); the method × size pairs of at least \
+         {FORWARD_OPS_MIN_PASSES} forwards, at most {FORWARD_OPS_COLUMNS} (every pair is in \
+         `forward_ops.csv`).\n"
+    );
+    if columns.is_empty() {
+        let _ = writeln!(
+            md,
+            "No method × size had {FORWARD_OPS_MIN_PASSES} forwards.\n"
+        );
+        return;
+    }
+    let header: Vec<String> = columns
+        .iter()
+        .map(|(s, f)| format!("{} n = {} ({})", table_cell(&s.method), f.tokens, f.passes))
+        .collect();
+    let _ = writeln!(md, "| op | {} |", header.join(" | "));
+    let _ = writeln!(md, "|---|{}", "---:|".repeat(columns.len()));
+    let mut names: Vec<&str> = Vec::new();
+    for (_, f) in &columns {
+        for o in &f.ops {
+            if !names.contains(&o.op.as_str()) {
+                names.push(&o.op);
+            }
+        }
+    }
+    let median = |f: &ForwardOps, name: &str| {
+        f.ops
+            .iter()
+            .find(|o| o.op == name)
+            .map_or(0.0, |o| o.median_s)
+    };
+    for name in &names {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|(_, f)| format!("{:.3}", median(f, name) * scale))
+            .collect();
+        let _ = writeln!(md, "| {} | {} |", table_cell(name), cells.join(" | "));
+    }
+    let sums: Vec<String> = columns
+        .iter()
+        .map(|(_, f)| {
+            format!(
+                "{:.3}",
+                f.ops.iter().map(|o| o.median_s).sum::<f64>() * scale
+            )
+        })
+        .collect();
+    let _ = writeln!(md, "| sum of medians | {} |", sums.join(" | "));
     let _ = writeln!(md);
 }
 

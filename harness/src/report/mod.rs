@@ -15,6 +15,7 @@
 //!
 //! | `categories.csv`, `categories.svg` | per method × category (only when the prompts have categories) |
 //! | `speedup_by_k.svg`, `tau_by_k.svg` | speedup and τ against K per drafter (only when methods differ only in a fixed K) |
+//! | `forward_ops.csv` | the target forward's median op split per method × forward size × op (only with `op_split = true`) |
 //!
 //! [`write_results`] writes all of them; [`rerender`] reads the raw JSONL back and rewrites the
 //! derived files (summary, CSV, markdown, plots).
@@ -25,7 +26,7 @@ mod markdown;
 mod plots;
 mod provenance;
 
-pub use csv::{categories_csv, requests_csv, steps_csv, summary_csv};
+pub use csv::{categories_csv, forward_ops_csv, requests_csv, steps_csv, summary_csv};
 pub use jsonl::{
     append_jsonl, read_appended_jsonl, read_jsonl, temp_path, write_atomic, write_jsonl,
 };
@@ -101,12 +102,16 @@ pub mod files {
     pub const SPEEDUP_BY_K_SVG: &str = "speedup_by_k.svg";
     /// τ against K per drafter (as [`SPEEDUP_BY_K_SVG`]).
     pub const TAU_BY_K_SVG: &str = "tau_by_k.svg";
-    /// The files a results folder holds only when the run has them (per category, by K).
-    pub const OPTIONAL: [&str; 4] = [
+    /// The target forward's op split (only with `op_split = true`).
+    pub const FORWARD_OPS_CSV: &str = "forward_ops.csv";
+    /// The files a results folder holds only when the run has them (per category, by K, the
+    /// op split).
+    pub const OPTIONAL: [&str; 5] = [
         CATEGORIES_CSV,
         CATEGORIES_SVG,
         SPEEDUP_BY_K_SVG,
         TAU_BY_K_SVG,
+        FORWARD_OPS_CSV,
     ];
     /// Every file a results folder holds after [`super::write_results`] (the per-category and
     /// by-K files besides, when the run has them).
@@ -231,6 +236,11 @@ fn write_derived(dir: &Path, results: &RunResults) -> Result<Vec<PathBuf>> {
             })?;
             written.push(p);
         }
+    }
+    if results.summaries.iter().any(|s| !s.forward_ops.is_empty()) {
+        let p = dir.join(files::FORWARD_OPS_CSV);
+        write_text(&p, &forward_ops_csv(&results.summaries))?;
+        written.push(p);
     }
     for (name, text) in [
         (files::SUMMARY_CSV, summary_csv(&results.summaries)),

@@ -155,6 +155,7 @@ pub fn toy_rows(p: &LeviathanParams, toy_seeds: &[u64]) -> Result<Vec<ToyRow>> {
                 seed: toy_seed,
                 dense: true,
             }),
+            op_split: false,
             methods: Vec::new(),
         };
         let mut backend = ToyBackend::new(&config)?;

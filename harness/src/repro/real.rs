@@ -85,6 +85,7 @@ pub fn qwen_config(
         schedule: Default::default(),
         toy: None,
         simulation: None,
+        op_split: false,
         methods,
     };
     let notes = config.validate(name)?;

@@ -86,6 +86,8 @@ pub struct EngineBackend {
     prepared_s: HashMap<String, f64>,
     /// A recorded run's decisions to replay ([`EngineOptions::replay`]).
     replay: Option<Arc<RecordedDecisions>>,
+    /// Record each target forward's op split ([`EngineOptions::op_split`]).
+    op_split: bool,
 }
 
 impl EngineBackend {
@@ -111,7 +113,25 @@ impl EngineBackend {
             config.batch_size,
         )?
         .with_penalties(config.sampling.penalties())?
-        .place(device, config.models.tensor_parallel.unwrap_or(1))
+        .place(device, config.models.tensor_parallel.unwrap_or(1))?
+        .with_op_split(config.op_split)
+    }
+
+    /// Records each target forward split into its ops in every later run (`on`), switching
+    /// the target's op clock on ([`LanguageModel::set_op_clock`]).
+    ///
+    /// # Errors
+    /// [`crate::HarnessError::InvalidEngine`] when the target (as placed) has no op clock.
+    pub fn with_op_split(mut self, on: bool) -> Result<Self> {
+        if on && !self.target.model().set_op_clock(true) {
+            return Err(crate::HarnessError::InvalidEngine(
+                "op_split: this target has no op clock (the CPU forward of a target of one rank \
+                 has one; a GPU or tensor-parallel target has not)"
+                    .into(),
+            ));
+        }
+        self.op_split = on;
+        Ok(self)
     }
 
     /// Applies `penalties` to the target's logits of every later run.
@@ -193,6 +213,7 @@ impl EngineBackend {
             prepared_s: HashMap::new(),
             device: Device::Cpu,
             replay: None,
+            op_split: false,
         })
     }
 
@@ -452,6 +473,7 @@ impl EngineBackend {
             seed: self.seed,
             batch_size: self.batch_size,
             replay: self.replay.clone(),
+            op_split: self.op_split,
         }
     }
 

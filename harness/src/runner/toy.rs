@@ -175,6 +175,7 @@ impl Backend for ToyBackend {
             seed: self.seed,
             batch_size: self.batch_size,
             replay: None,
+            op_split: false,
         };
         let started = Instant::now();
         let generations = built

@@ -73,6 +73,7 @@ pub fn simulate_request(
             drafter: if k > 0 { "simulated" } else { "none" }.into(),
             decision: None,
             tokens: Vec::new(),
+            ops: Vec::new(),
         });
     }
     Ok(SimulatedRequest { steps, elapsed_s })

@@ -586,6 +586,22 @@ impl LanguageModel for LlamaModel {
         Some(KvRoom::of(self.kv.cache()))
     }
 
+    /// [`LlamaModel::time_ops`] for a model of one rank; a rank of a tensor-parallel group
+    /// cannot (its forward waits on the others').
+    fn set_op_clock(&mut self, on: bool) -> bool {
+        if self.plan.world > 1 {
+            return false;
+        }
+        self.time_ops(on);
+        true
+    }
+
+    fn take_op_times(&mut self) -> Vec<OpTime> {
+        let times = self.op_times();
+        self.reset_op_times();
+        times
+    }
+
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         self.kv.commit(seq, path)
     }

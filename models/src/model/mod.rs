@@ -213,6 +213,20 @@ pub trait LanguageModel: Send {
         None
     }
 
+    /// Starts (`on`) or stops timing every op of each forward ([`crate::llama::OpTime`]);
+    /// returns whether this model can: the CPU Llama / Qwen2 forward can (one rank), the
+    /// default (every other model) cannot and times nothing.
+    fn set_op_clock(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+
+    /// The op times of the forwards since the last call (or since timing started), then
+    /// cleared; empty when not timing.
+    fn take_op_times(&mut self) -> Vec<crate::llama::OpTime> {
+        Vec::new()
+    }
+
     /// Keeps the new tokens on `path` of the last forward of `seq` as committed tokens, in path
     /// order, and discards its other speculative entries. `path` lists node indices of that
     /// forward's tree, starting at the root (node 0), each node the parent of the next — or is
@@ -341,6 +355,12 @@ impl<M: LanguageModel + ?Sized> LanguageModel for Box<M> {
     }
     fn kv_room(&self) -> Option<KvRoom> {
         (**self).kv_room()
+    }
+    fn set_op_clock(&mut self, on: bool) -> bool {
+        (**self).set_op_clock(on)
+    }
+    fn take_op_times(&mut self) -> Vec<crate::llama::OpTime> {
+        (**self).take_op_times()
     }
     fn commit(&mut self, seq: SeqId, path: &[usize]) -> Result<()> {
         (**self).commit(seq, path)

@@ -359,6 +359,7 @@ impl ServeBenchArgs {
             schedule: Default::default(),
             simulation: None,
             toy: None,
+            op_split: false,
             methods: vec![
                 method_for("plain", self.k, None)?,
                 self.speculative_method()?,
