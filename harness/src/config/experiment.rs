@@ -54,7 +54,7 @@ pub struct ExperimentConfig {
     /// Record each target forward split into its ops (`steps.jsonl`'s `ops`, `forward_ops.csv`
     /// and a table in `summary.md`): the CPU forward of a target of one rank, one request at a
     /// time (`batch_size = 1`); refused for a simulation, the toy models, or a target without
-    /// an op clock [default: false].
+    /// an op clock. The clock slows the forward by a few percent [default: false].
     #[serde(default)]
     pub op_split: bool,
     /// The method configurations to compare (the baseline among them after validation).

@@ -30,7 +30,8 @@
 //! `op_split = true` (one request at a time, a real model on the CPU) records each target
 //! forward split into its ops (qkv, attention, gate_up, down, lm_head, ...) in the step
 //! records, `forward_ops.csv` and a `summary.md` table: where a drafter's work between forwards
-//! slows the target, this says which ops pay.
+//! slows the target, this says which ops pay. The clock itself slows a SmolLM2 forward by
+//! 2–8 % (three alternations on a 2-core Xeon): compare methods within a run that has it on.
 
 mod experiment;
 mod method;
