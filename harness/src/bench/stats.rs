@@ -2,21 +2,7 @@
 
 use std::time::Instant;
 
-/// The median of `samples` (mean of the two middle values for an even count); `None` when empty
-/// or when a sample is NaN.
-pub fn median(samples: &[f64]) -> Option<f64> {
-    if samples.is_empty() || samples.iter().any(|s| s.is_nan()) {
-        return None;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    })
-}
+pub use crate::metrics::median;
 
 /// Runs `f` once and returns its result with the elapsed wall time in seconds.
 pub fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
@@ -44,15 +30,6 @@ pub fn token_stream(seed: u64, n: usize, below: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_odd_even_and_invalid() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[7.5]), Some(7.5));
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[1.0, f64::NAN]), None);
-    }
 
     #[test]
     fn token_stream_is_deterministic_and_bounded() {

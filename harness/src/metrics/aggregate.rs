@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{bootstrap, geometric_mean_interval, mean_interval, quantile, ratio_interval};
+use super::stats::{bootstrap, geometric_mean_interval, mean_interval, median, ratio_interval};
 #[cfg(test)]
 use super::OpSeconds;
 use super::{Interval, MethodRun, RequestRecord, StepRecord};
@@ -190,24 +190,39 @@ pub struct PassTime {
 /// Batched steps are left out: their `target_s` is a share of a forward over other sequences'
 /// tokens too.
 pub fn pass_times(steps: &[&StepRecord]) -> Vec<PassTime> {
-    let mut by_tokens: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for s in steps.iter().filter(|s| s.batch == 1) {
-        by_tokens
-            .entry(s.proposed + 1)
-            .or_default()
-            .push(s.target_s);
-    }
-    by_tokens
+    unbatched_by_size(steps.iter().copied())
         .into_iter()
-        .map(|(tokens, mut seconds)| {
-            seconds.sort_by(f64::total_cmp);
+        .map(|(tokens, steps)| {
+            let seconds: Vec<f64> = steps.iter().map(|s| s.target_s).collect();
             PassTime {
                 tokens,
-                passes: seconds.len(),
-                median_s: quantile(&seconds, 0.5),
+                passes: steps.len(),
+                median_s: median(&seconds).unwrap_or(f64::NAN),
             }
         })
         .collect()
+}
+
+/// `steps` that ran alone (`batch == 1`), grouped by forward size (`proposed + 1`).
+fn unbatched_by_size<'s>(
+    steps: impl Iterator<Item = &'s StepRecord>,
+) -> BTreeMap<usize, Vec<&'s StepRecord>> {
+    let mut by_tokens: BTreeMap<usize, Vec<&StepRecord>> = BTreeMap::new();
+    for s in steps.filter(|s| s.batch == 1) {
+        by_tokens.entry(s.proposed + 1).or_default().push(s);
+    }
+    by_tokens
+}
+
+/// `names` without repeats, in the order they first occur (the order ops first ran).
+pub(crate) fn first_seen<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut seen: Vec<&str> = Vec::new();
+    for name in names {
+        if !seen.contains(&name) {
+            seen.push(name);
+        }
+    }
+    seen
 }
 
 /// One op's median seconds in the target forwards of one size ([`ForwardOps`]).
@@ -234,23 +249,14 @@ pub struct ForwardOps {
 /// The op split of the target forward by size, as [`pass_times`] gives its time: for each size
 /// among the unbatched steps that recorded ops, each op's median seconds, ascending by size.
 pub fn forward_ops(steps: &[&StepRecord]) -> Vec<ForwardOps> {
-    let mut by_tokens: BTreeMap<usize, Vec<&StepRecord>> = BTreeMap::new();
-    for s in steps.iter().filter(|s| s.batch == 1 && !s.ops.is_empty()) {
-        by_tokens.entry(s.proposed + 1).or_default().push(s);
-    }
-    by_tokens
+    unbatched_by_size(steps.iter().copied().filter(|s| !s.ops.is_empty()))
         .into_iter()
         .map(|(tokens, steps)| {
-            let mut names: Vec<&str> = Vec::new();
-            for op in steps.iter().flat_map(|s| &s.ops) {
-                if !names.contains(&op.op.as_str()) {
-                    names.push(&op.op);
-                }
-            }
+            let names = first_seen(steps.iter().flat_map(|s| &s.ops).map(|o| o.op.as_str()));
             let ops = names
                 .into_iter()
                 .map(|name| {
-                    let mut seconds: Vec<f64> = steps
+                    let seconds: Vec<f64> = steps
                         .iter()
                         .map(|s| {
                             s.ops
@@ -259,10 +265,9 @@ pub fn forward_ops(steps: &[&StepRecord]) -> Vec<ForwardOps> {
                                 .map_or(0.0, |o| o.seconds)
                         })
                         .collect();
-                    seconds.sort_by(f64::total_cmp);
                     OpMedian {
                         op: name.to_string(),
-                        median_s: quantile(&seconds, 0.5),
+                        median_s: median(&seconds).unwrap_or(f64::NAN),
                     }
                 })
                 .collect();

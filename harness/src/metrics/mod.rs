@@ -33,6 +33,7 @@
 //! the prompt, not the repeat, is the unit resampled.
 
 mod aggregate;
+pub(crate) use aggregate::first_seen;
 mod records;
 mod stats;
 
@@ -43,6 +44,6 @@ pub use aggregate::{
 };
 pub use records::{BudgetRecord, MethodRun, OpSeconds, PolicyDecision, RequestRecord, StepRecord};
 pub use stats::{
-    bootstrap, geometric_mean_interval, mean, mean_interval, quantile, ratio_interval, Interval,
-    BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_PROMPTS,
+    bootstrap, geometric_mean_interval, mean, mean_interval, median, quantile, ratio_interval,
+    Interval, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_PROMPTS,
 };

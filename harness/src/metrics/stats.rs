@@ -48,6 +48,22 @@ pub fn mean(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
+/// The median of `samples` (mean of the two middle values for an even count); `None` when empty
+/// or when a sample is NaN.
+pub fn median(samples: &[f64]) -> Option<f64> {
+    if samples.is_empty() || samples.iter().any(|s| s.is_nan()) {
+        return None;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    Some(if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    })
+}
+
 /// The `q` quantile (0..=1) of sorted values, linearly interpolated between order statistics
 /// (Hyndman–Fan type 7, numpy's default). `sorted` must be non-empty and ascending; `q` is
 /// clamped to 0..=1.
@@ -137,6 +153,15 @@ pub fn geometric_mean_interval(xs: &[f64]) -> Option<Interval> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_odd_even_and_invalid() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[7.5]), Some(7.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[1.0, f64::NAN]), None);
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::Provenance;
+use crate::metrics::first_seen;
 use crate::metrics::{
     CategorySummary, ForwardOps, Interval, MethodSummary, BOOTSTRAP_RESAMPLES, FEW_PROMPTS,
 };
@@ -400,14 +401,12 @@ fn write_forward_ops(md: &mut String, summaries: &[MethodSummary], unit: &str, s
         .collect();
     let _ = writeln!(md, "| op | {} |", header.join(" | "));
     let _ = writeln!(md, "|---|{}", "---:|".repeat(columns.len()));
-    let mut names: Vec<&str> = Vec::new();
-    for (_, f) in &columns {
-        for o in &f.ops {
-            if !names.contains(&o.op.as_str()) {
-                names.push(&o.op);
-            }
-        }
-    }
+    let names = first_seen(
+        columns
+            .iter()
+            .flat_map(|(_, f)| &f.ops)
+            .map(|o| o.op.as_str()),
+    );
     let median = |f: &ForwardOps, name: &str| {
         f.ops
             .iter()
