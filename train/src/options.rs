@@ -26,6 +26,9 @@ pub const MAX_UNROLL: usize = 8;
 pub const MAX_MEDUSA_HEADS: usize = 8;
 /// Conversations shorter than this many tokens (after the chat template) are skipped.
 pub const MIN_SEQUENCE_TOKENS: usize = 16;
+/// The longest time budget `--minutes` takes: a year.
+pub const MAX_MINUTES: f64 = 525_600.0;
+
 /// Default optimiser steps of a run (`--steps`).
 pub const DEFAULT_STEPS: u64 = 1000;
 
@@ -289,6 +292,12 @@ impl TrainHeadOptions {
         };
         if let Some(m) = self.minutes {
             positive("minutes", m)?;
+            if m > MAX_MINUTES {
+                return Err(refuse(
+                    "minutes",
+                    format!("must be at most {MAX_MINUTES} (a year)"),
+                ));
+            }
         }
         if self.fits_steps_to_minutes() && self.warmup_steps.is_some() {
             return Err(refuse(

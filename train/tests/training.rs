@@ -522,6 +522,8 @@ fn bad_settings_are_refused_before_any_step() {
     assert!(options_err(|o| o.warmup_steps = Some(5000)).contains("--warmup-steps"));
     assert!(options_err(|o| o.medusa_heads = Some(2)).contains("--medusa-heads"));
     assert!(options_err(|o| o.minutes = Some(0.0)).contains("--minutes"));
+    // a budget past any run, which no clock could hold, before any work
+    assert!(options_err(|o| o.minutes = Some(1e300)).contains("--minutes: must be at most 525600"));
     // a schedule sized by --minutes sets its own warm-up
     let err = options_err(|o| {
         o.minutes = Some(5.0);
