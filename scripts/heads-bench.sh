@@ -12,7 +12,7 @@
 # --lr 3e-3 --train-lm-head --input-norms, see experiments/heads/README.md; Medusa: the defaults)
 # into the cache, where the eagle / medusa drafters look for it (an interrupted training of it,
 # whose checkpoint is there, is resumed); an existing head is used as it is (delete it, or train
-# with --resume, to change).
+# with --resume, to change; one whose training stopped early is named as such).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +53,21 @@ for kind in "${kinds[@]}"; do
     # timed probe steps), and the budget stops the run cleanly (with a checkpoint) if slower
     "$bin" train-head --target "$target" --kind "$kind" --draft-vocab "$vocab" \
       --minutes "$minutes" "${extra[@]}"
+  else
+    # a head whose training was stopped early (time budget, Ctrl-C, --pause-at) is usable but
+    # not the planned run: say so, with the command that finishes it
+    python3 - "$heads/$target-$kind.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+with open(path, "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+training = json.loads(header["__metadata__"]["specdec.head"])["training"]
+stopped = training["extra"].get("stopped", "Finished")
+if stopped != "Finished":
+    print(f"note: {path} stopped early ({stopped}) at step {training['steps']} of "
+          f"{training['extra'].get('steps_planned', '?')}; this benchmark uses it as it is "
+          "(train-head ... --resume finishes it)")
+PY
   fi
 done
 
