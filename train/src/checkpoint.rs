@@ -65,6 +65,31 @@ pub(crate) struct CheckpointState {
     /// The held-out agreement measured every `eval_every` steps (none in older checkpoints).
     #[serde(default)]
     pub agreement_curve: Vec<AgreementRecord>,
+    /// The schedule's re-plans on resuming ([`crate::Schedule::Replan`]), in order.
+    #[serde(default)]
+    pub schedule_changes: Vec<ScheduleChange>,
+}
+
+/// A resumed run's schedule re-planned to a new length ([`crate::Schedule::Replan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleChange {
+    /// Steps done when it was re-planned.
+    pub at_step: u64,
+    /// The schedule's length before.
+    pub from_steps: u64,
+    /// Its length after.
+    pub to_steps: u64,
+}
+
+/// What a checkpoint's header says of its run's schedule ([`stored_schedule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredSchedule {
+    /// The schedule's length (the run's `config.steps`).
+    pub steps: u64,
+    /// Its warm-up steps.
+    pub warmup_steps: u64,
+    /// Steps done.
+    pub done: u64,
 }
 
 impl CheckpointState {
@@ -79,6 +104,7 @@ impl CheckpointState {
             train_seconds: 0.0,
             history: Vec::new(),
             agreement_curve: Vec::new(),
+            schedule_changes: Vec::new(),
         }
     }
 }
@@ -170,12 +196,12 @@ fn state_of(path: &Path, metadata: Option<&HashMap<String, String>>) -> Result<C
     Ok(state)
 }
 
-/// The schedule length (the run's `config.steps`) of the checkpoint at `path`, from its header
-/// alone (the tensors can be large).
+/// The schedule of the checkpoint at `path` (its length, warm-up and steps done), from its
+/// header alone (the tensors can be large).
 ///
 /// # Errors
 /// [`TrainError::Checkpoint`] for an unreadable header or one without it; I/O errors.
-pub(crate) fn stored_steps(path: &Path) -> Result<u64> {
+pub(crate) fn stored_schedule(path: &Path) -> Result<StoredSchedule> {
     let bad = |reason: String| TrainError::Checkpoint {
         path: path.display().to_string(),
         reason,
@@ -199,17 +225,28 @@ pub(crate) fn stored_steps(path: &Path) -> Result<u64> {
     let header: Header =
         serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
     let state = state_of(path, header.metadata.as_ref())?;
-    state.run["config"]["steps"]
-        .as_u64()
-        .ok_or_else(|| bad("its run has no `config.steps`".into()))
+    let setting = |value: &serde_json::Value, name: &str| {
+        value
+            .as_u64()
+            .ok_or_else(|| bad(format!("its run has no `{name}`")))
+    };
+    let config = &state.run["config"];
+    Ok(StoredSchedule {
+        steps: setting(&config["steps"], "config.steps")?,
+        warmup_steps: setting(
+            &config["optimizer"]["warmup_steps"],
+            "config.optimizer.warmup_steps",
+        )?,
+        done: state.step,
+    })
 }
 
-/// The largest checkpoint header [`stored_steps`] reads (100 MB, as the safetensors crate).
+/// The largest checkpoint header [`stored_schedule`] reads (100 MB, as the safetensors crate).
 const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 /// Reads the checkpoint at `path`, checks it belongs to the run `run` (refusing it naming the
-/// first differing setting), and restores the trainable tensors of `params` and the moments of
-/// `opt` from it. Returns its state.
+/// first differing setting; the schedule's length aside when `replan`), and restores the
+/// trainable tensors of `params` and the moments of `opt` from it. Returns its state.
 ///
 /// # Errors
 /// [`TrainError::Checkpoint`] for an unreadable file, another run's checkpoint, or a tensor
@@ -217,6 +254,7 @@ const MAX_HEADER_BYTES: u64 = 100_000_000;
 pub(crate) fn restore(
     path: &Path,
     run: &serde_json::Value,
+    replan: bool,
     params: &Params,
     opt: &mut AdamW,
 ) -> Result<CheckpointState> {
@@ -227,7 +265,16 @@ pub(crate) fn restore(
     let bytes = std::fs::read(path).map_err(io_error(path))?;
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
     let state = state_of(path, header.metadata().as_ref())?;
-    if let Some(diff) = first_difference(&state.run, run) {
+    let compared = |run: &serde_json::Value| {
+        let mut run = run.clone();
+        if replan {
+            // the two settings a re-plan changes (`config.steps` = `optimizer.total_steps`)
+            run["config"]["steps"] = serde_json::Value::Null;
+            run["config"]["optimizer"]["total_steps"] = serde_json::Value::Null;
+        }
+        run
+    };
+    if let Some(diff) = first_difference(&compared(&state.run), &compared(run)) {
         return Err(bad(format!(
             "it belongs to another run: {diff}; resume with the same settings, or train \
              without --resume to start over"

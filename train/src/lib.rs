@@ -40,7 +40,7 @@ pub mod target;
 pub mod trainer;
 pub mod vocab;
 
-pub use checkpoint::{AgreementRecord, LossRecord};
+pub use checkpoint::{AgreementRecord, LossRecord, ScheduleChange};
 pub use eagle::{eagle_chain, ttt_mask, EagleChainOutput, TttMask};
 pub use error::{Result, TrainError};
 pub use evaluate::{
@@ -54,6 +54,6 @@ pub use options::{
 pub use ranking::{rank_vocab, RankReport, RankVocabOptions};
 pub use target::FrozenTarget;
 pub use trainer::{
-    fitted_steps, stop_on_signals, tenth_means, train, StopReason, TrainConfig, TrainControl,
-    TrainData, TrainPaths, TrainReport, FIT_SHARE, PROBE_STEPS,
+    fitted_steps, stop_on_signals, tenth_means, train, Schedule, StopReason, TrainConfig,
+    TrainControl, TrainData, TrainPaths, TrainReport, FIT_SHARE, PROBE_STEPS,
 };

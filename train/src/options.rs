@@ -17,7 +17,9 @@ use crate::optim::AdamWConfig;
 use crate::regenerate::{first_turn_prompt, regenerate};
 use crate::sharegpt::{parse_conversations, tokenize_conversations, Conversation, TokenizeStats};
 use crate::target::{sha256_of_bytes, FrozenTarget};
-use crate::trainer::{train, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport};
+use crate::trainer::{
+    train, Schedule, TrainConfig, TrainControl, TrainData, TrainPaths, TrainReport,
+};
 use crate::vocab::check_draft_vocab;
 
 /// The most training-time-test steps accepted.
@@ -145,14 +147,16 @@ pub struct TrainHeadOptions {
     #[arg(long, default_value_t = 8192)]
     pub draft_vocab: usize,
     /// Optimiser steps of the run (the learning-rate schedule's length) [default: 1000; with
-    /// --minutes alone, as many as fit in the budget].
+    /// --minutes alone, as many as fit in the budget]. With --resume: the run's new length, at
+    /// least the steps done (the schedule re-planned: its warm-up kept, the cosine decay
+    /// spread to the new last step); without, a resumed run keeps its checkpoint's schedule.
     #[arg(long)]
     pub steps: Option<u64>,
     /// Time budget of the training steps of this invocation, in minutes: stop cleanly with a
     /// checkpoint when it runs out (feature extraction, cached and resumable, is not counted).
     /// Without --steps the schedule is sized to it: a few probe steps are timed, and the run
     /// plans as many steps as fill 90 % of the budget at that pace, warmed up over 5 % of them
-    /// (a resumed run keeps its schedule).
+    /// (a resumed run keeps its schedule unless --steps re-plans it).
     #[arg(long)]
     pub minutes: Option<f64>,
     /// Stop cleanly once this many steps are done; continue later with --resume.
@@ -251,9 +255,20 @@ impl TrainHeadOptions {
         self.steps.is_none() && self.minutes.is_some()
     }
 
+    /// Where the run's schedule comes from: a resumed run keeps its checkpoint's, or is
+    /// re-planned to `--steps`; a new run is sized to `--minutes` when `--steps` is not given.
+    pub fn schedule(&self) -> Schedule {
+        match (self.resume, self.steps.is_some()) {
+            (true, false) => Schedule::Stored,
+            (true, true) => Schedule::Replan,
+            (false, _) if self.fits_steps_to_minutes() => Schedule::FitTimeLimit,
+            (false, _) => Schedule::Configured,
+        }
+    }
+
     /// The run-defining settings these options give (target-independent checks included).
-    /// With [`TrainHeadOptions::fits_steps_to_minutes`] the steps are a placeholder
-    /// ([`DEFAULT_STEPS`]) that [`train`] replaces.
+    /// Where [`TrainHeadOptions::schedule`] is not [`Schedule::Configured`], [`train`] replaces
+    /// the schedule (the steps being a placeholder, [`DEFAULT_STEPS`], without --steps).
     ///
     /// # Errors
     /// [`TrainError::Option`] naming the first refused option.
@@ -298,6 +313,12 @@ impl TrainHeadOptions {
                     format!("must be at most {MAX_MINUTES} (a year)"),
                 ));
             }
+        }
+        if self.resume && self.warmup_steps.is_some() {
+            return Err(refuse(
+                "warmup-steps",
+                "a resumed run keeps its checkpoint's warm-up".into(),
+            ));
         }
         if self.fits_steps_to_minutes() && self.warmup_steps.is_some() {
             return Err(refuse(
@@ -497,7 +518,7 @@ pub fn train_head(options: &TrainHeadOptions) -> Result<TrainReport> {
     let control = TrainControl {
         resume: options.resume,
         time_limit: options.minutes.map(|m| Duration::from_secs_f64(m * 60.0)),
-        fit_to_time_limit: options.fits_steps_to_minutes(),
+        schedule: options.schedule(),
         pause_at: options.pause_at,
         checkpoint_every: options.checkpoint_every,
         eval_every: options.eval_every,

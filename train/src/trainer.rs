@@ -15,7 +15,7 @@ use specdec_models::heads::{
 };
 
 use crate::batch::{Batch, DataOrder, Frozen};
-use crate::checkpoint::{self, AgreementRecord, CheckpointState, LossRecord};
+use crate::checkpoint::{self, AgreementRecord, CheckpointState, LossRecord, ScheduleChange};
 use crate::eagle::{EagleHead, EagleSettings};
 use crate::error::{io_error, ModelContext, Result, TensorContext, TrainError};
 use crate::evaluate::evaluate_head;
@@ -31,7 +31,7 @@ use crate::vocab::{coverage, draft_vocabulary};
 pub const AGREEMENT_DEPTHS: usize = 2;
 
 /// Timed steps of the probe that sizes a schedule to a time limit
-/// ([`TrainControl::fit_to_time_limit`]), after one untimed step.
+/// ([`Schedule::FitTimeLimit`]), after one untimed step.
 pub const PROBE_STEPS: usize = 3;
 
 /// The share of the time limit a fitted schedule plans to fill, leaving room for steps that run
@@ -84,16 +84,40 @@ impl TrainConfig {
     /// This configuration with a schedule of `steps` steps, warmed up over the first 5 % of
     /// them (the rule of a schedule sized by its time limit).
     pub fn with_steps(&self, steps: u64) -> Self {
+        self.with_schedule(steps, steps / 20)
+    }
+
+    /// This configuration with a schedule of `steps` steps warmed up over `warmup_steps`.
+    pub fn with_schedule(&self, steps: u64, warmup_steps: u64) -> Self {
         Self {
             steps,
             optimizer: AdamWConfig {
-                warmup_steps: steps / 20,
+                warmup_steps,
                 total_steps: steps,
                 ..self.optimizer
             },
             ..self.clone()
         }
     }
+}
+
+/// Where a run's schedule (its length and warm-up) comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Schedule {
+    /// `config`'s; a resumed run's must equal its checkpoint's.
+    #[default]
+    Configured,
+    /// Sized to [`TrainControl::time_limit`]: a new run times [`PROBE_STEPS`] steps (their
+    /// results thrown away), plans [`fitted_steps`] and warms up over 5 % of them
+    /// ([`TrainConfig::with_steps`]); a resumed run keeps its checkpoint's. Needs a time limit.
+    FitTimeLimit,
+    /// A resumed run's: its checkpoint's (`config`'s length and warm-up are not read).
+    Stored,
+    /// A resumed run's, re-planned: `config.steps` (at least the steps done) replaces the
+    /// checkpoint's length, and its warm-up is kept, so the cosine decay runs from the end of
+    /// the warm-up to the new last step (the learning rate moves onto the new curve at the
+    /// step the run resumes from). Recorded in the head file (`schedule_changes`).
+    Replan,
 }
 
 /// Where a run's files go.
@@ -144,11 +168,8 @@ pub struct TrainControl {
     /// Stop cleanly (checkpoint, head, curve) once the training steps of this invocation have
     /// taken this long; the step in progress finishes first.
     pub time_limit: Option<Duration>,
-    /// Size the schedule to [`TrainControl::time_limit`] instead of `config.steps`: a new run
-    /// times [`PROBE_STEPS`] steps (their results thrown away), plans [`fitted_steps`] and
-    /// warms up over 5 % of them ([`TrainConfig::with_steps`]); a resumed run keeps the
-    /// schedule its checkpoint holds. Needs a time limit.
-    pub fit_to_time_limit: bool,
+    /// Where the schedule comes from ([`Schedule::Configured`]: `config`'s).
+    pub schedule: Schedule,
     /// Stop cleanly once this many steps of the run are done (before `steps`); `--resume`
     /// continues.
     pub pause_at: Option<u64>,
@@ -233,8 +254,10 @@ pub struct TrainReport {
     /// Steps planned.
     pub steps_planned: u64,
     /// Seconds a step took in the probe that sized the schedule, when this invocation sized it
-    /// ([`TrainControl::fit_to_time_limit`]).
+    /// ([`Schedule::FitTimeLimit`]).
     pub probe_step_s: Option<f64>,
+    /// The schedule's re-plans ([`Schedule::Replan`]) over all invocations, in order.
+    pub schedule_changes: Vec<ScheduleChange>,
     /// Training positions seen (each head position once per unrolled step or Medusa head).
     pub positions_seen: u64,
     /// Head positions (tokens with a label) seen.
@@ -309,6 +332,12 @@ impl TrainReport {
             out.push_str(&format!(
                 "schedule sized to the time budget: {} steps at {step_s:.2} s a step (the probe's)\n",
                 self.steps_planned
+            ));
+        }
+        for change in &self.schedule_changes {
+            out.push_str(&format!(
+                "schedule re-planned at step {}: {} -> {} steps\n",
+                change.at_step, change.from_steps, change.to_steps
             ));
         }
         out.push_str(&format!(
@@ -565,32 +594,59 @@ pub fn train(
             reason: "--resume was given but there is no checkpoint to continue".into(),
         });
     }
-    let (fitted, probe_step_s) = if control.fit_to_time_limit {
-        let limit = control.time_limit.ok_or_else(|| TrainError::Option {
-            name: "minutes",
-            reason: "a schedule sized to the time budget needs one".into(),
-        })?;
-        let (steps, probe) = if control.resume {
-            (checkpoint::stored_steps(&paths.checkpoint)?, None)
-        } else {
-            let step_s = probe_step_seconds(head.as_ref(), &frozen, cache, n_train, config)?;
-            (fitted_steps(limit, step_s), Some(step_s))
-        };
-        let fitted = config.with_steps(steps);
-        crate::options::check_train_config(&fitted)?;
-        if let (Some(step_s), true) = (probe, control.progress) {
-            eprintln!(
-                "schedule: {steps} steps ({step_s:.2} s a step over {PROBE_STEPS} probe steps; \
-                 {:.0} % of {:.1} minutes)",
-                100.0 * FIT_SHARE,
-                limit.as_secs_f64() / 60.0
-            );
-        }
-        (Some(fitted), probe)
+    let stored = if control.resume {
+        Some(checkpoint::stored_schedule(&paths.checkpoint)?)
     } else {
-        (None, None)
+        None
     };
-    let config = fitted.as_ref().unwrap_or(config);
+    let (scheduled, probe_step_s) = match (control.schedule, stored) {
+        (Schedule::Configured, _) => (None, None),
+        (Schedule::FitTimeLimit, None) => {
+            let limit = control.time_limit.ok_or_else(|| TrainError::Option {
+                name: "minutes",
+                reason: "a schedule sized to the time budget needs one".into(),
+            })?;
+            let step_s = probe_step_seconds(head.as_ref(), &frozen, cache, n_train, config)?;
+            let steps = fitted_steps(limit, step_s);
+            if control.progress {
+                eprintln!(
+                    "schedule: {steps} steps ({step_s:.2} s a step over {PROBE_STEPS} probe \
+                     steps; {:.0} % of {:.1} minutes)",
+                    100.0 * FIT_SHARE,
+                    limit.as_secs_f64() / 60.0
+                );
+            }
+            (Some(config.with_steps(steps)), Some(step_s))
+        }
+        (Schedule::FitTimeLimit | Schedule::Stored, Some(s)) => {
+            (Some(config.with_schedule(s.steps, s.warmup_steps)), None)
+        }
+        (Schedule::Replan, Some(s)) => {
+            if config.steps < s.done {
+                return Err(TrainError::Option {
+                    name: "steps",
+                    reason: format!(
+                        "{} is fewer than the {} steps the checkpoint has done",
+                        config.steps, s.done
+                    ),
+                });
+            }
+            (
+                Some(config.with_schedule(config.steps, s.warmup_steps)),
+                None,
+            )
+        }
+        (Schedule::Stored | Schedule::Replan, None) => {
+            return Err(TrainError::Option {
+                name: "resume",
+                reason: "a schedule taken from a checkpoint needs a resumed run".into(),
+            })
+        }
+    };
+    if let Some(scheduled) = &scheduled {
+        crate::options::check_train_config(scheduled)?;
+    }
+    let config = scheduled.as_ref().unwrap_or(config);
     let vars = head
         .params()
         .trainable()
@@ -608,7 +664,25 @@ pub fn train(
         ),
     });
     let mut state = if control.resume {
-        checkpoint::restore(&paths.checkpoint, &run, head.params(), &mut opt)?
+        let replan = control.schedule == Schedule::Replan;
+        let mut state =
+            checkpoint::restore(&paths.checkpoint, &run, replan, head.params(), &mut opt)?;
+        let from_steps = stored.map_or(config.steps, |s| s.steps);
+        if from_steps != config.steps {
+            state.schedule_changes.push(ScheduleChange {
+                at_step: state.step,
+                from_steps,
+                to_steps: config.steps,
+            });
+            if control.progress {
+                eprintln!(
+                    "schedule re-planned at step {}: {from_steps} -> {} steps",
+                    state.step, config.steps
+                );
+            }
+        }
+        state.run = run;
+        state
     } else {
         CheckpointState::new(run)
     };
@@ -766,6 +840,7 @@ pub fn train(
         steps: state.step,
         steps_planned: config.steps,
         probe_step_s,
+        schedule_changes: state.schedule_changes,
         positions_seen: state.positions,
         tokens_seen: state.tokens,
         train_seconds: state.train_seconds,
@@ -812,6 +887,14 @@ fn training_extra(
     put("grad_clip", o.grad_clip.to_string());
     put("batch", config.batch.to_string());
     put("steps_planned", config.steps.to_string());
+    if !state.schedule_changes.is_empty() {
+        let changes: Vec<String> = state
+            .schedule_changes
+            .iter()
+            .map(|c| format!("{}:{}->{}", c.at_step, c.from_steps, c.to_steps))
+            .collect();
+        put("schedule_changes", changes.join(","));
+    }
     put("stopped", format!("{stop:?}"));
     put("holdout_sequences", config.holdout.to_string());
     put("train_lm_head", config.train_lm_head.to_string());

@@ -19,8 +19,9 @@ use safetensors::SafeTensors;
 use specdec_models::heads::{HeadFile, HeadKind};
 use specdec_models::llama::Architecture;
 use specdec_train::{
-    evaluate_head, fitted_steps, train, FeatureCache, FrozenTarget, KindArg, StopReason,
-    TrainConfig, TrainControl, TrainData, TrainHeadOptions, TrainPaths, TrainReport,
+    evaluate_head, fitted_steps, train, FeatureCache, FrozenTarget, KindArg, Schedule,
+    ScheduleChange, StopReason, TrainConfig, TrainControl, TrainData, TrainHeadOptions, TrainPaths,
+    TrainReport,
 };
 
 /// The EAGLE loss must fall at least this much: mean of the last tenth of the steps ≤ this
@@ -348,7 +349,7 @@ fn a_schedule_sized_to_the_time_limit_comes_from_the_probe_and_survives_a_resume
     let limit = Duration::from_millis(1500);
     let fit = TrainControl {
         time_limit: Some(limit),
-        fit_to_time_limit: true,
+        schedule: Schedule::FitTimeLimit,
         pause_at: Some(2),
         ..TrainControl::default()
     };
@@ -387,13 +388,127 @@ fn a_schedule_sized_to_the_time_limit_comes_from_the_probe_and_survives_a_resume
     // sizing needs a budget
     let paths = TrainPaths::next_to(&s.dir.join("unbounded.safetensors"));
     let unbounded = TrainControl {
-        fit_to_time_limit: true,
+        schedule: Schedule::FitTimeLimit,
         ..TrainControl::default()
     };
     let err = train(&s.target, &data(&s.cache), &cfg, &paths, &unbounded)
         .unwrap_err()
         .to_string();
     assert!(err.contains("--minutes"), "{err}");
+    assert!(!paths.checkpoint.exists());
+}
+
+#[test]
+fn a_resumed_run_keeps_its_schedule_or_is_replanned_to_new_steps() {
+    let s = setup("replan", Architecture::Llama);
+    let cfg = small(KindArg::Eagle, |o| {
+        o.steps = Some(10);
+        o.warmup_steps = Some(2);
+    });
+    let head = "replan.safetensors";
+    let pause = |at| TrainControl {
+        pause_at: Some(at),
+        ..TrainControl::default()
+    };
+    let first = run(&s, &cfg, head, &pause(4));
+    assert_eq!(
+        (first.stop, first.steps, first.steps_planned),
+        (StopReason::Paused, 4, 10)
+    );
+    // resumed with another config's length, kept: the checkpoint's schedule
+    let placeholder = small(KindArg::Eagle, |o| o.steps = Some(99));
+    let stored = TrainControl {
+        resume: true,
+        schedule: Schedule::Stored,
+        pause_at: Some(5),
+        ..TrainControl::default()
+    };
+    let kept = run(&s, &placeholder, head, &stored);
+    assert_eq!((kept.steps, kept.steps_planned), (5, 10));
+    assert!(kept.schedule_changes.is_empty());
+    // re-planned to fewer steps than done: refused, naming both
+    let replan = TrainControl {
+        resume: true,
+        schedule: Schedule::Replan,
+        ..TrainControl::default()
+    };
+    let paths = TrainPaths::next_to(&s.dir.join(head));
+    let short = small(KindArg::Eagle, |o| o.steps = Some(4));
+    let err = train(&s.target, &data(&s.cache), &short, &paths, &replan)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--steps: 4 is fewer than the 5 steps the checkpoint has done"),
+        "{err}"
+    );
+    // re-planned to 7 steps: the warm-up kept, the cosine spread to step 7 from here on
+    let shorter = small(KindArg::Eagle, |o| o.steps = Some(7));
+    let replanned = run(&s, &shorter, head, &replan);
+    assert_eq!(
+        (replanned.stop, replanned.steps, replanned.steps_planned),
+        (StopReason::Finished, 7, 7)
+    );
+    let change = ScheduleChange {
+        at_step: 5,
+        from_steps: 10,
+        to_steps: 7,
+    };
+    assert_eq!(replanned.schedule_changes, [change]);
+    let old = cfg.optimizer;
+    let new = specdec_train::optim::AdamWConfig {
+        total_steps: 7,
+        ..old
+    };
+    for record in &replanned.history {
+        let expected = if record.step < 5 { old } else { new }.lr_at(record.step);
+        assert_eq!(record.lr, expected, "step {}", record.step);
+    }
+    assert_ne!(
+        old.lr_at(5),
+        new.lr_at(5),
+        "the curves differ where it resumed"
+    );
+    assert!(replanned
+        .summary()
+        .contains("schedule re-planned at step 5: 10 -> 7 steps"));
+    let extra = HeadFile::load(&replanned.paths.head)
+        .unwrap()
+        .meta
+        .training
+        .extra;
+    assert_eq!(extra["schedule_changes"], "5:10->7");
+    assert_eq!(
+        (
+            extra["steps_planned"].as_str(),
+            extra["warmup_steps"].as_str()
+        ),
+        ("7", "2")
+    );
+    // the re-plan is the run's now: resuming keeps it, and another setting is still refused
+    let again = run(&s, &placeholder, head, &stored);
+    assert_eq!((again.steps, again.steps_planned), (7, 7));
+    assert_eq!(again.schedule_changes, [change]);
+    let other = small(KindArg::Eagle, |o| {
+        o.steps = Some(8);
+        o.lr = 1e-4;
+    });
+    let err = train(&s.target, &data(&s.cache), &other, &paths, &replan)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("another run") && err.contains("lr"), "{err}");
+    // a schedule from a checkpoint needs a resumed run
+    let paths = TrainPaths::next_to(&s.dir.join("new.safetensors"));
+    let unresumed = TrainControl {
+        resume: false,
+        ..stored
+    };
+    let err = train(&s.target, &data(&s.cache), &cfg, &paths, &unresumed)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("--resume: a schedule taken from a checkpoint"),
+        "{err}"
+    );
     assert!(!paths.checkpoint.exists());
 }
 
@@ -530,6 +645,23 @@ fn bad_settings_are_refused_before_any_step() {
         o.warmup_steps = Some(10);
     });
     assert!(err.contains("--warmup-steps: needs --steps"), "{err}");
+    // a resumed run keeps its warm-up; its schedule is the checkpoint's unless --steps re-plans it
+    let err = options_err(|o| {
+        o.resume = true;
+        o.warmup_steps = Some(10);
+    });
+    assert!(err.contains("--warmup-steps: a resumed run keeps"), "{err}");
+    let schedule = |resume, steps, minutes| {
+        let mut o = TrainHeadOptions::new("synthetic", KindArg::Eagle);
+        (o.resume, o.steps, o.minutes) = (resume, steps, minutes);
+        o.schedule()
+    };
+    assert_eq!(schedule(false, None, None), Schedule::Configured);
+    assert_eq!(schedule(false, Some(5), Some(1.0)), Schedule::Configured);
+    assert_eq!(schedule(false, None, Some(1.0)), Schedule::FitTimeLimit);
+    assert_eq!(schedule(true, None, Some(1.0)), Schedule::Stored);
+    assert_eq!(schedule(true, None, None), Schedule::Stored);
+    assert_eq!(schedule(true, Some(5), None), Schedule::Replan);
     let mut o = TrainHeadOptions::new("synthetic", KindArg::Medusa);
     o.unroll = Some(2);
     let err = o.train_config().unwrap_err().to_string();
