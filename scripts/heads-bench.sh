@@ -7,9 +7,11 @@
 #   scripts/heads-bench.sh qwen           # Qwen2.5-Coder-1.5B (and its 0.5B draft)
 #   scripts/heads-bench.sh qwen-short     # the same, 16 prompts, EAGLE head only (2-core sized)
 #   scripts/heads-bench.sh smollm2 --train-minutes 25   # training budget of a missing head
+#                                    (default: 25 minutes for SmolLM2, 120 for Qwen)
 #
-# A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1, SmolLM2 also
-# --lr 3e-3 --train-lm-head --input-norms, see experiments/heads/README.md; Medusa: the defaults)
+# A missing head is trained with `specdec train-head` (EAGLE: --w-ce 1 --w-feat 0.1 --lr 3e-3
+# --train-lm-head --input-norms, Qwen also --ffn 2048, see experiments/heads/README.md; Medusa:
+# the defaults)
 # into the cache, where the eagle / medusa drafters look for it (an interrupted training of it,
 # whose checkpoint is there, is resumed); an existing head is used as it is (delete it, or train
 # with --resume, to change; one whose training stopped early is named as such).
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 model="${1:-}"
 shift || true
 kinds=(eagle medusa)
-minutes=25
+minutes=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --train-minutes) minutes="$2"; shift 2 ;;
@@ -27,13 +29,14 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$model" in
-  # eagle_extra: the EAGLE head's shape (Qwen: an FFN of 2048, so a depth step stays cheap)
+  # eagle_extra: the EAGLE recipe (Qwen: an FFN of 2048, so a depth step stays cheap)
   smollm2) target=smollm2-135m; fetch=(smollm2 humaneval mtbench sharegpt); vocab=8192
-    eagle_extra=(--lr 3e-3 --train-lm-head --input-norms) ;;
+    eagle_extra=(--lr 3e-3 --train-lm-head --input-norms); minutes="${minutes:-25}" ;;
   qwen|qwen-short) target=qwen2.5-coder-1.5b; fetch=(qwen-0.5b qwen-1.5b humaneval mtbench sharegpt)
-    vocab=16384; eagle_extra=(--ffn 2048)
+    vocab=16384; eagle_extra=(--ffn 2048 --lr 3e-3 --train-lm-head --input-norms)
+    minutes="${minutes:-120}"
     [ "$model" = qwen-short ] && kinds=(eagle) ;;
-  -h|--help|"") sed -n 2,14p "$0"; exit 0 ;;
+  -h|--help|"") sed -n 2,17p "$0"; exit 0 ;;
   *) echo "heads-bench: unknown model '$model' (smollm2, qwen or qwen-short)" >&2; exit 2 ;;
 esac
 
