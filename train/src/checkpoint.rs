@@ -245,7 +245,7 @@ pub(crate) fn stored_schedule(path: &Path) -> Result<StoredSchedule> {
 const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 /// Reads the checkpoint at `path`, checks it belongs to the run `run` (refusing it naming the
-/// first differing setting; the schedule's length aside when `replan`), and restores the
+/// first differing setting; the schedule's length aside when `replanned`), and restores the
 /// trainable tensors of `params` and the moments of `opt` from it. Returns its state.
 ///
 /// # Errors
@@ -254,7 +254,7 @@ const MAX_HEADER_BYTES: u64 = 100_000_000;
 pub(crate) fn restore(
     path: &Path,
     run: &serde_json::Value,
-    replan: bool,
+    replanned: bool,
     params: &Params,
     opt: &mut AdamW,
 ) -> Result<CheckpointState> {
@@ -267,7 +267,7 @@ pub(crate) fn restore(
     let state = state_of(path, header.metadata().as_ref())?;
     let compared = |run: &serde_json::Value| {
         let mut run = run.clone();
-        if replan {
+        if replanned {
             // the two settings a re-plan changes (`config.steps` = `optimizer.total_steps`)
             run["config"]["steps"] = serde_json::Value::Null;
             run["config"]["optimizer"]["total_steps"] = serde_json::Value::Null;

@@ -599,8 +599,9 @@ pub fn train(
     } else {
         None
     };
-    let (scheduled, probe_step_s) = match (control.schedule, stored) {
-        (Schedule::Configured, _) => (None, None),
+    // the schedule this invocation follows, the probe that sized it, and the re-plan it makes
+    let (scheduled, probe_step_s, change) = match (control.schedule, stored) {
+        (Schedule::Configured, _) => (None, None, None),
         (Schedule::FitTimeLimit, None) => {
             let limit = control.time_limit.ok_or_else(|| TrainError::Option {
                 name: "minutes",
@@ -616,11 +617,13 @@ pub fn train(
                     limit.as_secs_f64() / 60.0
                 );
             }
-            (Some(config.with_steps(steps)), Some(step_s))
+            (Some(config.with_steps(steps)), Some(step_s), None)
         }
-        (Schedule::FitTimeLimit | Schedule::Stored, Some(s)) => {
-            (Some(config.with_schedule(s.steps, s.warmup_steps)), None)
-        }
+        (Schedule::FitTimeLimit | Schedule::Stored, Some(s)) => (
+            Some(config.with_schedule(s.steps, s.warmup_steps)),
+            None,
+            None,
+        ),
         (Schedule::Replan, Some(s)) => {
             if config.steps < s.done {
                 return Err(TrainError::Option {
@@ -631,9 +634,15 @@ pub fn train(
                     ),
                 });
             }
+            let change = (config.steps != s.steps).then_some(ScheduleChange {
+                at_step: s.done,
+                from_steps: s.steps,
+                to_steps: config.steps,
+            });
             (
                 Some(config.with_schedule(config.steps, s.warmup_steps)),
                 None,
+                change,
             )
         }
         (Schedule::Stored | Schedule::Replan, None) => {
@@ -664,24 +673,24 @@ pub fn train(
         ),
     });
     let mut state = if control.resume {
-        let replan = control.schedule == Schedule::Replan;
-        let mut state =
-            checkpoint::restore(&paths.checkpoint, &run, replan, head.params(), &mut opt)?;
-        let from_steps = stored.map_or(config.steps, |s| s.steps);
-        if from_steps != config.steps {
-            state.schedule_changes.push(ScheduleChange {
-                at_step: state.step,
-                from_steps,
-                to_steps: config.steps,
-            });
+        let mut state = checkpoint::restore(
+            &paths.checkpoint,
+            &run,
+            change.is_some(),
+            head.params(),
+            &mut opt,
+        )?;
+        if let Some(change) = change {
             if control.progress {
                 eprintln!(
-                    "schedule re-planned at step {}: {from_steps} -> {} steps",
-                    state.step, config.steps
+                    "schedule re-planned at step {}: {} -> {} steps",
+                    change.at_step, change.from_steps, change.to_steps
                 );
             }
+            // the new plan is the run's from here on (a later resume keeps it)
+            state.schedule_changes.push(change);
+            state.run = run;
         }
-        state.run = run;
         state
     } else {
         CheckpointState::new(run)
